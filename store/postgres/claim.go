@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// claimSQL is Claim in one statement. The INSERT creates the record; on
+// conflict the UPDATE takes over a RELEASED or EXPIRED record, or a PROCESSING
+// one whose lease ran out, unless the fingerprints differ. The token of a
+// takeover is drawn inside the UPDATE, after the row lock is held, so it is
+// greater than every token handed out before. When nothing was written, the
+// second branch reports the row as the statement's snapshot saw it.
+const claimSQL = `
+WITH claimed AS (
+	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
+		lease_expires_at, retention, created_at, updated_at)
+	VALUES ($1, $2, $3, 'processing', nextval('idem_token_seq'), 1, $4, $5,
+		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now())
+	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+		state = 'processing',
+		token = nextval('idem_token_seq'),
+		attempt = r.attempt + 1,
+		claimant = excluded.claimant,
+		lease_expires_at = excluded.lease_expires_at,
+		retention = excluded.retention,
+		result = NULL,
+		error = NULL,
+		completed_at = NULL,
+		expires_at = NULL,
+		updated_at = now()
+	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now()))
+		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
+	RETURNING ` + recordCols + `
+)
+SELECT true, now(), claimed.* FROM claimed
+UNION ALL
+SELECT false, now(), ` + recordCols + ` FROM idem_records
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM claimed)`
+
+// maxStatementTries bounds how often a call re-runs its statement when a
+// concurrent transaction changed the row while the statement ran.
+const maxStatementTries = 5
+
+// RecordClaim implements store.Store.
+func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
+	for try := 0; try < maxStatementTries; try++ {
+		res, settled, err := s.claimOnce(ctx, p)
+		if err != nil || settled {
+			return res, err
+		}
+		// Under READ COMMITTED the statement's snapshot may miss a row that a
+		// concurrent transaction inserted or changed while the statement
+		// waited for its lock. A new statement takes a new snapshot.
+	}
+	return nil, store.ErrContention
+}
+
+// claimOnce runs claimSQL once. settled is false when the statement neither
+// wrote a row nor saw one that explains why it did not.
+func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store.ClaimResult, settled bool, err error) {
+	fingerprint := p.Fingerprint
+	if fingerprint == nil {
+		fingerprint = []byte{}
+	}
+	var (
+		acquired bool
+		now      time.Time
+	)
+	rec, err := scanRecord(s.db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
+		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention)), &acquired, &now)
+	if err != nil {
+		err = interpretError(err)
+		if err == store.ErrNotFound {
+			return nil, false, nil // neither written nor seen: a concurrent insert
+		}
+		return nil, false, err
+	}
+	if acquired {
+		return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}, true, nil
+	}
+	if len(rec.Fingerprint) > 0 && len(p.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
+		return nil, true, store.ErrFingerprintMismatch
+	}
+	switch rec.State {
+	case store.StateCompleted:
+		return &store.ClaimResult{Outcome: store.OutcomeCompleted, Record: rec}, true, nil
+	case store.StateFailed:
+		return &store.ClaimResult{Outcome: store.OutcomeFailed, Record: rec}, true, nil
+	case store.StateProcessing:
+		if rec.LeaseExpiresAt.After(now) {
+			if p.Claimant != "" && rec.Claimant == p.Claimant {
+				// The same attempt asking again (its response was lost).
+				return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}, true, nil
+			}
+			return &store.ClaimResult{
+				Outcome:    store.OutcomeInProgress,
+				Record:     rec,
+				RetryAfter: rec.LeaseExpiresAt.Sub(now),
+			}, true, nil
+		}
+	}
+	// The snapshot shows a record this Claim should have taken over, so the
+	// row changed under the statement: look again.
+	return nil, false, nil
+}

@@ -1,0 +1,52 @@
+package postgres
+
+import (
+	"context"
+)
+
+// Both sweeper statements lock their batch with FOR UPDATE SKIP LOCKED: rows
+// that a Claim or another sweeper holds are skipped, not waited for, so any
+// number of replicas sweep at once without doing a row twice or blocking a
+// Claim. Each batch is its own short transaction.
+
+const sweepExpireSQL = `
+WITH due AS (
+	SELECT tenant, namespace, key FROM idem_records
+	WHERE state = 'processing' AND lease_expires_at <= now()
+	ORDER BY lease_expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE idem_records r SET state = 'expired', updated_at = now(), expires_at = now() + r.retention
+FROM due
+WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
+
+const sweepPurgeSQL = `
+WITH due AS (
+	SELECT tenant, namespace, key FROM idem_records
+	WHERE state <> 'processing' AND expires_at <= now()
+	ORDER BY expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idem_records r
+USING due
+WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
+
+// SweepExpire implements store.Store.
+func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
+	tag, err := s.db.Exec(ctx, sweepExpireSQL, limit)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// SweepPurge implements store.Store.
+func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
+	tag, err := s.db.Exec(ctx, sweepPurgeSQL, limit)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,161 @@
+// Package store defines idem's storage contract: the record, its states, the
+// parameters of each operation and the errors a store returns. It imports
+// neither gRPC nor the generated protobuf code, so that a second store or an
+// operator tool can use it without the wire format.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store is the storage behind idem. Every method touches one record addressed
+// by its full primary key (tenant, namespace, key), except the sweeper's.
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// RecordClaim inserts the record, takes over a RELEASED or EXPIRED record
+	// or one whose lease ran out, or reports the existing record, atomically.
+	// It returns ErrFingerprintMismatch when the stored fingerprint and
+	// params.Fingerprint are both non-empty and differ.
+	RecordClaim(ctx context.Context, params *ClaimParams) (*ClaimResult, error)
+	// RecordComplete stores the result of the record held with params.Token.
+	RecordComplete(ctx context.Context, params *CompleteParams) (*Record, error)
+	// RecordFail stores the error of the record held with params.Token and
+	// makes it FAILED, or RELEASED when params.Retryable.
+	RecordFail(ctx context.Context, params *FailParams) (*Record, error)
+	// RecordHeartbeat extends the lease of the record held with params.Token.
+	RecordHeartbeat(ctx context.Context, params *HeartbeatParams) (*Record, error)
+	// RecordGet reads one record.
+	RecordGet(ctx context.Context, id RecordID) (*Record, error)
+	// SweepExpire marks at most limit PROCESSING records whose lease ran out
+	// as EXPIRED and returns how many it marked.
+	SweepExpire(ctx context.Context, limit int) (int, error)
+	// SweepPurge deletes at most limit records that are not PROCESSING and
+	// whose expires_at has passed, and returns how many it deleted.
+	SweepPurge(ctx context.Context, limit int) (int, error)
+	// Ping reports whether the store can be reached.
+	Ping(ctx context.Context) error
+}
+
+// State is where a record is in its life.
+type State string
+
+// The states of DESIGN §1. Their string values are what the database stores.
+const (
+	StateProcessing State = "processing"
+	StateCompleted  State = "completed"
+	StateFailed     State = "failed"
+	StateReleased   State = "released"
+	StateExpired    State = "expired"
+)
+
+// Outcome is the answer to a Claim.
+type Outcome int
+
+// The outcomes of a Claim.
+const (
+	OutcomeAcquired Outcome = iota + 1
+	OutcomeInProgress
+	OutcomeCompleted
+	OutcomeFailed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAcquired:
+		return "acquired"
+	case OutcomeInProgress:
+		return "in_progress"
+	case OutcomeCompleted:
+		return "completed"
+	case OutcomeFailed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// RecordID addresses one record.
+type RecordID struct {
+	Tenant    string
+	Namespace string
+	Key       string
+}
+
+// Record is one idempotency record. Optional times are the zero time when
+// unset. All times are in UTC and come from the store's clock.
+type Record struct {
+	RecordID
+	State          State
+	Token          int64
+	Attempt        int32
+	Claimant       string
+	Fingerprint    []byte
+	LeaseExpiresAt time.Time
+	Retention      time.Duration
+	Result         []byte
+	Error          string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    time.Time
+	ExpiresAt      time.Time
+}
+
+// ClaimParams are the inputs of RecordClaim. The server has validated them
+// and filled in defaults.
+type ClaimParams struct {
+	RecordID
+	Fingerprint []byte
+	Claimant    string
+	LeaseTTL    time.Duration
+	Retention   time.Duration
+}
+
+// ClaimResult is the answer of RecordClaim.
+type ClaimResult struct {
+	Outcome Outcome
+	Record  *Record
+	// RetryAfter is, for OutcomeInProgress, how long until the holder's lease
+	// runs out by the store's clock.
+	RetryAfter time.Duration
+}
+
+// CompleteParams are the inputs of RecordComplete.
+type CompleteParams struct {
+	RecordID
+	Token  int64
+	Result []byte
+}
+
+// FailParams are the inputs of RecordFail.
+type FailParams struct {
+	RecordID
+	Token     int64
+	Error     string
+	Retryable bool
+}
+
+// HeartbeatParams are the inputs of RecordHeartbeat.
+type HeartbeatParams struct {
+	RecordID
+	Token    int64
+	LeaseTTL time.Duration
+}
+
+// Errors a store returns. Callers test them with errors.Is.
+var (
+	// ErrNotFound: there is no such record.
+	ErrNotFound = errors.New("record not found")
+	// ErrLeaseLost: the token is not the record's current token.
+	ErrLeaseLost = errors.New("lease lost: the token is not the record's current token")
+	// ErrAlreadyTerminal: the token is current but the record is no longer
+	// PROCESSING or EXPIRED, and the call does not repeat the one that ended it.
+	ErrAlreadyTerminal = errors.New("record is already terminal")
+	// ErrFingerprintMismatch: the key was claimed before with another fingerprint.
+	ErrFingerprintMismatch = errors.New("fingerprint does not match the record's")
+	// ErrUnavailable: the store cannot be reached. Nothing is known to have changed.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrContention: the record changed under the call every time it was
+	// tried. Retrying later is safe.
+	ErrContention = errors.New("record changed concurrently too many times")
+)
