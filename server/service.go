@@ -1,0 +1,190 @@
+// Package server is idem's gRPC layer: it validates requests, calls the
+// store, and maps the store's errors to gRPC codes with an ErrorInfo. It never
+// builds SQL. It also runs the sweeper.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/store"
+)
+
+// Config holds the service's defaults and limits.
+type Config struct {
+	// DefaultLeaseTTL is the lease of a Claim or Heartbeat that sends none.
+	// It defaults to 5 minutes.
+	DefaultLeaseTTL time.Duration
+	// DefaultRetention is how long a record is kept after it leaves
+	// PROCESSING when the Claim sends no retention. It defaults to 24 hours.
+	DefaultRetention time.Duration
+	// MaxResultBytes bounds Complete's result. It defaults to 64 KiB.
+	MaxResultBytes int
+}
+
+// DefaultConfig returns the defaults of DESIGN §2.
+func DefaultConfig() Config {
+	return Config{
+		DefaultLeaseTTL:  5 * time.Minute,
+		DefaultRetention: 24 * time.Hour,
+		MaxResultBytes:   64 << 10,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.DefaultLeaseTTL == 0 {
+		c.DefaultLeaseTTL = d.DefaultLeaseTTL
+	}
+	if c.DefaultRetention == 0 {
+		c.DefaultRetention = d.DefaultRetention
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = d.MaxResultBytes
+	}
+	return c
+}
+
+// Service implements idem.v1.IdempotencyService.
+type Service struct {
+	idemv1.UnimplementedIdempotencyServiceServer
+
+	store  store.Store
+	cfg    Config
+	logger *slog.Logger
+}
+
+var _ idemv1.IdempotencyServiceServer = (*Service)(nil)
+
+// NewService returns the service over st. Zero fields of cfg take their
+// defaults.
+func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: st, cfg: cfg.withDefaults(), logger: logger}
+}
+
+func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID {
+	return store.RecordID{Tenant: TenantFromContext(ctx), Namespace: namespace, Key: key}
+}
+
+// Claim implements idem.v1.IdempotencyService.
+func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := validateMaxBytes("fingerprint", "INVALID_FINGERPRINT", len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
+		return nil, err
+	}
+	if err := validateMaxBytes("claimant", "INVALID_CLAIMANT", len(req.GetClaimant()), MaxClaimantBytes); err != nil {
+		return nil, err
+	}
+	leaseTTL, err := duration("lease_ttl", "INVALID_LEASE_TTL", req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	retention, err := duration("retention", "INVALID_RETENTION", req.GetRetention(), s.cfg.DefaultRetention, MinRetention, MaxRetention)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.RecordClaim(ctx, &store.ClaimParams{
+		RecordID:    s.id(ctx, req.GetNamespace(), req.GetKey()),
+		Fingerprint: req.GetFingerprint(),
+		Claimant:    req.GetClaimant(),
+		LeaseTTL:    leaseTTL,
+		Retention:   retention,
+	})
+	if err != nil {
+		return nil, rewriteError(ctx, s.logger, err)
+	}
+	resp := &idemv1.ClaimResponse{Outcome: outcomeToProto[res.Outcome], Record: recordToProto(res.Record)}
+	if res.Outcome == store.OutcomeInProgress {
+		resp.RetryAfter = durationpb.New(res.RetryAfter)
+	}
+	return resp, nil
+}
+
+// Complete implements idem.v1.IdempotencyService.
+func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*idemv1.CompleteResponse, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := validateToken(req.GetToken()); err != nil {
+		return nil, err
+	}
+	if err := validateMaxBytes("result", "INVALID_RESULT", len(req.GetResult()), s.cfg.MaxResultBytes); err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordComplete(ctx, &store.CompleteParams{
+		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
+		Token:    req.GetToken(),
+		Result:   req.GetResult(),
+	})
+	if err != nil {
+		return nil, rewriteError(ctx, s.logger, err)
+	}
+	return &idemv1.CompleteResponse{Record: recordToProto(rec)}, nil
+}
+
+// Fail implements idem.v1.IdempotencyService.
+func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.FailResponse, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := validateToken(req.GetToken()); err != nil {
+		return nil, err
+	}
+	if err := validateMaxBytes("error", "INVALID_ERROR", len(req.GetError()), MaxErrorBytes); err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordFail(ctx, &store.FailParams{
+		RecordID:  s.id(ctx, req.GetNamespace(), req.GetKey()),
+		Token:     req.GetToken(),
+		Error:     req.GetError(),
+		Retryable: req.GetRetryable(),
+	})
+	if err != nil {
+		return nil, rewriteError(ctx, s.logger, err)
+	}
+	return &idemv1.FailResponse{Record: recordToProto(rec)}, nil
+}
+
+// Heartbeat implements idem.v1.IdempotencyService.
+func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := validateToken(req.GetToken()); err != nil {
+		return nil, err
+	}
+	leaseTTL, err := duration("lease_ttl", "INVALID_LEASE_TTL", req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordHeartbeat(ctx, &store.HeartbeatParams{
+		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
+		Token:    req.GetToken(),
+		LeaseTTL: leaseTTL,
+	})
+	if err != nil {
+		return nil, rewriteError(ctx, s.logger, err)
+	}
+	return &idemv1.HeartbeatResponse{Record: recordToProto(rec)}, nil
+}
+
+// Lookup implements idem.v1.IdempotencyService.
+func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordGet(ctx, s.id(ctx, req.GetNamespace(), req.GetKey()))
+	if err != nil {
+		return nil, rewriteError(ctx, s.logger, err)
+	}
+	return &idemv1.LookupResponse{Record: recordToProto(rec)}, nil
+}

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Bounds of DESIGN §2.
+const (
+	MaxKeyBytes         = 256
+	MaxFingerprintBytes = 64
+	MaxClaimantBytes    = 128
+	MaxErrorBytes       = 4096
+	MinLeaseTTL         = time.Second
+	MaxLeaseTTL         = 24 * time.Hour
+	MinRetention        = time.Minute
+	MaxRetention        = 90 * 24 * time.Hour
+)
+
+var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// invalid is a request field that failed validation. Its message names the
+// field and the bound; its reason goes into the ErrorInfo.
+func invalid(field, reason, format string, args ...any) error {
+	return newError(codes.InvalidArgument, reason, fmt.Sprintf(format, args...), map[string]string{"field": field})
+}
+
+func validateNamespace(ns string) error {
+	if !namespacePattern.MatchString(ns) {
+		if ns == "" {
+			return invalid("namespace", "INVALID_NAMESPACE", "namespace is empty; it must match %s", namespacePattern)
+		}
+		return invalid("namespace", "INVALID_NAMESPACE",
+			"namespace %q must match %s: 1 to 64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit",
+			truncate(ns, 80), namespacePattern)
+	}
+	return nil
+}
+
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("key", "INVALID_KEY", "key is empty; it must be 1 to %d bytes", MaxKeyBytes)
+	case len(key) > MaxKeyBytes:
+		return invalid("key", "INVALID_KEY", "key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return invalid("key", "INVALID_KEY", "key is not valid UTF-8")
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return invalid("key", "INVALID_KEY", "key has a control character (%U) at byte %d; keys are printable UTF-8", r, i)
+		}
+	}
+	return nil
+}
+
+func validateID(namespace, key string) error {
+	if err := validateNamespace(namespace); err != nil {
+		return err
+	}
+	return validateKey(key)
+}
+
+func validateToken(token int64) error {
+	if token <= 0 {
+		return invalid("token", "INVALID_TOKEN", "token is %d; pass the token of the ACQUIRED Claim (always > 0)", token)
+	}
+	return nil
+}
+
+func validateMaxBytes(field, reason string, n, limit int) error {
+	if n > limit {
+		return invalid(field, reason, "%s is %d bytes; the limit is %d", field, n, limit)
+	}
+	return nil
+}
+
+// duration returns d, or def when d is unset, checked against [min, max].
+func duration(field, reason string, d *durationpb.Duration, def, min, max time.Duration) (time.Duration, error) {
+	if d == nil {
+		return def, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalid(field, reason, "%s is not a valid duration: %v", field, err)
+	}
+	v := d.AsDuration()
+	if v < min || v > max {
+		return 0, invalid(field, reason, "%s is %s; it must be between %s and %s", field, v, min, max)
+	}
+	return v, nil
+}
+
+// truncate shortens s to at most n bytes for messages and logs, on a rune
+// boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
