@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testdb"
+)
+
+// idemdBinary is built once by TestMain so that the tests run the real binary.
+var idemdBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idemd-test")
+	if err != nil {
+		panic(err)
+	}
+	idemdBinary = filepath.Join(dir, "idemd")
+	build := exec.Command("go", "build", "-o", idemdBinary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		panic("build idemd: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs idemd with args and returns its combined output and exit code.
+func run(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, idemdBinary, args...)
+	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), env...)
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exitErr):
+		return string(out), exitErr.ExitCode()
+	}
+	t.Fatalf("run idemd %v: %v", args, err)
+	return "", 0
+}
+
+func TestStartupErrorsAreOneLineAndNonZero(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing database url", []string{"serve"}, "--database-url"},
+		{"empty database url", []string{"serve", "--database-url", ""}, "--database-url is empty"},
+		{"unknown flag", []string{"serve", "--database-url", "postgres://x", "--nope"}, "--nope"},
+		{"lease out of bounds", []string{"serve", "--database-url", "postgres://x", "--default-lease-ttl", "500ms"}, "--default-lease-ttl is 500ms; it must be between 1s and 24h0m0s"},
+		{"retention out of bounds", []string{"serve", "--database-url", "postgres://x", "--default-retention", "91h", "--default-retention", "2160h1s"}, "--default-retention"},
+		{"result limit", []string{"serve", "--database-url", "postgres://x", "--max-result-bytes", "0"}, "--max-result-bytes is 0"},
+		{"unreachable database", []string{"serve", "--database-url", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, "cannot reach the database at postgres://postgres@127.0.0.1:1/x"},
+		{"unreachable database on migrate", []string{"migrate", "--database-url", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, "cannot reach the database"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, code := run(t, nil, tc.args...)
+			if code == 0 {
+				t.Fatalf("exit code 0, want non-zero; output:\n%s", out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Fatalf("output does not mention %q:\n%s", tc.want, out)
+			}
+			if lines := strings.Count(strings.TrimSpace(out), "\n") + 1; lines != 1 {
+				t.Fatalf("output has %d lines, want one:\n%s", lines, out)
+			}
+		})
+	}
+}
+
+func TestDatabaseURLFromEnv(t *testing.T) {
+	t.Parallel()
+	out, code := run(t, []string{"IDEM_DATABASE_URL=postgres://postgres@127.0.0.1:1/fromenv?connect_timeout=2"}, "migrate")
+	if code == 0 || !strings.Contains(out, "/fromenv") {
+		t.Fatalf("exit %d, output %q: want the URL from IDEM_DATABASE_URL to be used", code, out)
+	}
+}
+
+func TestMigrateTwiceAndSweepOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, testdb.Unmigrated())
+	out, code := run(t, nil, "migrate", "--database-url", db.URL)
+	if code != 0 || !strings.Contains(out, "applied migrations [1]") {
+		t.Fatalf("first migrate: exit %d, output %q", code, out)
+	}
+	out, code = run(t, nil, "migrate", "--database-url", db.URL)
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate: exit %d, output %q", code, out)
+	}
+
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, lease_expires_at, retention, created_at, updated_at)
+		VALUES ('default', 'ns', 'lapsed', 'processing', nextval('idem_token_seq'), 1, now() - interval '1 minute', interval '1 hour', now(), now()),
+		       ('default', 'ns', 'old', 'completed', nextval('idem_token_seq'), 1, NULL, interval '1 hour', now(), now())`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE key = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	out, code = run(t, nil, "sweep", "--once", "--database-url", db.URL)
+	if code != 0 || !strings.Contains(out, "expired 1, purged 1") {
+		t.Fatalf("sweep --once: exit %d, output %q", code, out)
+	}
+	var state string
+	if err := db.Pool.QueryRow(ctx, `SELECT state FROM idem_records WHERE key = 'lapsed'`).Scan(&state); err != nil || state != "expired" {
+		t.Fatalf("lapsed record: state %q, err %v; want expired", state, err)
+	}
+}
+
+func TestServeRefusesAnUnmigratedSchemaWithMigrateOff(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, testdb.Unmigrated())
+	out, code := run(t, nil, "serve", "--database-url", db.URL, "--no-migrate", "--listen", "127.0.0.1:0")
+	if code == 0 || !strings.Contains(out, "idemd migrate") {
+		t.Fatalf("exit %d, output %q: want a refusal that says to run idemd migrate", code, out)
+	}
+}
+
+func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, testdb.Unmigrated())
+	addr := freeAddr(t)
+	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--sweep-interval", "50ms", "--log-format", "json")
+	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+db.URL)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	logs := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs <- sc.Text()
+		}
+		close(logs)
+	}()
+	waitFor(t, logs, `"msg":"idemd serving"`)
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := idemv1.NewIdempotencyServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	claim, err := c.Claim(ctx, &idemv1.ClaimRequest{Namespace: "jobs", Key: "k1"})
+	if err != nil || claim.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("Claim: %v, %v", claim, err)
+	}
+	if _, err := c.Complete(ctx, &idemv1.CompleteRequest{Namespace: "jobs", Key: "k1", Token: claim.GetRecord().GetToken(), Result: []byte("ok")}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, logs, `"msg":"idemd stopped"`)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("idemd exited with %v after SIGTERM, want 0", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+func waitFor(t *testing.T, logs <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case line, ok := <-logs:
+			if !ok {
+				t.Fatalf("idemd's log ended before %s", want)
+			}
+			if strings.Contains(line, want) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no log line with %s within 30s", want)
+		}
+	}
+}
+
+// environWithout returns the environment less the named variables, so that a
+// developer's own IDEM_* settings cannot leak into a test.
+func environWithout(names ...string) []string {
+	var env []string
+outer:
+	for _, kv := range os.Environ() {
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				continue outer
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store/postgres"
+)
+
+type serveCmd struct {
+	databaseFlags
+	logFlags
+	Listen           string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
+	SweepInterval    time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
+	DefaultLeaseTTL  time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
+	DefaultRetention time.Duration `default:"24h" env:"IDEM_DEFAULT_RETENTION" help:"How long a record is kept after it leaves PROCESSING when the Claim sends no retention (1m to 90 days)."`
+	MaxResultBytes   int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
+	Migrate          bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending migrations on start."`
+	ShutdownTimeout  time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
+}
+
+func (c *serveCmd) validate() error {
+	if err := durationFlag("default-lease-ttl", c.DefaultLeaseTTL, server.MinLeaseTTL, server.MaxLeaseTTL); err != nil {
+		return err
+	}
+	if err := durationFlag("default-retention", c.DefaultRetention, server.MinRetention, server.MaxRetention); err != nil {
+		return err
+	}
+	if c.MaxResultBytes < 1 || c.MaxResultBytes > 16<<20 {
+		return fmt.Errorf("--max-result-bytes is %d; it must be between 1 and %d", c.MaxResultBytes, 16<<20)
+	}
+	if c.SweepInterval < 0 {
+		return fmt.Errorf("--sweep-interval is %s; it must be 0 (off) or positive", c.SweepInterval)
+	}
+	return nil
+}
+
+func (c *serveCmd) Run(ctx context.Context) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	logger := c.logger(os.Stderr)
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if c.Migrate {
+		applied, err := postgres.Migrate(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if len(applied) > 0 {
+			logger.Info("applied migrations", "versions", applied)
+		}
+	} else if v, err := postgres.SchemaVersion(ctx, pool); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	} else if v != postgres.LatestVersion() {
+		return fmt.Errorf("the schema is at version %d and this idemd needs %d: run `idemd migrate` or drop --migrate=false", v, postgres.LatestVersion())
+	}
+
+	lis, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+
+	st := postgres.New(pool)
+	svc := server.NewService(st, server.Config{
+		DefaultLeaseTTL:  c.DefaultLeaseTTL,
+		DefaultRetention: c.DefaultRetention,
+		MaxResultBytes:   c.MaxResultBytes,
+	}, logger)
+	grpcServer, healthServer := server.NewGRPCServer(svc, logger)
+
+	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
+	sweeperDone := make(chan struct{})
+	go func() {
+		defer close(sweeperDone)
+		if c.SweepInterval == 0 {
+			return
+		}
+		sw := server.NewSweeper(st, logger)
+		sw.Interval = c.SweepInterval
+		sw.Run(sweepCtx)
+	}()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- grpcServer.Serve(lis) }()
+	logger.Info("idemd serving", "listen", lis.Addr().String(), "version", buildVersion(),
+		"database", redactURL(c.DatabaseURL), "sweep_interval", c.SweepInterval)
+
+	select {
+	case err := <-serveErr:
+		stopSweeper()
+		<-sweeperDone
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
+	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	stopped := make(chan struct{})
+	go func() {
+		grpcServer.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(c.ShutdownTimeout):
+		logger.Warn("shutdown timeout passed: cutting off the remaining RPCs")
+		grpcServer.Stop()
+		<-stopped
+	}
+	stopSweeper()
+	<-sweeperDone
+	if err := <-serveErr; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("idemd stopped")
+	return nil
+}
+
+// redactURL hides a password in a database URL before it is logged.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "(a database URL that does not parse)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store/postgres"
+)
+
+type sweepCmd struct {
+	databaseFlags
+	logFlags
+	Once      bool          `help:"Run one pass and exit, printing what it did."`
+	Interval  time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between passes, without --once."`
+	BatchSize int           `default:"2000" help:"Rows one statement touches at most (1 to 100000)."`
+}
+
+func (c *sweepCmd) Run(ctx context.Context) error {
+	if c.BatchSize < 1 || c.BatchSize > 100000 {
+		return fmt.Errorf("--batch-size is %d; it must be between 1 and 100000", c.BatchSize)
+	}
+	if !c.Once && c.Interval <= 0 {
+		return fmt.Errorf("--interval is %s; it must be positive", c.Interval)
+	}
+	logger := c.logger(os.Stderr)
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if v, err := postgres.SchemaVersion(ctx, pool); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	} else if v != postgres.LatestVersion() {
+		return fmt.Errorf("the schema is at version %d and this idemd needs %d: run `idemd migrate` first", v, postgres.LatestVersion())
+	}
+	sw := server.NewSweeper(postgres.New(pool), logger)
+	sw.BatchSize = c.BatchSize
+	sw.Interval = c.Interval
+	if !c.Once {
+		logger.Info("sweeping", "interval", c.Interval)
+		sw.Run(ctx)
+		return nil
+	}
+	stats, err := sw.SweepOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	fmt.Printf("expired %d, purged %d in %s\n", stats.Expired, stats.Purged, stats.Duration.Round(time.Millisecond))
+	return nil
+}
