@@ -1,0 +1,273 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+)
+
+// State is where a record is in its life. The values match idem.v1.State;
+// String gives the name without the prefix ("PROCESSING").
+type State int32
+
+// States of a record; see DESIGN §1.
+const (
+	StateUnspecified State = iota
+	StateProcessing        // a worker holds a lease
+	StateCompleted         // terminal success; the result is stored
+	StateFailed            // terminal failure; the error is stored
+	StateReleased          // given back by a retryable Fail; the next Claim acquires it
+	StateExpired           // the lease ran out; the next Claim acquires it
+)
+
+func (s State) String() string {
+	return strings.TrimPrefix(idemv1.State(s).String(), "STATE_")
+}
+
+// Outcome is the answer to a Claim. The values match idem.v1.Outcome;
+// String gives the name without the prefix ("ACQUIRED").
+type Outcome int32
+
+// Outcomes of a Claim.
+const (
+	OutcomeUnspecified Outcome = iota
+	OutcomeAcquired            // perform the side effect, then Complete or Fail
+	OutcomeInProgress          // another worker holds a live lease
+	OutcomeCompleted           // done earlier: Record.Result is the stored result
+	OutcomeFailed              // failed permanently earlier: Record.Error is the stored error
+)
+
+func (o Outcome) String() string {
+	return strings.TrimPrefix(idemv1.Outcome(o).String(), "OUTCOME_")
+}
+
+// Record is the server's state for one (namespace, key). Times are UTC from
+// the database's clock; a zero time means unset.
+type Record struct {
+	Namespace string
+	Key       string
+	State     State
+	// Token is the fencing token of the latest acquisition.
+	Token int64
+	// Attempt is how many times the record was acquired since it was
+	// created.
+	Attempt     int
+	Claimant    string
+	Fingerprint []byte
+	// LeaseExpiresAt is set while PROCESSING (and kept when EXPIRED).
+	LeaseExpiresAt time.Time
+	// Result is the stored result (COMPLETED only).
+	Result []byte
+	// Error is the stored error (FAILED and RELEASED only).
+	Error       string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt time.Time
+	// ExpiresAt is when the record may be purged; unset while PROCESSING.
+	ExpiresAt time.Time
+}
+
+func recordFromProto(r *idemv1.Record) Record {
+	return Record{
+		Namespace:      r.GetNamespace(),
+		Key:            r.GetKey(),
+		State:          State(r.GetState()),
+		Token:          r.GetToken(),
+		Attempt:        int(r.GetAttempt()),
+		Claimant:       r.GetClaimant(),
+		Fingerprint:    r.GetFingerprint(),
+		LeaseExpiresAt: timeFromProto(r.GetLeaseExpiresAt()),
+		Result:         r.GetResult(),
+		Error:          r.GetError(),
+		CreatedAt:      timeFromProto(r.GetCreatedAt()),
+		UpdatedAt:      timeFromProto(r.GetUpdatedAt()),
+		CompletedAt:    timeFromProto(r.GetCompletedAt()),
+		ExpiresAt:      timeFromProto(r.GetExpiresAt()),
+	}
+}
+
+func timeFromProto(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{} // AsTime would say 1970
+	}
+	return ts.AsTime()
+}
+
+// durationToProto leaves a zero duration unset so that the server applies
+// its own default.
+func durationToProto(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// ClaimRequest asks for the right to perform one job.
+type ClaimRequest struct {
+	// Namespace is the job type, matching ^[a-z0-9][a-z0-9_.-]{0,63}$.
+	Namespace string
+	// Key is the idempotency key: 1 to 256 bytes of printable UTF-8.
+	Key string
+	// Fingerprint is an optional hash of the request (at most 64 bytes; see
+	// Fingerprint and FingerprintJSON). None by default.
+	Fingerprint []byte
+	// LeaseTTL is how long the lease lasts without a heartbeat. Zero means
+	// the server's default, 5 minutes unless configured otherwise; bounds
+	// 1 s to 24 h.
+	LeaseTTL time.Duration
+	// Claimant identifies this attempt (at most 128 bytes). Repeating a Claim
+	// with the same claimant while its lease lives returns ACQUIRED with the
+	// same token, so a Claim whose response was lost can be retried. None by
+	// default.
+	Claimant string
+	// Retention is how long the record is kept after it leaves PROCESSING.
+	// Zero means the server's default, 24 hours unless configured otherwise;
+	// bounds 1 min to 90 days.
+	Retention time.Duration
+}
+
+// ClaimResult is the answer to a Claim.
+type ClaimResult struct {
+	Outcome Outcome
+	// Record is the record after the Claim.
+	Record Record
+	// RetryAfter is, for IN_PROGRESS, how long until the holder's lease runs
+	// out.
+	RetryAfter time.Duration
+}
+
+// Claim asks for the right to perform a job, in one RPC without retries.
+//
+// ACQUIRED, COMPLETED and FAILED come back with a nil error: act on
+// res.Outcome. IN_PROGRESS comes back as a filled-in ClaimResult together
+// with an *InProgressError (RetryAfter set), so that code which only checks
+// the error can never run a side effect that another worker is running.
+// ErrFingerprintMismatch is returned when the key was claimed with another
+// fingerprint.
+func (c *Client) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	resp, err := c.IdempotencyServiceClient.Claim(ctx, &idemv1.ClaimRequest{
+		Namespace:   req.Namespace,
+		Key:         req.Key,
+		Fingerprint: req.Fingerprint,
+		LeaseTtl:    durationToProto(req.LeaseTTL),
+		Claimant:    req.Claimant,
+		Retention:   durationToProto(req.Retention),
+	})
+	if err != nil {
+		return ClaimResult{}, decodeError(ctx, err)
+	}
+	res := ClaimResult{
+		Outcome:    Outcome(resp.GetOutcome()),
+		Record:     recordFromProto(resp.GetRecord()),
+		RetryAfter: resp.GetRetryAfter().AsDuration(),
+	}
+	switch res.Outcome {
+	case OutcomeAcquired, OutcomeCompleted, OutcomeFailed:
+		return res, nil
+	case OutcomeInProgress:
+		return res, &InProgressError{RetryAfter: res.RetryAfter, Record: res.Record}
+	}
+	return res, fmt.Errorf("idem: Claim answered with unknown outcome %v", resp.GetOutcome())
+}
+
+// CompleteRequest records a job's success.
+type CompleteRequest struct {
+	Namespace string
+	Key       string
+	// Token is the token of the ACQUIRED Claim.
+	Token int64
+	// Result is stored and replayed to later Claims: at most 64 KiB unless
+	// the server is configured otherwise.
+	Result []byte
+}
+
+// Complete records a job's success with the acquired token, in one RPC
+// without retries. Repeating it after a lost response returns the stored
+// record. Errors: ErrLeaseLost (another worker took over), ErrAlreadyTerminal,
+// ErrNotFound.
+func (c *Client) Complete(ctx context.Context, req CompleteRequest) (Record, error) {
+	resp, err := c.IdempotencyServiceClient.Complete(ctx, &idemv1.CompleteRequest{
+		Namespace: req.Namespace,
+		Key:       req.Key,
+		Token:     req.Token,
+		Result:    req.Result,
+	})
+	if err != nil {
+		return Record{}, decodeError(ctx, err)
+	}
+	return recordFromProto(resp.GetRecord()), nil
+}
+
+// FailRequest records a job's failure.
+type FailRequest struct {
+	Namespace string
+	Key       string
+	// Token is the token of the ACQUIRED Claim.
+	Token int64
+	// Error says what went wrong, at most 4 KiB.
+	Error string
+	// Retryable true releases the record (RELEASED) so that the next Claim
+	// acquires it; false makes the failure permanent (FAILED) and replays
+	// Error to every later Claim.
+	Retryable bool
+}
+
+// Fail records a job's failure with the acquired token, in one RPC without
+// retries. Repeating it after a lost response returns the stored record.
+// Errors: ErrLeaseLost, ErrAlreadyTerminal, ErrNotFound.
+func (c *Client) Fail(ctx context.Context, req FailRequest) (Record, error) {
+	resp, err := c.IdempotencyServiceClient.Fail(ctx, &idemv1.FailRequest{
+		Namespace: req.Namespace,
+		Key:       req.Key,
+		Token:     req.Token,
+		Error:     req.Error,
+		Retryable: req.Retryable,
+	})
+	if err != nil {
+		return Record{}, decodeError(ctx, err)
+	}
+	return recordFromProto(resp.GetRecord()), nil
+}
+
+// HeartbeatRequest extends a lease.
+type HeartbeatRequest struct {
+	Namespace string
+	Key       string
+	// Token is the token of the ACQUIRED Claim.
+	Token int64
+	// LeaseTTL is the new lease, counted from now. Zero means the server's
+	// default, 5 minutes unless configured otherwise.
+	LeaseTTL time.Duration
+}
+
+// Heartbeat extends the lease held with the token, in one RPC without
+// retries; it returns the record with its new LeaseExpiresAt. Errors:
+// ErrLeaseLost, ErrAlreadyTerminal, ErrNotFound.
+func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (Record, error) {
+	resp, err := c.IdempotencyServiceClient.Heartbeat(ctx, &idemv1.HeartbeatRequest{
+		Namespace: req.Namespace,
+		Key:       req.Key,
+		Token:     req.Token,
+		LeaseTtl:  durationToProto(req.LeaseTTL),
+	})
+	if err != nil {
+		return Record{}, decodeError(ctx, err)
+	}
+	return recordFromProto(resp.GetRecord()), nil
+}
+
+// Lookup reads a record without changing it, in one RPC without retries.
+// Errors: ErrNotFound.
+func (c *Client) Lookup(ctx context.Context, namespace, key string) (Record, error) {
+	resp, err := c.IdempotencyServiceClient.Lookup(ctx, &idemv1.LookupRequest{Namespace: namespace, Key: key})
+	if err != nil {
+		return Record{}, decodeError(ctx, err)
+	}
+	return recordFromProto(resp.GetRecord()), nil
+}

@@ -1,0 +1,167 @@
+// Package client is the Go SDK for idem, the idempotency-key coordination
+// service. It offers two levels:
+//
+//   - Do runs a job's side effect at most once per idempotency key across
+//     every worker: it claims the key, runs your function while heartbeating
+//     the lease, and records the result or the failure. Duplicate deliveries
+//     get the stored result back without running the function.
+//   - Claim, Complete, Fail, Heartbeat and Lookup mirror the RPCs one to one
+//     with Go types, for workers that need to drive the protocol themselves.
+//
+// Errors the server sends are decoded from their google.rpc.ErrorInfo reason,
+// never from message text, into values that work with errors.Is and
+// errors.As: ErrLeaseLost, ErrFingerprintMismatch, ErrNotFound,
+// ErrAlreadyTerminal, *InProgressError, *JobFailedError and
+// *CompletionUnknownError. Reason returns the raw reason of any error.
+//
+// A Client is safe for concurrent use; create one per process and share it.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+)
+
+// Client talks to one idem service. It is thin: every typed call is one RPC,
+// and Do adds the retries and the lease handling around them. It is safe for
+// concurrent use.
+type Client struct {
+	// IdempotencyServiceClient is the generated client on the same
+	// connection. The typed helpers below shadow its methods of the same
+	// name; reach the raw RPCs as c.IdempotencyServiceClient.Claim(...).
+	// It is embedded (as in authzed-go) so that RPCs added to the service
+	// later are callable before they get a typed helper.
+	idemv1.IdempotencyServiceClient
+
+	conn  *grpc.ClientConn
+	retry RetryPolicy
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	token     string
+	tlsConfig *tls.Config
+	insecure  bool
+	dialOpts  []grpc.DialOption
+	retry     RetryPolicy
+}
+
+// WithToken sends token as "authorization: Bearer <token>" metadata on every
+// RPC. By default no token is sent. A token is never sent in plaintext to
+// another machine: New refuses WithToken together with WithInsecure unless the
+// target is a loopback address (127.0.0.0/8, ::1, "localhost") or a Unix
+// socket.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithTLS connects over TLS with cfg (nil means the system's root CAs and
+// the target's host name). TLS with the system's roots is the default; the
+// last of WithTLS and WithInsecure wins.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.tlsConfig, o.insecure = cfg, false }
+}
+
+// WithInsecure connects in plaintext, for a server on the same machine or
+// behind a sidecar that terminates TLS. The default is TLS; the last of
+// WithTLS and WithInsecure wins.
+func WithInsecure() Option {
+	return func(o *options) { o.tlsConfig, o.insecure = nil, true }
+}
+
+// WithDialOptions appends gRPC dial options (interceptors, keepalive, a
+// custom dialer, …) after the ones New derives from the other options. None
+// are added by default.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// WithRetry sets how Do retries RPCs that fail with a transient error and how
+// fast Do polls with WithWait. Zero fields of p take their defaults (see
+// RetryPolicy). The typed calls never retry.
+func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
+
+// New returns a Client for target, a gRPC target such as "idem.internal:7070"
+// or "dns:///idem.internal:7070". It does not connect: the connection is made
+// on the first RPC, and re-made as needed. Close it when done.
+func New(target string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	creds := insecure.NewCredentials()
+	if !o.insecure {
+		cfg := o.tlsConfig
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.token != "" {
+		if o.insecure && !isLocal(target) {
+			return nil, fmt.Errorf("idem: refusing to send the token in plaintext to %q: use WithTLS, or a loopback target", target)
+		}
+		// gRPC itself enforces RequireTransportSecurity, so a dial option
+		// that swaps in plaintext credentials cannot leak the token either.
+		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken{token: o.token, requireTLS: !o.insecure}))
+	}
+	conn, err := grpc.NewClient(target, append(dial, o.dialOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("idem: client for %q: %w", target, err)
+	}
+	return &Client{
+		IdempotencyServiceClient: idemv1.NewIdempotencyServiceClient(conn),
+		conn:                     conn,
+		retry:                    o.retry.withDefaults(),
+	}, nil
+}
+
+// Close closes the connection. Calls in flight fail with codes.Canceled.
+func (c *Client) Close() error { return c.conn.Close() }
+
+type bearerToken struct {
+	token      string
+	requireTLS bool
+}
+
+func (b bearerToken) GetRequestMetadata(_ context.Context, _ ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearerToken) RequireTransportSecurity() bool { return b.requireTLS }
+
+// isLocal reports whether target names this machine: a loopback IP,
+// "localhost", or a Unix socket. Plaintext to it never crosses a network.
+func isLocal(target string) bool {
+	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
+		return true
+	}
+	hostPort := target
+	if strings.Contains(target, "://") { // dns:///host:port, passthrough:///host:port
+		u, err := url.Parse(target)
+		if err != nil {
+			return false
+		}
+		hostPort = strings.TrimPrefix(u.Path, "/")
+	}
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		host = strings.Trim(hostPort, "[]") // no port
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,263 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// defaultLeaseTTL is the lease Do assumes when neither the job nor the
+// claimed record tells it: the server's documented default.
+const defaultLeaseTTL = 5 * time.Minute
+
+// maxErrorBytes is the server's bound on Fail's error text.
+const maxErrorBytes = 4096
+
+// Job identifies one unit of work and how to hold it.
+type Job struct {
+	// Namespace is the job type, matching ^[a-z0-9][a-z0-9_.-]{0,63}$.
+	Namespace string
+	// Key is the idempotency key, chosen once when the job was created.
+	Key string
+	// Fingerprint is an optional hash of the payload (see Fingerprint and
+	// FingerprintJSON): a Claim with the same key and another fingerprint
+	// fails with ErrFingerprintMismatch. None by default.
+	Fingerprint []byte
+	// LeaseTTL is how long the job is held without a heartbeat. Zero means
+	// the server's default (5 minutes unless configured otherwise). Do
+	// heartbeats every third of it while fn runs.
+	LeaseTTL time.Duration
+	// Retention is how long the outcome is kept (and replayed) after the job
+	// finishes. Zero means the server's default (24 hours unless configured
+	// otherwise).
+	Retention time.Duration
+}
+
+// Attempt describes the acquisition that fn runs under.
+type Attempt struct {
+	// Token is the fencing token of this acquisition. Pass it to downstream
+	// systems that can reject writes from a superseded token.
+	Token int64
+	// Number is the record's attempt count: 1 for the first acquisition.
+	Number int
+	// Takeover is Number > 1: an earlier attempt held the job and may have
+	// done part of the work before it failed or lost its lease. Check the
+	// downstream state before repeating a partial effect.
+	Takeover bool
+}
+
+// Result is what Do returns.
+type Result struct {
+	// Value is fn's value, or the stored value when Replayed.
+	Value []byte
+	// Replayed is true when the job had completed earlier and fn was not
+	// called.
+	Replayed bool
+	// Record is the record after Do's last successful call.
+	Record Record
+}
+
+// DoOption configures one Do call.
+type DoOption func(*doOptions)
+
+type doOptions struct {
+	wait        time.Duration
+	noHeartbeat bool // test hook: see export_test.go
+}
+
+// WithWait makes Do wait while another worker holds the job, instead of
+// returning an *InProgressError at once (the default, which suits queues that
+// redeliver). It polls with the client's backoff (WithRetry), never later
+// than the holder's lease runs out, until the job has COMPLETED (the stored
+// value), FAILED (*JobFailedError) or is acquired (fn runs), or until max has
+// passed (*InProgressError).
+func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait = max } }
+
+// Do runs fn at most once per (Namespace, Key) across all workers, and
+// records its outcome.
+//
+// It claims the job under a fresh claimant id (a UUID), reused when a Claim
+// that failed transiently is retried, so a Claim whose response was lost
+// still acquires. Then, by outcome:
+//   - COMPLETED: returns the stored value with Replayed true; fn is not called.
+//   - FAILED: returns a *JobFailedError with the stored message; fn is not
+//     called.
+//   - IN_PROGRESS: returns an *InProgressError (with Result.Record), unless
+//     WithWait is given.
+//   - ACQUIRED: calls fn with a context that is cancelled when the lease is
+//     lost, and heartbeats every third of the lease while fn runs.
+//
+// When fn returns a value, Do records it with Complete and returns it. When
+// fn returns an error, Do records a retryable failure, or a permanent one if
+// the error is wrapped with Permanent, and returns fn's error. When fn panics,
+// Do records a retryable failure and panics again with the same value.
+// Complete and Fail are retried on transient errors with the same token, and
+// are sent even if ctx is cancelled after fn returned (for at most one lease),
+// because they record what already happened.
+//
+// If another worker took the job over (a heartbeat or the Complete answered
+// LEASE_LOST), Do returns an error matching ErrLeaseLost, never sends a
+// second Complete, and leaves fn's value, if any, in Result.Value: the side
+// effect may then have run twice, which is what the fencing token is for. If
+// the Complete cannot be confirmed, Do returns a *CompletionUnknownError
+// (errors.Is(err, ErrCompletionUnknown)) carrying fn's value, also in
+// Result.Value: the side effect ran, and the caller must know.
+func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a Attempt) ([]byte, error), opts ...DoOption) (Result, error) {
+	var o doOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	req := ClaimRequest{
+		Namespace:   job.Namespace,
+		Key:         job.Key,
+		Fingerprint: job.Fingerprint,
+		LeaseTTL:    job.LeaseTTL,
+		Claimant:    uuid.NewString(),
+		Retention:   job.Retention,
+	}
+	claim := func(ctx context.Context) (ClaimResult, error) { return c.Claim(ctx, req) }
+	waitUntil := time.Now().Add(o.wait)
+	for poll := 0; ; poll++ {
+		res, err := retry(ctx, c.retry, claim)
+		var busy *InProgressError
+		switch {
+		case errors.As(err, &busy):
+			remaining := time.Until(waitUntil)
+			if remaining <= 0 {
+				return Result{Record: res.Record}, err
+			}
+			if !sleep(ctx, min(c.retry.delay(poll), remaining, max(busy.RetryAfter, time.Millisecond))) {
+				return Result{Record: res.Record}, ctx.Err()
+			}
+		case err != nil:
+			return Result{}, err
+		case res.Outcome == OutcomeCompleted:
+			return Result{Value: res.Record.Result, Replayed: true, Record: res.Record}, nil
+		case res.Outcome == OutcomeFailed:
+			return Result{Record: res.Record}, &JobFailedError{Message: res.Record.Error, Record: res.Record}
+		default: // OutcomeAcquired: Claim returns no other outcome without an error
+			return c.run(ctx, job, res.Record, fn, o)
+		}
+	}
+}
+
+// run calls fn under the acquired record rec and records its outcome.
+func (c *Client) run(ctx context.Context, job Job, rec Record, fn func(context.Context, Attempt) ([]byte, error), o doOptions) (Result, error) {
+	lease := job.LeaseTTL
+	if lease <= 0 {
+		// The server's default lease, measured on the server's clock.
+		lease = rec.LeaseExpiresAt.Sub(rec.UpdatedAt)
+	}
+	if lease <= 0 {
+		lease = defaultLeaseTTL
+	}
+
+	fnCtx, cancelFn := context.WithCancelCause(ctx)
+	defer cancelFn(nil)
+	beatCtx, stopBeats := context.WithCancel(fnCtx)
+	lost := make(chan error, 1) // why the lease was given up, or nil
+	if o.noHeartbeat {
+		lost <- nil
+	} else {
+		go func() {
+			err := c.keepLease(beatCtx, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease/3)
+			if err != nil {
+				cancelFn(err)
+			}
+			lost <- err
+		}()
+	}
+
+	value, panicked, fnErr := callFn(fnCtx, fn, Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1})
+	stopBeats()
+	lostErr := <-lost
+
+	// Complete and Fail record what already happened, so a caller that gives
+	// up now must not skip them; one lease bounds them instead.
+	finishCtx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), lease)
+	defer cancelFinish()
+	fail := func(msg string, retryable bool) (Record, error) {
+		return retry(finishCtx, c.retry, func(ctx context.Context) (Record, error) {
+			return c.Fail(ctx, FailRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Error: truncate(msg, maxErrorBytes), Retryable: retryable})
+		})
+	}
+
+	if panicked != nil {
+		if lostErr == nil {
+			_, _ = fail(fmt.Sprintf("panic: %v", panicked.value), true) // best effort: the panic matters more
+		}
+		panic(panicked.value)
+	}
+	if lostErr != nil {
+		// A successor may hold the job now; anything we record would be
+		// rejected, and fn's error, if any, is most likely the cancellation.
+		return Result{Value: value, Record: rec}, lostErr
+	}
+	if fnErr != nil {
+		failed, err := fail(fnErr.Error(), !isPermanent(fnErr))
+		if err != nil {
+			return Result{Record: rec}, errors.Join(fnErr, fmt.Errorf("idem: recording the failure of %s/%s: %w", job.Namespace, job.Key, err))
+		}
+		return Result{Record: failed}, fnErr
+	}
+	done, err := retry(finishCtx, c.retry, func(ctx context.Context) (Record, error) {
+		return c.Complete(ctx, CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Result: value})
+	})
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		return Result{Value: value, Record: rec}, err
+	case err != nil:
+		return Result{Value: value, Record: rec}, &CompletionUnknownError{Value: value, Record: rec, Err: err}
+	}
+	return Result{Value: value, Record: done}, nil
+}
+
+// keepLease heartbeats every interval until ctx is done, and then returns
+// nil. It returns early with the first error that is not transient: the lease
+// was lost, or the record changed under the worker. Transient failures are
+// retried and then left to the next beat: the lease outlives two missed
+// beats, and a lease that ran out is still ours until someone takes it over.
+func (c *Client) keepLease(ctx context.Context, req HeartbeatRequest, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		_, err := retry(ctx, c.retry, func(ctx context.Context) (Record, error) { return c.Heartbeat(ctx, req) })
+		if err != nil && ctx.Err() == nil && !isTransient(err) {
+			return err
+		}
+	}
+}
+
+type panicValue struct{ value any }
+
+// callFn runs fn and turns a panic into a value, so that Do can record the
+// failure before panicking again.
+func callFn(ctx context.Context, fn func(context.Context, Attempt) ([]byte, error), a Attempt) (value []byte, panicked *panicValue, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = &panicValue{r}
+		}
+	}()
+	value, err = fn(ctx, a)
+	return value, nil, err
+}
+
+// truncate shortens s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

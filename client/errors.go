@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// errorDomain is the ErrorInfo domain of every error idem sends.
+const errorDomain = "idem"
+
+// Errors the server sends, matched with errors.Is. The error returned also
+// carries the gRPC status (status.FromError works on it) and its reason
+// (see Reason).
+var (
+	// ErrLeaseLost (ABORTED / LEASE_LOST): the token is no longer the
+	// record's current token because another worker took the job over. Stop
+	// the work and do not retry with that token.
+	ErrLeaseLost = errors.New("idem: lease lost")
+	// ErrFingerprintMismatch (FAILED_PRECONDITION / FINGERPRINT_MISMATCH): the
+	// key was claimed before for a request with another fingerprint. Reusing
+	// a key for a different request is a bug in the producer.
+	ErrFingerprintMismatch = errors.New("idem: fingerprint mismatch")
+	// ErrNotFound (NOT_FOUND): no such record: never claimed, or purged after
+	// its retention.
+	ErrNotFound = errors.New("idem: record not found")
+	// ErrAlreadyTerminal (FAILED_PRECONDITION / ALREADY_TERMINAL): the record
+	// already left PROCESSING, and this call does not repeat the one that
+	// ended it.
+	ErrAlreadyTerminal = errors.New("idem: record already terminal")
+	// ErrCompletionUnknown is matched by the error Do returns when fn ran and
+	// returned a value but idem did not confirm the Complete. The side effect
+	// has happened; the error is a *CompletionUnknownError with fn's value.
+	ErrCompletionUnknown = errors.New("idem: completion not confirmed")
+)
+
+var reasonSentinels = map[string]error{
+	"LEASE_LOST":           ErrLeaseLost,
+	"FINGERPRINT_MISMATCH": ErrFingerprintMismatch,
+	"NOT_FOUND":            ErrNotFound,
+	"ALREADY_TERMINAL":     ErrAlreadyTerminal,
+}
+
+// rpcError is an error status from an RPC, linked to what caused it so that
+// errors.Is works without reading the message: the sentinel of its ErrorInfo
+// reason, or the context error when the caller's context ended the call.
+type rpcError struct {
+	st    *status.Status
+	cause error // nil when neither applies
+}
+
+func (e *rpcError) Error() string              { return e.st.Err().Error() }
+func (e *rpcError) Unwrap() error              { return e.cause }
+func (e *rpcError) GRPCStatus() *status.Status { return e.st }
+
+// decodeError turns the error of an RPC made with ctx into an *rpcError;
+// errors without a status pass through.
+func decodeError(ctx context.Context, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	cause := reasonSentinels[reasonOf(st)]
+	if cause == nil && ctx.Err() != nil && (st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded) {
+		cause = ctx.Err() // gRPC reports it as a status that does not wrap it
+	}
+	return &rpcError{st: st, cause: cause}
+}
+
+// Reason returns the ErrorInfo reason that idem attached to err (or to an
+// error err wraps), such as "LEASE_LOST" or "INVALID_KEY"; "" when there is
+// none. The reasons are listed in proto/idem/v1/idem.proto.
+func Reason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	return reasonOf(st)
+}
+
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// InProgressError says that another worker holds a live lease on the record.
+// Do not perform the side effect; try again later (or let the queue
+// redeliver the job).
+type InProgressError struct {
+	// RetryAfter is how long until the holder's lease runs out; a Claim after
+	// that may acquire the record. The holder usually finishes sooner.
+	RetryAfter time.Duration
+	// Record is the record as the Claim saw it.
+	Record Record
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("idem: %s/%s is in progress in another worker; its lease runs out in %s",
+		e.Record.Namespace, e.Record.Key, e.RetryAfter.Round(time.Millisecond))
+}
+
+// JobFailedError is Do's answer for a job that failed permanently earlier
+// (FAILED): the function was not called.
+type JobFailedError struct {
+	// Message is the error stored by the permanent Fail.
+	Message string
+	// Record is the FAILED record.
+	Record Record
+}
+
+func (e *JobFailedError) Error() string {
+	return fmt.Sprintf("idem: %s/%s failed permanently earlier: %s", e.Record.Namespace, e.Record.Key, e.Message)
+}
+
+// CompletionUnknownError is Do's answer when fn returned a value but the
+// Complete was not confirmed: it failed after every retry, or the server
+// rejected it (for instance a result over the server's size limit). The side
+// effect ran; whether idem recorded it is unknown, so a later delivery may run
+// it again once the lease runs out. It matches ErrCompletionUnknown with
+// errors.Is, and the Complete's own error through Unwrap.
+type CompletionUnknownError struct {
+	// Value is what fn returned.
+	Value []byte
+	// Record is the record as acquired (PROCESSING, with the attempt's token).
+	Record Record
+	// Err is the last Complete error.
+	Err error
+}
+
+func (e *CompletionUnknownError) Error() string {
+	return fmt.Sprintf("idem: %s/%s ran, but its completion was not confirmed: %v", e.Record.Namespace, e.Record.Key, e.Err)
+}
+
+// Is makes errors.Is(err, ErrCompletionUnknown) true.
+func (e *CompletionUnknownError) Is(target error) bool { return target == ErrCompletionUnknown }
+
+func (e *CompletionUnknownError) Unwrap() error { return e.Err }
+
+// Permanent marks err as a permanent failure: when fn returns it, Do records
+// the failure with retryable=false, and every later Do for the key returns a
+// *JobFailedError with err's message without running fn. Errors not marked
+// release the record (retryable=true) so that the next delivery runs fn
+// again. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
