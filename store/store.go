@@ -36,6 +36,18 @@ type Store interface {
 	SweepPurge(ctx context.Context, limit int) (int, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
+
+	// RecordList returns at most params.Limit records of one tenant, ordered
+	// by namespace then key, starting after params.After.
+	RecordList(ctx context.Context, params *ListParams) ([]*Record, error)
+	// RecordDelete deletes one record whatever its state and returns it as it
+	// was.
+	RecordDelete(ctx context.Context, id RecordID) (*Record, error)
+	// RecordStats counts one tenant's records per namespace and state.
+	RecordStats(ctx context.Context, params *StatsParams) ([]StatsRow, error)
+	// CountByState counts every tenant's records per state, for the sweeper's
+	// gauge.
+	CountByState(ctx context.Context) (map[State]int64, error)
 }
 
 // State is where a record is in its life.
@@ -118,6 +130,10 @@ type ClaimResult struct {
 	// RetryAfter is, for OutcomeInProgress, how long until the holder's lease
 	// runs out by the store's clock.
 	RetryAfter time.Duration
+	// Takeover is true when this Claim acquired a record that an earlier
+	// attempt had held (a lapsed lease, EXPIRED or RELEASED); false for a new
+	// record and for a claimant asking again.
+	Takeover bool
 }
 
 // CompleteParams are the inputs of RecordComplete.
@@ -140,6 +156,37 @@ type HeartbeatParams struct {
 	RecordID
 	Token    int64
 	LeaseTTL time.Duration
+}
+
+// ListParams are the inputs of RecordList.
+type ListParams struct {
+	Tenant string
+	// Namespace, when not empty, keeps only that namespace's records.
+	Namespace string
+	// State, when not empty, keeps only records in that state.
+	State State
+	// OlderThan, when positive, keeps only records whose UpdatedAt is at
+	// least that long ago by the store's clock.
+	OlderThan time.Duration
+	// After, when its Namespace or Key is set, starts the listing after that
+	// (namespace, key). Its Tenant is ignored.
+	After RecordID
+	// Limit bounds how many records come back.
+	Limit int
+}
+
+// StatsParams are the inputs of RecordStats.
+type StatsParams struct {
+	Tenant string
+	// Namespace, when not empty, counts only that namespace.
+	Namespace string
+}
+
+// StatsRow is the number of one namespace's records in one state.
+type StatsRow struct {
+	Namespace string
+	State     State
+	Count     int64
 }
 
 // Errors a store returns. Callers test them with errors.Is.

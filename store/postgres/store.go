@@ -99,7 +99,9 @@ func interpretError(err error) error {
 			pgErr.Code == "57P02", // crash_shutdown
 			pgErr.Code == "57P03", // cannot_connect_now
 			pgErr.Code == "53300", // too_many_connections
-			pgErr.Code == "25006": // read_only_sql_transaction: a standby after failover
+			pgErr.Code == "25006", // read_only_sql_transaction: a standby after failover
+			pgErr.Code == "57014", // query_canceled: statement_timeout ran out
+			pgErr.Code == "55P03": // lock_not_available: lock_timeout ran out
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		case pgErr.Code == "40001", pgErr.Code == "40P01": // serialization failure, deadlock
 			return fmt.Errorf("%w: %w", store.ErrContention, err)

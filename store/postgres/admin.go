@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
+
+// The listing is keyset-paginated on the primary key, so a page costs an
+// index range scan however deep it is, and a record present for the whole
+// listing is seen exactly once.
+const listSQL = `SELECT ` + recordCols + ` FROM idem_records
+	WHERE tenant = $1
+		AND ($2 = '' OR namespace = $2)
+		AND ($3 = '' OR state = $3)
+		AND ($4::bigint <= 0 OR updated_at <= now() - $4::bigint * interval '1 microsecond')
+		AND (namespace, key) > ($5, $6)
+	ORDER BY namespace, key
+	LIMIT $7`
+
+// RecordList implements store.Store.
+func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
+	rows, err := s.db.Query(ctx, listSQL, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
+		p.After.Namespace, p.After.Key, p.Limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return recs, nil
+}
+
+const deleteSQL = `DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3 RETURNING ` + recordCols
+
+// RecordDelete implements store.Store.
+func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	rec, err := scanRecord(s.db.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return rec, nil
+}
+
+const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
+	WHERE tenant = $1 AND ($2 = '' OR namespace = $2)
+	GROUP BY namespace, state
+	ORDER BY namespace, state`
+
+// RecordStats implements store.Store.
+func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
+	rows, err := s.db.Query(ctx, statsSQL, p.Tenant, p.Namespace)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatsRow, error) {
+		var r store.StatsRow
+		var state string
+		err := row.Scan(&r.Namespace, &state, &r.Count)
+		r.State = store.State(state)
+		return r, err
+	})
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return out, nil
+}
+
+// CountByState implements store.Store. It is a full count: the sweeper calls
+// it once per pass, never per scrape.
+func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
+	rows, err := s.db.Query(ctx, `SELECT state, count(*) FROM idem_records GROUP BY state`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	counts := map[store.State]int64{}
+	var state string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+		counts[store.State(state)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return counts, nil
+}

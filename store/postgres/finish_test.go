@@ -1,0 +1,333 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// tokenCalls are the three calls that present a token, each as a function
+// of the bundle, the record and the token.
+var tokenCalls = map[string]func(b *testBundle, id store.RecordID, token int64) (*store.Record, error){
+	"Complete": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+		return b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: token, Result: []byte("late result")})
+	},
+	"Fail": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+		return b.store.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: token, Error: "late error"})
+	},
+	"FailRetryable": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+		return b.store.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: token, Error: "late error", Retryable: true})
+	},
+	"Heartbeat": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+		return b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: id, Token: token, LeaseTTL: testLease})
+	},
+}
+
+func TestHeartbeatExtendsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := recordID("hb")
+	held := b.acquire(t, id, "w1")
+
+	before := b.now(t)
+	rec, err := b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: id, Token: held.Token, LeaseTTL: 10 * time.Minute})
+	after := b.now(t)
+	if err != nil {
+		t.Fatalf("RecordHeartbeat: %v", err)
+	}
+	if rec.State != store.StateProcessing || rec.Token != held.Token || rec.Attempt != 1 || rec.Claimant != "w1" {
+		t.Fatalf("state %s token %d attempt %d claimant %q, want processing, %d, 1, w1", rec.State, rec.Token, rec.Attempt, rec.Claimant, held.Token)
+	}
+	requireBetween(t, "updated_at", rec.UpdatedAt, before, after)
+	if want := rec.UpdatedAt.Add(10 * time.Minute); !rec.LeaseExpiresAt.Equal(want) {
+		t.Fatalf("lease_expires_at %v, want updated_at + ttl = %v", rec.LeaseExpiresAt, want)
+	}
+	if !rec.ExpiresAt.IsZero() {
+		t.Fatalf("expires_at %v, want unset", rec.ExpiresAt)
+	}
+	requireSameRecord(t, "RecordGet", b.get(t, id), rec)
+
+	// A heartbeat also rescues a lapsed lease that nobody has taken over yet.
+	b.lapse(t, id)
+	rec, err = b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: id, Token: held.Token, LeaseTTL: testLease})
+	if err != nil {
+		t.Fatalf("RecordHeartbeat on a lapsed lease: %v", err)
+	}
+	if res := b.claim(t, claimParams(id, "w2")); res.Outcome != store.OutcomeInProgress {
+		t.Fatalf("claim after the heartbeat: outcome %v, want in_progress", res.Outcome)
+	}
+}
+
+// TestTokenCallsOnLapsedLease: expiry alone does not revoke, only a takeover
+// does, whether or not the sweeper has marked the record EXPIRED yet.
+func TestTokenCallsOnLapsedLease(t *testing.T) {
+	t.Parallel()
+	for _, swept := range []bool{false, true} {
+		for name, call := range tokenCalls {
+			label := name + "/lapsed"
+			if swept {
+				label = name + "/expired"
+			}
+			t.Run(label, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				id := recordID("k")
+				held := b.acquire(t, id, "w1")
+				if swept {
+					b.expire(t, id)
+				} else {
+					b.lapse(t, id)
+				}
+				before := b.now(t)
+				rec, err := call(b, id, held.Token)
+				after := b.now(t)
+				if err != nil {
+					t.Fatalf("%s with the current token: %v", name, err)
+				}
+				if rec.Token != held.Token || rec.Attempt != 1 {
+					t.Fatalf("token %d attempt %d, want %d, 1", rec.Token, rec.Attempt, held.Token)
+				}
+				requireBetween(t, "updated_at", rec.UpdatedAt, before, after)
+				switch name {
+				case "Complete":
+					if rec.State != store.StateCompleted || string(rec.Result) != "late result" ||
+						!rec.CompletedAt.Equal(rec.UpdatedAt) || !rec.ExpiresAt.Equal(rec.UpdatedAt.Add(testRetention)) ||
+						!rec.LeaseExpiresAt.IsZero() {
+						t.Fatalf("after Complete: %+v", rec)
+					}
+				case "Fail":
+					if rec.State != store.StateFailed || rec.Error != "late error" ||
+						!rec.CompletedAt.Equal(rec.UpdatedAt) || !rec.ExpiresAt.Equal(rec.UpdatedAt.Add(testRetention)) ||
+						!rec.LeaseExpiresAt.IsZero() {
+						t.Fatalf("after Fail: %+v", rec)
+					}
+				case "FailRetryable":
+					if rec.State != store.StateReleased || rec.Error != "late error" ||
+						!rec.CompletedAt.IsZero() || !rec.ExpiresAt.Equal(rec.UpdatedAt.Add(testRetention)) ||
+						!rec.LeaseExpiresAt.IsZero() {
+						t.Fatalf("after Fail(retryable): %+v", rec)
+					}
+				case "Heartbeat":
+					// An EXPIRED record becomes PROCESSING again with a fresh
+					// lease, and is no longer due for purging.
+					if rec.State != store.StateProcessing || !rec.ExpiresAt.IsZero() ||
+						!rec.LeaseExpiresAt.Equal(rec.UpdatedAt.Add(testLease)) {
+						t.Fatalf("after Heartbeat: %+v", rec)
+					}
+					if res := b.claim(t, claimParams(id, "w2")); res.Outcome != store.OutcomeInProgress {
+						t.Fatalf("claim after the heartbeat: outcome %v, want in_progress", res.Outcome)
+					}
+				}
+				requireSameRecord(t, "RecordGet", b.get(t, id), rec)
+			})
+		}
+	}
+}
+
+// TestTokenCallsSupersededToken: a token that is not the current one is
+// LEASE_LOST whatever state the record is in, and changes nothing.
+func TestTokenCallsSupersededToken(t *testing.T) {
+	t.Parallel()
+	// Each case takes the record over from the old holder and leaves it in
+	// one state.
+	successor := map[string]func(t *testing.T, b *testBundle, id store.RecordID, token int64){
+		"processing": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {},
+		"completed": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			b.complete(t, id, token, "successor's result")
+		},
+		"failed": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			b.fail(t, id, token, "successor's error", false)
+		},
+		"released": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			b.fail(t, id, token, "successor's error", true)
+		},
+		"expired": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			b.expire(t, id)
+		},
+	}
+	for state, leave := range successor {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := recordID("k")
+			old := b.acquire(t, id, "w1")
+			b.lapse(t, id)
+			current := b.acquire(t, id, "w2")
+			leave(t, b, id, current.Token)
+			before := b.get(t, id)
+			if string(before.State) != state {
+				t.Fatalf("state %s, want %s", before.State, state)
+			}
+			for name, call := range tokenCalls {
+				for _, token := range []int64{old.Token, current.Token + 1000, 0} {
+					rec, err := call(b, id, token)
+					requireErr(t, name+" with a token that is not the current one", err, store.ErrLeaseLost)
+					if rec != nil {
+						t.Fatalf("%s: record %+v alongside the error", name, rec)
+					}
+				}
+			}
+			requireSameRecord(t, "RecordGet after the rejected calls", b.get(t, id), before)
+		})
+	}
+}
+
+func TestCompleteRepeatedReturnsStoredRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := recordID("k")
+	held := b.acquire(t, id, "w1")
+	first := b.complete(t, id, held.Token, "first")
+
+	// A retry after a lost response, even one that sends other bytes, gets the
+	// record the first call produced.
+	for _, result := range []string{"first", "second", ""} {
+		again := b.complete(t, id, held.Token, result)
+		requireSameRecord(t, "repeated Complete", again, first)
+	}
+	requireSameRecord(t, "RecordGet", b.get(t, id), first)
+}
+
+func TestFailRepeatedReturnsStoredRecord(t *testing.T) {
+	t.Parallel()
+	for _, retryable := range []bool{false, true} {
+		b := setup(t)
+		id := recordID("k")
+		held := b.acquire(t, id, "w1")
+		first := b.fail(t, id, held.Token, "first error", retryable)
+
+		// Either kind of Fail repeated on the record a Fail produced returns
+		// it unchanged: the first call decided.
+		for _, again := range []bool{retryable, !retryable} {
+			rec := b.fail(t, id, held.Token, "second error", again)
+			requireSameRecord(t, "repeated Fail", rec, first)
+		}
+		requireSameRecord(t, "RecordGet", b.get(t, id), first)
+	}
+}
+
+func TestTokenCallsAfterTerminal(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		end  func(t *testing.T, b *testBundle, id store.RecordID, token int64)
+		call []string
+	}{
+		{
+			name: "completed",
+			end: func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+				b.complete(t, id, token, "r")
+			},
+			call: []string{"Fail", "FailRetryable", "Heartbeat"},
+		},
+		{
+			name: "failed",
+			end: func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+				b.fail(t, id, token, "e", false)
+			},
+			call: []string{"Complete", "Heartbeat"},
+		},
+		{
+			name: "released",
+			end: func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+				b.fail(t, id, token, "e", true)
+			},
+			call: []string{"Complete", "Heartbeat"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := recordID("k")
+			held := b.acquire(t, id, "w1")
+			c.end(t, b, id, held.Token)
+			before := b.get(t, id)
+			for _, name := range c.call {
+				rec, err := tokenCalls[name](b, id, held.Token)
+				requireErr(t, name+" after "+c.name, err, store.ErrAlreadyTerminal)
+				if rec != nil {
+					t.Fatalf("%s: record %+v alongside the error", name, rec)
+				}
+			}
+			requireSameRecord(t, "RecordGet after the rejected calls", b.get(t, id), before)
+		})
+	}
+}
+
+func TestTokenCallsUnknownKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.acquire(t, recordID("other"), "")
+	for name, call := range tokenCalls {
+		for _, id := range []store.RecordID{
+			recordID("missing"),
+			{Tenant: "other-tenant", Namespace: "process_payment", Key: "other"},
+			{Tenant: "acme", Namespace: "other_namespace", Key: "other"},
+		} {
+			rec, err := call(b, id, 1)
+			requireErr(t, name+" of "+id.Tenant+"/"+id.Namespace+"/"+id.Key, err, store.ErrNotFound)
+			if rec != nil {
+				t.Fatalf("%s: record %+v alongside the error", name, rec)
+			}
+		}
+	}
+	_, err := b.store.RecordGet(b.ctx, recordID("missing"))
+	requireErr(t, "RecordGet of a missing key", err, store.ErrNotFound)
+}
+
+// TestFencing is the story of DESIGN §1: a worker pauses past its lease, is
+// taken over, wakes up and must not overwrite its successor.
+func TestFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := recordID("charge-42")
+	paused := b.acquire(t, id, "w1")
+	b.lapse(t, id)
+	successor := b.acquire(t, id, "w2")
+	if successor.Token <= paused.Token || successor.Attempt != 2 {
+		t.Fatalf("takeover: token %d attempt %d, want > %d, 2", successor.Token, successor.Attempt, paused.Token)
+	}
+
+	for name, call := range tokenCalls {
+		_, err := call(b, id, paused.Token)
+		requireErr(t, "the paused worker's "+name, err, store.ErrLeaseLost)
+	}
+	requireSameRecord(t, "record after the paused worker's calls", b.get(t, id), successor)
+
+	done := b.complete(t, id, successor.Token, "successor's result")
+	if done.State != store.StateCompleted || done.Token != successor.Token {
+		t.Fatalf("successor's Complete: state %s token %d", done.State, done.Token)
+	}
+	_, err := b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: paused.Token, Result: []byte("stale")})
+	requireErr(t, "the paused worker's Complete after its successor's", err, store.ErrLeaseLost)
+
+	res := b.claim(t, claimParams(id, "w3"))
+	if res.Outcome != store.OutcomeCompleted || string(res.Record.Result) != "successor's result" {
+		t.Fatalf("replay: outcome %v result %q, want the successor's", res.Outcome, res.Record.Result)
+	}
+}
+
+func TestCompleteStoresBinaryResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	result := make([]byte, 64<<10)
+	for i := range result {
+		result[i] = byte(i * 7)
+	}
+	for name, r := range map[string][]byte{"nil": nil, "empty": {}, "binary": result} {
+		id := recordID(name)
+		held := b.acquire(t, id, "")
+		rec, err := b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: held.Token, Result: r})
+		if err != nil {
+			t.Fatalf("%s: RecordComplete: %v", name, err)
+		}
+		if string(rec.Result) != string(r) {
+			t.Fatalf("%s: result of %d bytes came back as %d bytes", name, len(r), len(rec.Result))
+		}
+		if res := b.claim(t, claimParams(id, "")); res.Outcome != store.OutcomeCompleted || string(res.Record.Result) != string(r) {
+			t.Fatalf("%s: replay outcome %v with %d bytes", name, res.Outcome, len(res.Record.Result))
+		}
+	}
+}

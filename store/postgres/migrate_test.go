@@ -1,0 +1,118 @@
+package postgres_test
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/store/postgres"
+)
+
+func allVersions(t *testing.T) []int {
+	t.Helper()
+	ms, err := postgres.Migrations()
+	if err != nil {
+		t.Fatalf("Migrations: %v", err)
+	}
+	var versions []int
+	for _, m := range ms {
+		versions = append(versions, m.Version)
+	}
+	return versions
+}
+
+func TestMigrationsAreWellFormed(t *testing.T) {
+	t.Parallel()
+	ms, err := postgres.Migrations()
+	if err != nil {
+		t.Fatalf("Migrations: %v", err)
+	}
+	if len(ms) == 0 {
+		t.Fatal("no migrations embedded")
+	}
+	for i, m := range ms {
+		if m.Version <= 0 || !strings.HasSuffix(m.Name, ".sql") || strings.TrimSpace(m.SQL) == "" {
+			t.Errorf("migration %d: %+v", i, m)
+		}
+		if i > 0 && m.Version <= ms[i-1].Version {
+			t.Errorf("migration %s is not after %s", m.Name, ms[i-1].Name)
+		}
+	}
+	if got, want := postgres.LatestVersion(), ms[len(ms)-1].Version; got != want {
+		t.Fatalf("LatestVersion %d, want %d", got, want)
+	}
+}
+
+func TestMigrateFreshSchema(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testdb.Unmigrated())
+
+	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != 0 {
+		t.Fatalf("SchemaVersion of an empty schema: %d, %v; want 0", v, err)
+	}
+	applied, err := postgres.Migrate(b.ctx, b.pool)
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if want := allVersions(t); !slices.Equal(applied, want) {
+		t.Fatalf("Migrate applied %v, want every migration %v", applied, want)
+	}
+	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
+		t.Fatalf("SchemaVersion: %d, %v; want %d", v, err, postgres.LatestVersion())
+	}
+
+	applied, err = postgres.Migrate(b.ctx, b.pool)
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("second Migrate: %v, %v; want none applied", applied, err)
+	}
+	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
+		t.Fatalf("SchemaVersion after the second Migrate: %d, %v; want %d", v, err, postgres.LatestVersion())
+	}
+
+	// The migrated schema is one the store works on.
+	b.acquire(t, recordID("after-migrate"), "")
+}
+
+// TestMigrateConcurrently: replicas starting together apply each migration
+// once between them.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testdb.Unmigrated())
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		applied []int
+		errs    []error
+	)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := postgres.Migrate(b.ctx, b.pool)
+			mu.Lock()
+			defer mu.Unlock()
+			applied = append(applied, got...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("concurrent Migrate: %v", errs)
+	}
+	slices.Sort(applied)
+	if want := allVersions(t); !slices.Equal(applied, want) {
+		t.Fatalf("the replicas applied %v between them, want each of %v once", applied, want)
+	}
+}
+
+func TestSchemaVersionOfMigratedSchema(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
+		t.Fatalf("SchemaVersion: %d, %v; want %d", v, err, postgres.LatestVersion())
+	}
+}
