@@ -8,18 +8,29 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// claimSQL is Claim in one statement. The INSERT creates the record; on
-// conflict the UPDATE takes over a RELEASED or EXPIRED record, or a PROCESSING
-// one whose lease ran out, unless the fingerprints differ. The token of a
-// takeover is drawn inside the UPDATE, after the row lock is held, so it is
-// greater than every token handed out before. When nothing was written, the
-// second branch reports the row as the statement's snapshot saw it.
+// claimSQL is Claim in one statement. cur reads the row as the statement's
+// snapshot sees it. When that row is live (held, finished, or guarded by
+// another fingerprint) nothing is written and cur answers: replays and
+// IN_PROGRESS take no lock and draw no token. Otherwise the INSERT creates the
+// record, or on conflict the UPDATE takes over a RELEASED or EXPIRED record, or
+// a PROCESSING one whose lease ran out, unless the fingerprints differ; the
+// UPDATE re-checks that against the newest row version under its lock. The
+// token of a takeover is drawn inside the UPDATE, after the row lock is held,
+// so it is greater than every token handed out before.
 const claimSQL = `
-WITH claimed AS (
+WITH cur AS (
+	SELECT ` + recordCols + ` FROM idem_records
+	WHERE tenant = $1 AND namespace = $2 AND key = $3
+),
+claimed AS (
 	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 		lease_expires_at, retention, created_at, updated_at)
-	VALUES ($1, $2, $3, 'processing', nextval('idem_token_seq'), 1, $4, $5,
-		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now())
+	SELECT $1::text, $2::text, $3::text, 'processing', nextval('idem_token_seq'), 1, $4::text, $5::bytea,
+		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now()
+	WHERE NOT EXISTS (
+		SELECT 1 FROM cur
+		WHERE NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
+			AND (cur.fingerprint = '' OR $5::bytea = '' OR cur.fingerprint = $5::bytea)))
 	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		state = 'processing',
 		token = nextval('idem_token_seq'),
@@ -38,8 +49,7 @@ WITH claimed AS (
 )
 SELECT true, now(), claimed.* FROM claimed
 UNION ALL
-SELECT false, now(), ` + recordCols + ` FROM idem_records
-	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM claimed)`
+SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
 
 // maxStatementTries bounds how often a call re-runs its statement when a
 // concurrent transaction changed the row while the statement ran.
