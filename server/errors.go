@@ -24,6 +24,10 @@ const (
 	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
 	ReasonContention          = "CONTENTION"
 	ReasonInternal            = "INTERNAL"
+	ReasonUnauthenticated     = "UNAUTHENTICATED"
+	ReasonNamespaceNotAllowed = "NAMESPACE_NOT_ALLOWED"
+	ReasonRateLimited         = "RATE_LIMITED"
+	ReasonNotAdmin            = "NOT_ADMIN"
 )
 
 // newError builds a status with an ErrorInfo detail.

@@ -24,6 +24,13 @@ type Config struct {
 	DefaultRetention time.Duration
 	// MaxResultBytes bounds Complete's result. It defaults to 64 KiB.
 	MaxResultBytes int
+	// Metrics, when set, counts claims, takeovers and lost leases.
+	Metrics *Metrics
+	// Tenants, when set, are the tenants of idemd's config file: every call
+	// must authenticate as one of them, and each is held to its namespaces,
+	// rate limit and result limit. Nil (the default) serves one tenant,
+	// DefaultTenant, without authentication.
+	Tenants *Tenants
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
@@ -75,21 +82,11 @@ func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID 
 
 // Claim implements idem.v1.IdempotencyService.
 func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
-	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
-		return nil, err
-	}
-	if err := validateMaxBytes("fingerprint", "INVALID_FINGERPRINT", len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
-		return nil, err
-	}
-	if err := validateMaxBytes("claimant", "INVALID_CLAIMANT", len(req.GetClaimant()), MaxClaimantBytes); err != nil {
-		return nil, err
-	}
-	leaseTTL, err := duration("lease_ttl", "INVALID_LEASE_TTL", req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	leaseTTL, retention, err := validateClaim(req, s.cfg)
 	if err != nil {
 		return nil, err
 	}
-	retention, err := duration("retention", "INVALID_RETENTION", req.GetRetention(), s.cfg.DefaultRetention, MinRetention, MaxRetention)
-	if err != nil {
+	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
 	res, err := s.store.RecordClaim(ctx, &store.ClaimParams{
@@ -102,6 +99,7 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
+	s.cfg.Metrics.observeClaim(req.GetNamespace(), res)
 	resp := &idemv1.ClaimResponse{Outcome: outcomeToProto[res.Outcome], Record: recordToProto(res.Record)}
 	if res.Outcome == store.OutcomeInProgress {
 		resp.RetryAfter = durationpb.New(res.RetryAfter)
@@ -117,7 +115,11 @@ func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 	if err := validateToken(req.GetToken()); err != nil {
 		return nil, err
 	}
-	if err := validateMaxBytes("result", "INVALID_RESULT", len(req.GetResult()), s.cfg.MaxResultBytes); err != nil {
+	t, err := s.authorize(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkResult(t, len(req.GetResult())); err != nil {
 		return nil, err
 	}
 	rec, err := s.store.RecordComplete(ctx, &store.CompleteParams{
@@ -125,6 +127,7 @@ func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 		Token:    req.GetToken(),
 		Result:   req.GetResult(),
 	})
+	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -142,12 +145,16 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 	if err := validateMaxBytes("error", "INVALID_ERROR", len(req.GetError()), MaxErrorBytes); err != nil {
 		return nil, err
 	}
+	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
+		return nil, err
+	}
 	rec, err := s.store.RecordFail(ctx, &store.FailParams{
 		RecordID:  s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:     req.GetToken(),
 		Error:     req.GetError(),
 		Retryable: req.GetRetryable(),
 	})
+	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -166,11 +173,15 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
+		return nil, err
+	}
 	rec, err := s.store.RecordHeartbeat(ctx, &store.HeartbeatParams{
 		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:    req.GetToken(),
 		LeaseTTL: leaseTTL,
 	})
+	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -180,6 +191,9 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 // Lookup implements idem.v1.IdempotencyService.
 func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
 	rec, err := s.store.RecordGet(ctx, s.id(ctx, req.GetNamespace(), req.GetKey()))

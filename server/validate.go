@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 )
 
 // Bounds of DESIGN §2.
@@ -94,6 +96,30 @@ func duration(field, reason string, d *durationpb.Duration, def, min, max time.D
 		return 0, invalid(field, reason, "%s is %s; it must be between %s and %s", field, v, min, max)
 	}
 	return v, nil
+}
+
+// validateClaim checks every field of a Claim and returns its lease and
+// retention, cfg's defaults filled in. Every error is INVALID_ARGUMENT naming
+// the field.
+func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention time.Duration, err error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return 0, 0, err
+	}
+	if err := validateMaxBytes("fingerprint", "INVALID_FINGERPRINT", len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
+		return 0, 0, err
+	}
+	if err := validateMaxBytes("claimant", "INVALID_CLAIMANT", len(req.GetClaimant()), MaxClaimantBytes); err != nil {
+		return 0, 0, err
+	}
+	leaseTTL, err = duration("lease_ttl", "INVALID_LEASE_TTL", req.GetLeaseTtl(), cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	if err != nil {
+		return 0, 0, err
+	}
+	retention, err = duration("retention", "INVALID_RETENTION", req.GetRetention(), cfg.DefaultRetention, MinRetention, MaxRetention)
+	if err != nil {
+		return 0, 0, err
+	}
+	return leaseTTL, retention, nil
 }
 
 // truncate shortens s to at most n bytes for messages and logs, on a rune

@@ -30,6 +30,7 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Apply pending schema migrations and exit."`
 	Sweep   sweepCmd   `cmd:"" help:"Expire lapsed leases and purge old records."`
 	Version versionCmd `cmd:"" help:"Print the version and exit."`
+	Token   tokenCmd   `cmd:"" help:"Make bearer tokens for tenants."`
 }
 
 type logFlags struct {

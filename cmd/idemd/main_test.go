@@ -45,7 +45,7 @@ func run(t *testing.T, env []string, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, idemdBinary, args...)
-	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), env...)
+	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), env...)
 	out, err := cmd.CombinedOutput()
 	var exitErr *exec.ExitError
 	switch {
@@ -73,6 +73,7 @@ func TestStartupErrorsAreOneLineAndNonZero(t *testing.T) {
 		{"result limit", []string{"serve", "--database-url", "postgres://x", "--max-result-bytes", "0"}, "--max-result-bytes is 0"},
 		{"unreachable database", []string{"serve", "--database-url", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, "cannot reach the database at postgres://postgres@127.0.0.1:1/x"},
 		{"unreachable database on migrate", []string{"migrate", "--database-url", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, "cannot reach the database"},
+		{"unauthenticated on a non-loopback address", []string{"serve", "--database-url", "postgres://x", "--listen", "0.0.0.0:7070"}, "pass --config with tenants and tokens, or --insecure-allow-unauthenticated"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 type serveCmd struct {
 	databaseFlags
 	logFlags
+	securityFlags
 	Listen           string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
 	SweepInterval    time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
 	DefaultLeaseTTL  time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
@@ -41,7 +42,7 @@ func (c *serveCmd) validate() error {
 	if c.SweepInterval < 0 {
 		return fmt.Errorf("--sweep-interval is %s; it must be 0 (off) or positive", c.SweepInterval)
 	}
-	return nil
+	return c.securityFlags.validate(c.Listen)
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
@@ -49,6 +50,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	logger := c.logger(os.Stderr)
+	tenants, securityOpts, securityWarnings, err := c.securityFlags.load(c.Listen, c.MaxResultBytes)
+	if err != nil {
+		return err
+	}
 
 	pool, err := c.connect(ctx)
 	if err != nil {
@@ -79,8 +84,9 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		DefaultLeaseTTL:  c.DefaultLeaseTTL,
 		DefaultRetention: c.DefaultRetention,
 		MaxResultBytes:   c.MaxResultBytes,
+		Tenants:          tenants,
 	}, logger)
-	grpcServer, healthServer := server.NewGRPCServer(svc, logger)
+	grpcServer, healthServer := server.NewGRPCServer(svc, logger, securityOpts...)
 
 	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
 	sweeperDone := make(chan struct{})
@@ -98,6 +104,9 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	go func() { serveErr <- grpcServer.Serve(lis) }()
 	logger.Info("idemd serving", "listen", lis.Addr().String(), "version", buildVersion(),
 		"database", redactURL(c.DatabaseURL), "sweep_interval", c.SweepInterval)
+	for _, w := range securityWarnings {
+		logger.Warn(w)
+	}
 
 	select {
 	case err := <-serveErr:

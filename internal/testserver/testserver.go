@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
@@ -30,6 +31,8 @@ type Server struct {
 	Conn *grpc.ClientConn
 	// Client is the generated client on Conn.
 	Client idemv1.IdempotencyServiceClient
+	// Admin is the generated AdminService client on Conn.
+	Admin idemv1.AdminServiceClient
 	// GRPC is the server itself.
 	GRPC *grpc.Server
 }
@@ -47,6 +50,11 @@ type Options struct {
 	DBOptions []testdb.Option
 	// Logger receives the server's logs; discarded when nil.
 	Logger *slog.Logger
+	// ClientCreds are Conn's transport credentials; plaintext when nil. Set
+	// them when ServerOptions serve TLS.
+	ClientCreds credentials.TransportCredentials
+	// DialOptions are appended to Conn's options (per-RPC credentials, …).
+	DialOptions []grpc.DialOption
 }
 
 // Start starts a server with default options.
@@ -63,6 +71,9 @@ func StartWith(t testing.TB, opts Options) *Server {
 	}
 	svc := server.NewService(st, opts.Config, opts.Logger)
 	srv, _ := server.NewGRPCServer(svc, opts.Logger, opts.ServerOptions...)
+	admin := server.NewAdminService(st, opts.Logger)
+	admin.Authorize = opts.Config.Tenants.AdminOnly // admits everyone without tenants
+	idemv1.RegisterAdminServiceServer(srv, admin)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
@@ -70,7 +81,11 @@ func StartWith(t testing.TB, opts Options) *Server {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := opts.ClientCreds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)...)
 	if err != nil {
 		t.Fatalf("dial test server: %v", err)
 	}
@@ -81,6 +96,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		Store:  pgStore,
 		Conn:   conn,
 		Client: idemv1.NewIdempotencyServiceClient(conn),
+		Admin:  idemv1.NewAdminServiceClient(conn),
 		GRPC:   srv,
 	}
 }

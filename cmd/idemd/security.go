@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/idemhq/idem/config"
+	"github.com/idemhq/idem/server"
+)
+
+// securityFlags are serve's flags for tenants, authentication and TLS.
+type securityFlags struct {
+	Config                       string `env:"IDEM_CONFIG" placeholder:"FILE" help:"YAML file of tenants, their token hashes, namespaces and limits (see README, Security). Without it idemd serves one tenant, default, without authentication."`
+	TLSCert                      string `name:"tls-cert" env:"IDEM_TLS_CERT" placeholder:"FILE" help:"PEM certificate chain to serve TLS with; needs --tls-key."`
+	TLSKey                       string `name:"tls-key" env:"IDEM_TLS_KEY" placeholder:"FILE" help:"PEM private key of --tls-cert."`
+	ClientCA                     string `name:"client-ca" env:"IDEM_CLIENT_CA" placeholder:"FILE" help:"PEM CA that every client's certificate must be signed by (mutual TLS); needs --tls-cert."`
+	InsecureAllowUnauthenticated bool   `env:"IDEM_INSECURE_ALLOW_UNAUTHENTICATED" help:"Serve without --config on a non-loopback address: anyone who reaches it can read and change every record."`
+}
+
+// validate checks the flags alone, before any file is read.
+func (f *securityFlags) validate(listen string) error {
+	if (f.TLSCert == "") != (f.TLSKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together; pass both or neither")
+	}
+	if f.ClientCA != "" && f.TLSCert == "" {
+		return fmt.Errorf("--client-ca needs TLS; pass --tls-cert and --tls-key too")
+	}
+	if f.Config == "" && f.ClientCA == "" && !f.InsecureAllowUnauthenticated && !isLoopback(listen) {
+		return fmt.Errorf("refusing to serve without authentication on %s, which is not a loopback address: pass --config with tenants and tokens, or --insecure-allow-unauthenticated to let anyone who reaches it read and change every record", listen)
+	}
+	return nil
+}
+
+// load reads the config file and the TLS files and returns the tenants (nil
+// without a config file), the server options they need, and the warnings to
+// log once idemd serves (not before: a start-up error must stay one line).
+func (f *securityFlags) load(listen string, maxResultBytes int) (*server.Tenants, []grpc.ServerOption, []string, error) {
+	var tenants *server.Tenants
+	var tokens bool
+	if f.Config != "" {
+		file, err := config.Load(f.Config)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if err := file.CheckMaxResultBytes(maxResultBytes); err != nil {
+			return nil, nil, nil, fmt.Errorf("config %s: %w", f.Config, err)
+		}
+		if file.UsesClientCerts() && f.ClientCA == "" {
+			return nil, nil, nil, fmt.Errorf("config %s: client_cert_subjects need --client-ca, the CA that signs the client certificates", f.Config)
+		}
+		for _, t := range file.Tenants {
+			tokens = tokens || len(t.Tokens) > 0
+		}
+		if tenants, err = server.NewTenants(file); err != nil {
+			return nil, nil, nil, fmt.Errorf("config %s: %w", f.Config, err)
+		}
+	}
+
+	var opts []grpc.ServerOption
+	if f.TLSCert != "" {
+		cfg, err := server.LoadTLSConfig(f.TLSCert, f.TLSKey, f.ClientCA)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+
+	var warnings []string
+	switch {
+	case tenants == nil && f.ClientCA != "":
+		warnings = append(warnings, `no --config: every client with a certificate from --client-ca is tenant "default" and can read and change every record`)
+	case tenants == nil:
+		warnings = append(warnings, `no --config: serving without authentication; every caller is tenant "default" and can read and change every record`)
+	case tokens && f.TLSCert == "" && !isLoopback(listen):
+		warnings = append(warnings, "bearer tokens cross the network in plaintext: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
+	}
+	return tenants, opts, warnings, nil
+}
+
+// isLoopback reports whether a listen address accepts connections from this
+// machine only. A host name other than localhost counts as not loopback.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

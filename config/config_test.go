@@ -1,0 +1,270 @@
+package config_test
+
+import (
+	"crypto/x509/pkix"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem/config"
+)
+
+// hashA and hashB are token hashes in the file's format.
+var (
+	hashA = config.HashToken("idem_token-a")
+	hashB = config.HashToken("idem_token-b")
+)
+
+// readmeExample is the example of README's Security section, with real
+// hashes.
+func readmeExample() string {
+	return `# idem.yaml
+tenants:
+  - name: payments
+    tokens: ["` + hashA + `", "` + hashB + `"]
+    namespaces: ["process_payment", "refund.*"]   # optional allow-list, glob
+    rate_limit: {per_second: 500, burst: 1000}     # optional
+    max_result_bytes: 16384                        # optional, ≤ the server's
+    admin: false                                   # reserved for operator RPCs
+  - name: billing
+    client_cert_subjects: ["CN=billing-worker,O=Acme"]
+  - name: ops
+    tokens: ["` + config.HashToken("idem_ops") + `"]
+    admin: true
+`
+}
+
+func TestParseTheReadmeExample(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte(readmeExample()))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := &config.File{Tenants: []config.Tenant{
+		{
+			Name:           "payments",
+			Tokens:         []string{hashA, hashB},
+			Namespaces:     []string{"process_payment", "refund.*"},
+			RateLimit:      &config.RateLimit{PerSecond: 500, Burst: 1000},
+			MaxResultBytes: 16384,
+		},
+		{Name: "billing", ClientCertSubjects: []string{"CN=billing-worker,O=Acme"}},
+		{Name: "ops", Tokens: []string{config.HashToken("idem_ops")}, Admin: true},
+	}}
+	if !reflect.DeepEqual(f, want) {
+		t.Fatalf("Parse = %+v\nwant %+v", f, want)
+	}
+	if !f.UsesClientCerts() {
+		t.Error("UsesClientCerts = false; billing names a subject")
+	}
+}
+
+// TestParseErrors: every broken rule is one line that names the field by
+// its path.
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	tenant := func(extra string) string {
+		return "tenants:\n  - name: ok\n    tokens: [\"" + hashA + "\"]\n  - name: second\n" + extra
+	}
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"empty file", "", "the file is empty"},
+		{"only a comment", "# nothing\n", "the file is empty"},
+		{"not a mapping", "- a\n- b\n", "must be a mapping"},
+		{"syntax error", "tenants: [\n", "line"},
+		{"no tenants", "tenants: []\n", "tenants: empty"},
+		{"null tenants", "tenants:\n", "tenants: empty"},
+		{"unknown top-level field", "tenant:\n  - name: a\n", "tenant: unknown field (line 1); known fields here: tenants"},
+		{"unknown tenant field", tenant("    tokenz: [\"x\"]\n"), "tenants[1].tokenz: unknown field (line 5)"},
+		{"unknown rate_limit field", tenant("    tokens: [\"" + hashB + "\"]\n    rate_limit: {per_second: 1, brust: 2}\n"), "tenants[1].rate_limit.brust: unknown field"},
+		{"wrong type", tenant("    tokens: [\"" + hashB + "\"]\n    max_result_bytes: lots\n"), "tenants[1].max_result_bytes: cannot unmarshal"},
+		{"wrong type for a bool", tenant("    tokens: [\"" + hashB + "\"]\n    admin: yes please\n"), "tenants[1].admin: cannot unmarshal"},
+		{"tenants not a list", "tenants: 5\n", "tenants: cannot unmarshal"},
+		{"duplicate key", "tenants:\n  - name: a\n    name: b\n", "already defined"},
+		{"missing name", "tenants:\n  - tokens: [\"" + hashA + "\"]\n", "tenants[0].name: missing"},
+		{"bad name", "tenants:\n  - name: Payments\n    tokens: [\"" + hashA + "\"]\n", `tenants[0].name: "Payments" must match`},
+		{"duplicate name", tenant("    name: ok\n"), "already defined"},
+		{"duplicate tenant", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n  - name: a\n    tokens: [\"" + hashB + "\"]\n", `tenants[1].name: "a" is also the name of tenants[0]`},
+		{"no credentials", tenant(""), `tenants[1]: tenant "second" has no tokens and no client_cert_subjects`},
+		{"plaintext token", tenant("    tokens: [\"idem_my-secret-token\"]\n"), `tenants[1].tokens[0]: want "sha256:<64 hex digits>"`},
+		{"short hash", tenant("    tokens: [\"sha256:abcd\"]\n"), `tenants[1].tokens[0]: want "sha256:<64 hex digits>"`},
+		{"not hex", tenant("    tokens: [\"sha256:" + strings.Repeat("zz", 32) + "\"]\n"), `tenants[1].tokens[0]: want`},
+		{"other algorithm", tenant("    tokens: [\"md5:" + strings.Repeat("ab", 32) + "\"]\n"), `tenants[1].tokens[0]: want`},
+		{"duplicate token across tenants", tenant("    tokens: [\"" + hashA + "\"]\n"), "tenants[1].tokens[0]: duplicate token hash; tenants[0].tokens[0] has it too"},
+		{"duplicate token in upper case", tenant("    tokens: [\"sha256:" + strings.ToUpper(strings.TrimPrefix(hashA, "sha256:")) + "\"]\n"), "tenants[1].tokens[0]: duplicate token hash"},
+		{"duplicate token in a tenant", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\", \"" + hashA + "\"]\n", "tenants[0].tokens[1]: duplicate token hash; tenants[0].tokens[0]"},
+		{"bad glob", tenant("    tokens: [\"" + hashB + "\"]\n    namespaces: [\"refund.[\"]\n"), `tenants[1].namespaces[0]: "refund.[" is not a valid glob`},
+		{"glob that never matches", tenant("    tokens: [\"" + hashB + "\"]\n    namespaces: [\"Refund\"]\n"), `tenants[1].namespaces[0]: "Refund" can never match`},
+		{"empty glob", tenant("    tokens: [\"" + hashB + "\"]\n    namespaces: [\"\"]\n"), `tenants[1].namespaces[0]: empty pattern`},
+		{"empty allow-list", tenant("    tokens: [\"" + hashB + "\"]\n    namespaces: []\n"), "tenants[1].namespaces: empty, which would allow nothing"},
+		{"zero rate", tenant("    tokens: [\"" + hashB + "\"]\n    rate_limit: {per_second: 0, burst: 5}\n"), "tenants[1].rate_limit.per_second: 0; it must be a number above 0"},
+		{"infinite rate", tenant("    tokens: [\"" + hashB + "\"]\n    rate_limit: {per_second: .inf, burst: 5}\n"), "tenants[1].rate_limit.per_second: +Inf"},
+		{"NaN rate", tenant("    tokens: [\"" + hashB + "\"]\n    rate_limit: {per_second: .nan, burst: 5}\n"), "tenants[1].rate_limit.per_second: NaN"},
+		{"no burst", tenant("    tokens: [\"" + hashB + "\"]\n    rate_limit: {per_second: 5}\n"), "tenants[1].rate_limit.burst: 0; it must be at least 1"},
+		{"negative result limit", tenant("    tokens: [\"" + hashB + "\"]\n    max_result_bytes: -1\n"), "tenants[1].max_result_bytes: -1"},
+		{"subject without =", tenant("    client_cert_subjects: [\"payments-worker\"]\n"), `tenants[1].client_cert_subjects[0]: "payments-worker" is not a subject`},
+		{"subject with spaces", tenant("    client_cert_subjects: [\"CN=w, O=Acme\"]\n"), `tenants[1].client_cert_subjects[0]: "CN=w, O=Acme" has spaces`},
+		{"duplicate subject", "tenants:\n  - name: a\n    client_cert_subjects: [\"CN=w\"]\n  - name: b\n    client_cert_subjects: [\"CN=w\"]\n", `tenants[1].client_cert_subjects[0]: duplicate subject "CN=w"; tenants[0].client_cert_subjects[0] has it too`},
+		{"a mapping merging itself", "tenants:\n  - &common\n    <<: *common\n    name: a\n", "anchor 'common' value contains itself"},
+		{"a merge bomb", mergeBomb(), "merges mappings (<<) too many times over"},
+		{"two documents", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n---\ntenants: []\n", "more than one YAML document"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := config.Parse([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted it: %+v", f)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error is more than one line:\n%s", msg)
+			}
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q; want it to contain %q", msg, tc.want)
+			}
+			if strings.Contains(msg, "idem_my-secret-token") {
+				t.Errorf("error %q echoes a token", msg)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "idem.yaml")
+	if err := os.WriteFile(good, []byte(readmeExample()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := config.Load(good); err != nil || len(f.Tenants) != 3 {
+		t.Fatalf("Load: %v, %v", f, err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("tenants:\n  - name: a\n    tokens: [\"nope\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.Load(bad)
+	if err == nil || !strings.HasPrefix(err.Error(), "config "+bad+": tenants[0].tokens[0]: want") {
+		t.Fatalf("Load(bad) = %v; want an error naming the file and the field", err)
+	}
+	_, err = config.Load(filepath.Join(dir, "missing.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("Load(missing) = %v; want an error naming the file", err)
+	}
+}
+
+func TestCheckMaxResultBytes(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte(readmeExample()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CheckMaxResultBytes(16384); err != nil {
+		t.Errorf("at the server's limit: %v", err)
+	}
+	err = f.CheckMaxResultBytes(16383)
+	if err == nil || !strings.Contains(err.Error(), "tenants[0].max_result_bytes: 16384 is above the server's --max-result-bytes (16383)") {
+		t.Errorf("above the server's limit: %v", err)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 100 {
+		tok, err := config.NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(tok, "idem_") || len(tok) != len("idem_")+43 {
+			t.Fatalf("token %q: want idem_ and 43 base64url characters (256 bits)", tok)
+		}
+		if seen[tok] {
+			t.Fatalf("token %q made twice", tok)
+		}
+		seen[tok] = true
+		h := config.HashToken(tok)
+		if _, ok := config.ParseTokenHash(h); !ok {
+			t.Fatalf("HashToken(%q) = %q does not parse", tok, h)
+		}
+		if strings.Contains(h, tok) {
+			t.Fatalf("hash %q contains the token", h)
+		}
+	}
+	// The known SHA-256 of "abc".
+	if got, want := config.HashToken("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"; got != want {
+		t.Errorf("HashToken(abc) = %s; want %s", got, want)
+	}
+}
+
+// TestParseMergeKeys: YAML anchors and merge keys share settings between
+// tenants, and an unknown field inside a merged mapping is still caught.
+func TestParseMergeKeys(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte(`tenants:
+  - &limited
+    name: a
+    tokens: ["` + hashA + `"]
+    rate_limit: {per_second: 10, burst: 20}
+  - <<: *limited
+    name: b
+    tokens: ["` + hashB + `"]
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if rl := f.Tenants[1].RateLimit; f.Tenants[1].Name != "b" || rl == nil || rl.Burst != 20 {
+		t.Fatalf("tenant b = %+v; want a's rate limit merged in", f.Tenants[1])
+	}
+	_, err = config.Parse([]byte(`tenants:
+  - &limited
+    name: a
+    tokens: ["` + hashA + `"]
+    rate_limt: {per_second: 10, burst: 20}
+  - <<: *limited
+    name: b
+`))
+	if err == nil || !strings.Contains(err.Error(), "tenants[0].rate_limt: unknown field") {
+		t.Fatalf("Parse = %v; want the unknown field named", err)
+	}
+}
+
+// TestParseSubjectWithAnEscapedComma: RFC 2253 escapes a comma inside a
+// value ("O=Acme\, Inc."), which is not a spaced separator.
+func TestParseSubjectWithAnEscapedComma(t *testing.T) {
+	t.Parallel()
+	subj := pkix.Name{CommonName: "w", Organization: []string{"Acme, Inc."}}.String()
+	if subj != `CN=w,O=Acme\, Inc.` {
+		t.Fatalf("Go prints the subject as %q", subj)
+	}
+	f, err := config.Parse([]byte("tenants:\n  - name: a\n    client_cert_subjects: ['" + subj + "']\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got := f.Tenants[0].ClientCertSubjects[0]; got != subj {
+		t.Fatalf("subject %q; want %q", got, subj)
+	}
+}
+
+// mergeBomb is a file whose merge keys would have a walk visit 10⁶ mappings.
+func mergeBomb() string {
+	var b strings.Builder
+	b.WriteString("tenants:\n  - &t0 {name: a, tokens: [\"" + hashA + "\"]}\n")
+	for i := 1; i <= 6; i++ {
+		b.WriteString(fmt.Sprintf("  - &t%d {<<: [", i))
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(fmt.Sprintf("*t%d", i-1))
+		}
+		b.WriteString(fmt.Sprintf("], name: n%d}\n", i))
+	}
+	return b.String()
+}

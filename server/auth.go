@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// needsTenant selects the calls that must authenticate: all but the health
+// service (load balancers probe it without credentials) and server
+// reflection (the API's schema, which is public). Anything registered later
+// is authenticated unless it is added here.
+var needsTenant = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+	switch c.Service {
+	case healthpb.Health_ServiceDesc.ServiceName,
+		reflectionv1.ServerReflection_ServiceDesc.ServiceName,
+		reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName:
+		return false
+	}
+	return true
+})
+
+func unauthenticated(msg string) error {
+	return newError(codes.Unauthenticated, ReasonUnauthenticated, msg, nil)
+}
+
+// authenticate is the AuthFunc of go-grpc-middleware's auth interceptor: it
+// names the caller's tenant from an "authorization: Bearer <token>" header
+// or a verified client certificate, and puts it in the context. The request
+// body is never consulted.
+func (ts *Tenants) authenticate(ctx context.Context) (context.Context, error) {
+	var byToken, byCert *tenant
+	switch vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) {
+	case 0:
+	case 1:
+		scheme, token, ok := strings.Cut(vals[0], " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
+			return nil, unauthenticated(`the authorization header must be "Bearer <token>"`)
+		}
+		sum := sha256.Sum256([]byte(token))
+		if byToken = ts.byTokenHash(&sum); byToken == nil {
+			return nil, unauthenticated("the bearer token is not valid: it is unknown, revoked, or for another idem")
+		}
+	default:
+		return nil, unauthenticated("send one authorization header, not several")
+	}
+	if cert := verifiedClientCert(ctx); cert != nil {
+		byCert = ts.byCertificate(cert)
+	}
+	var t *tenant
+	switch {
+	case byToken != nil && byCert != nil && byToken != byCert:
+		return nil, unauthenticated("the bearer token and the client certificate name different tenants; send the credentials of one")
+	case byToken != nil:
+		t = byToken
+	case byCert != nil:
+		t = byCert
+	default:
+		return nil, unauthenticated(`no credentials: send "authorization: Bearer <token>" metadata, or a client certificate that idemd's config names`)
+	}
+	// The logging interceptor, outside this one, prints the tenant on the
+	// call's line.
+	logging.AddFields(ctx, logging.Fields{"tenant", t.name})
+	return ContextWithTenant(ctx, t.name), nil
+}
+
+// rateLimit refuses a call when its tenant's token bucket is empty. It runs
+// after authenticate, so the bucket is the authenticated tenant's: one
+// tenant's flood empties its own bucket only.
+func (ts *Tenants) rateLimit(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if t := ts.lookup(TenantFromContext(ctx)); t != nil && t.limiter != nil && !t.limiter.Allow() {
+		return nil, rateLimited(t)
+	}
+	return handler(ctx, req)
+}
+
+// rateLimited is RESOURCE_EXHAUSTED with the time until the bucket holds a
+// token again as a RetryInfo.
+func rateLimited(t *tenant) error {
+	lim := t.limiter
+	secs := (1 - lim.Tokens()) / float64(lim.Limit())
+	wait := time.Millisecond
+	if secs > 0 {
+		wait = time.Duration(math.Min(math.Ceil(secs*1000), float64(24*time.Hour/time.Millisecond))) * time.Millisecond
+	}
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
+		"tenant %q is over its rate limit (%g requests per second, burst %d); retry after %s",
+		t.name, float64(lim.Limit()), lim.Burst(), wait))
+	if withDetails, err := st.WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain, Metadata: map[string]string{"tenant": t.name}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
+	); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}
+
+// verifiedClientCert returns the client's certificate when TLS verified it
+// against the client CA, nil otherwise. PeerCertificates alone prove
+// nothing: only a verified chain does.
+func verifiedClientCert(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+// authorize returns the caller's tenant and checks that it may use
+// namespace. Without tenants (no config file) every caller is
+// DefaultTenant, which may use every namespace, and it returns nil.
+func (s *Service) authorize(ctx context.Context, namespace string) (*tenant, error) {
+	if s.cfg.Tenants == nil {
+		return nil, nil
+	}
+	name := TenantFromContext(ctx)
+	t := s.cfg.Tenants.lookup(name)
+	if t == nil {
+		// Only a Service used without NewGRPCServer's interceptors gets
+		// here; refuse rather than serve a tenant nobody configured.
+		return nil, unauthenticated("the call carries no authenticated tenant")
+	}
+	if !t.allows(namespace) {
+		return nil, newError(codes.PermissionDenied, ReasonNamespaceNotAllowed,
+			fmt.Sprintf("tenant %q may not use namespace %q: it is not in the tenant's namespaces in idemd's config", name, namespace),
+			map[string]string{"tenant": name, "namespace": namespace})
+	}
+	return t, nil
+}
+
+// checkResult checks a result of n bytes against the tenant's limit when it
+// has one below the server's, against the server's otherwise; the message
+// names whose limit it is.
+func (s *Service) checkResult(t *tenant, n int) error {
+	if t != nil && t.maxResultBytes > 0 && t.maxResultBytes < s.cfg.MaxResultBytes {
+		if n > t.maxResultBytes {
+			return invalid("result", "INVALID_RESULT", "result is %d bytes; tenant %q's limit is %d (max_result_bytes in idemd's config)", n, t.name, t.maxResultBytes)
+		}
+		return nil
+	}
+	return validateMaxBytes("result", "INVALID_RESULT", n, s.cfg.MaxResultBytes)
+}
+
+// unaryInterceptors are authentication, then the rate limit, both skipped
+// for the health service and reflection; none without tenants.
+func (ts *Tenants) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	if ts == nil {
+		return nil
+	}
+	return []grpc.UnaryServerInterceptor{
+		selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(ts.authenticate), needsTenant),
+		selector.UnaryServerInterceptor(ts.rateLimit, needsTenant),
+	}
+}
+
+// streamInterceptors authenticate streaming calls. idem's own RPCs are
+// unary; this keeps any streaming service registered later from being open.
+func (ts *Tenants) streamInterceptors() []grpc.StreamServerInterceptor {
+	if ts == nil {
+		return nil
+	}
+	return []grpc.StreamServerInterceptor{
+		selector.StreamServerInterceptor(auth.StreamServerInterceptor(ts.authenticate), needsTenant),
+	}
+}
+
+// AdminOnly admits callers whose tenant has admin: true in idemd's config,
+// for operator RPCs (AdminService.Authorize), and refuses every other
+// tenant with PERMISSION_DENIED / NOT_ADMIN. A nil Tenants (no config file,
+// one unauthenticated tenant) admits every caller.
+func (ts *Tenants) AdminOnly(ctx context.Context) error {
+	if ts == nil {
+		return nil
+	}
+	name := TenantFromContext(ctx)
+	if t := ts.lookup(name); t == nil || !t.admin {
+		return newError(codes.PermissionDenied, ReasonNotAdmin,
+			fmt.Sprintf("tenant %q may not call operator RPCs: it has no admin: true in idemd's config", name),
+			map[string]string{"tenant": name})
+	}
+	return nil
+}

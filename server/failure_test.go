@@ -1,0 +1,239 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres"
+)
+
+// everyRPC calls each RPC once with valid arguments, for tests of what the
+// server does when the store misbehaves.
+var everyRPC = []struct {
+	name string
+	call func(ctx context.Context, c idemv1.IdempotencyServiceClient) error
+}{
+	{"Claim", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		_, err := c.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: "k"})
+		return err
+	}},
+	{"Complete", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		_, err := c.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "k", Token: 1, Result: []byte("r")})
+		return err
+	}},
+	{"Fail", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		_, err := c.Fail(ctx, &idemv1.FailRequest{Namespace: ns, Key: "k", Token: 1, Error: "e"})
+		return err
+	}},
+	{"Heartbeat", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		_, err := c.Heartbeat(ctx, &idemv1.HeartbeatRequest{Namespace: ns, Key: "k", Token: 1})
+		return err
+	}},
+	{"Lookup", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		_, err := c.Lookup(ctx, &idemv1.LookupRequest{Namespace: ns, Key: "k"})
+		return err
+	}},
+}
+
+// TestStoreUnavailable: with the database unreachable, every RPC answers
+// UNAVAILABLE / STORE_UNAVAILABLE promptly, and the sweeper reports
+// store.ErrUnavailable.
+func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/x?connect_timeout=1&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg) // lazy: connects on first use
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := postgres.New(pool)
+	client, _ := serve(t, st, server.Config{})
+
+	for _, rpc := range everyRPC {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		start := time.Now()
+		err := rpc.call(ctx, client)
+		cancel()
+		s := requireStatus(t, err, codes.Unavailable, server.ReasonStoreUnavailable)
+		if strings.Contains(s.Message(), "127.0.0.1") || strings.Contains(s.Message(), "refused") {
+			t.Errorf("%s: message %q leaks the cause", rpc.name, s.Message())
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s took %s to report the outage", rpc.name, d)
+		}
+	}
+
+	if _, err := server.NewSweeper(st, nil).SweepOnce(testContext(t)); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("SweepOnce: %v; want store.ErrUnavailable", err)
+	}
+	if err := st.Ping(testContext(t)); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Ping: %v; want store.ErrUnavailable", err)
+	}
+}
+
+// TestPanicIsInternal: a panic in the store becomes INTERNAL without its
+// value, and the server goes on serving.
+func TestPanicIsInternal(t *testing.T) {
+	t.Parallel()
+	var panics atomic.Bool
+	ts := testserver.StartWith(t, testserver.Options{Store: func(pg *postgres.Store) store.Store {
+		return &hookStore{Store: pg, hook: func(context.Context, string) error {
+			if panics.Load() {
+				panic("secret panic value")
+			}
+			return nil
+		}}
+	}})
+	ctx := testContext(t)
+
+	panics.Store(true)
+	for _, rpc := range everyRPC {
+		s := requireStatus(t, rpc.call(ctx, ts.Client), codes.Internal, server.ReasonInternal)
+		if strings.Contains(s.Message(), "secret") {
+			t.Errorf("%s: message %q leaks the panic", rpc.name, s.Message())
+		}
+	}
+	panics.Store(false)
+	if out := mustClaim(t, ts.Client, &idemv1.ClaimRequest{Key: "after-panic"}).GetOutcome(); out != idemv1.Outcome_OUTCOME_ACQUIRED {
+		t.Errorf("Claim after the panics: %s; want ACQUIRED", out)
+	}
+}
+
+// TestUnknownStoreErrorIsInternal: an error the server does not know becomes
+// a generic INTERNAL that does not carry the cause's text.
+func TestUnknownStoreErrorIsInternal(t *testing.T) {
+	t.Parallel()
+	cause := errors.New(`pq: relation "idem_records" does not exist; password=hunter2`)
+	ts := testserver.StartWith(t, testserver.Options{Store: func(pg *postgres.Store) store.Store {
+		return &hookStore{Store: pg, hook: func(context.Context, string) error { return cause }}
+	}})
+	ctx := testContext(t)
+	for _, rpc := range everyRPC {
+		s := requireStatus(t, rpc.call(ctx, ts.Client), codes.Internal, server.ReasonInternal)
+		for _, leak := range []string{"hunter2", "idem_records", "relation"} {
+			if strings.Contains(s.Message(), leak) {
+				t.Errorf("%s: message %q leaks %q from the cause", rpc.name, s.Message(), leak)
+			}
+		}
+		if md := errorInfo(s).GetMetadata(); len(md) != 0 {
+			t.Errorf("%s: ErrorInfo metadata %v; want none", rpc.name, md)
+		}
+	}
+}
+
+// TestDeadlineExceeded: a store call that outlives the client's deadline
+// ends with DEADLINE_EXCEEDED, and the store's context ends too (grpc
+// propagates the deadline), so nothing keeps running on the server.
+func TestDeadlineExceeded(t *testing.T) {
+	t.Parallel()
+	storeSaw := make(chan error, len(everyRPC))
+	ts := testserver.StartWith(t, testserver.Options{Store: func(pg *postgres.Store) store.Store {
+		return &hookStore{Store: pg, hook: func(ctx context.Context, _ string) error {
+			<-ctx.Done()
+			storeSaw <- ctx.Err()
+			return ctx.Err()
+		}}
+	}})
+	for _, rpc := range everyRPC {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		err := rpc.call(ctx, ts.Client)
+		cancel()
+		requireStatus(t, err, codes.DeadlineExceeded, "")
+		select {
+		case got := <-storeSaw:
+			// The client resets the stream when its deadline passes, which
+			// may reach the server before the server's own timer fires.
+			if !errors.Is(got, context.DeadlineExceeded) && !errors.Is(got, context.Canceled) {
+				t.Errorf("%s: the store's context ended with %v; want it done", rpc.name, got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the store call was still running 5s after the deadline", rpc.name)
+		}
+	}
+}
+
+// TestServerDeadlineAnswer checks the server's own answer when the store
+// returns the context's error: DEADLINE_EXCEEDED and CANCELLED, not INTERNAL
+// (the client above gives up before the server's answer arrives).
+func TestServerDeadlineAnswer(t *testing.T) {
+	t.Parallel()
+	svc := server.NewService(&hookStore{hook: func(ctx context.Context, _ string) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}}, server.Config{}, nil)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := svc.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: "k"})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("Claim past its deadline: %v; want DEADLINE_EXCEEDED", err)
+	}
+
+	ctx, cancel = context.WithCancel(t.Context())
+	cancel()
+	_, err = svc.Lookup(ctx, &idemv1.LookupRequest{Namespace: ns, Key: "k"})
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled Lookup: %v; want CANCELLED", err)
+	}
+}
+
+// TestDeadlineThroughRealStore: a Claim or Complete that waits on a row lock
+// in Postgres past its deadline is answered DEADLINE_EXCEEDED by the service
+// over the real store (not UNAVAILABLE or INTERNAL), and a cancelled one
+// CANCELLED. The service is called directly: over gRPC the client would give
+// up before the server's answer arrives.
+func TestDeadlineThroughRealStore(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	held := mustAcquire(t, ts.Client, &idemv1.ClaimRequest{Key: "locked", LeaseTtl: dur(time.Second)})
+	lapse(t, ts.DB.Pool, "locked") // so that a Claim must take the row lock to take over
+
+	tx, err := ts.DB.Pool.Begin(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+	if _, err := tx.Exec(testContext(t), `SELECT 1 FROM idem_records WHERE namespace = $1 AND key = $2 FOR UPDATE`, ns, "locked"); err != nil {
+		t.Fatal(err)
+	}
+
+	svc := server.NewService(ts.Store, server.Config{}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = svc.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: "locked"})
+	requireStatus(t, err, codes.DeadlineExceeded, "")
+
+	ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = svc.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "locked", Token: held.GetToken()})
+	requireStatus(t, err, codes.DeadlineExceeded, "")
+
+	ctx, cancel = context.WithCancel(t.Context())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, err = svc.Heartbeat(ctx, &idemv1.HeartbeatRequest{Namespace: ns, Key: "locked", Token: held.GetToken()})
+	requireStatus(t, err, codes.Canceled, "")
+
+	if err := tx.Rollback(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	// The abandoned statements changed nothing.
+	if got := mustLookup(t, ts.Client, "locked"); got.GetToken() != held.GetToken() || got.GetState() != idemv1.State_STATE_PROCESSING {
+		t.Errorf("after the abandoned calls: state %s token %d; want PROCESSING %d", got.GetState(), got.GetToken(), held.GetToken())
+	}
+}

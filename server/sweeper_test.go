@@ -1,0 +1,345 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store"
+)
+
+// batchLog records what every sweep statement returned.
+type batchLog struct {
+	store.Store
+	mu             sync.Mutex
+	expire, purges []int
+}
+
+func (b *batchLog) SweepExpire(ctx context.Context, limit int) (int, error) {
+	n, err := b.Store.SweepExpire(ctx, limit)
+	b.mu.Lock()
+	b.expire = append(b.expire, n)
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *batchLog) SweepPurge(ctx context.Context, limit int) (int, error) {
+	n, err := b.Store.SweepPurge(ctx, limit)
+	b.mu.Lock()
+	b.purges = append(b.purges, n)
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *batchLog) take() (expire, purge []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	expire, purge = b.expire, b.purges
+	b.expire, b.purges = nil, nil
+	return expire, purge
+}
+
+func pastRetention(t testing.TB, ts *testserver.Server) {
+	t.Helper()
+	if _, err := ts.DB.Pool.Exec(testContext(t), `UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE state <> 'processing'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSweepOnceBatches: 35 lapsed records with BatchSize 10 are expired in
+// batches 10, 10, 10, 5 and then purged likewise.
+func TestSweepOnceBatches(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a pass that never ends shows as a deadline
+	defer cancel()
+	insertLapsed(t, ts.DB.Pool, 35)
+	// A live lease and a record inside its retention are left alone.
+	mustAcquire(t, ts.Client, &idemv1.ClaimRequest{Key: "live"})
+	kept := mustAcquire(t, ts.Client, &idemv1.ClaimRequest{Key: "kept"})
+	if _, err := ts.Client.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "kept", Token: kept.GetToken()}); err != nil {
+		t.Fatal(err)
+	}
+
+	log := &batchLog{Store: ts.Store}
+	sw := server.NewSweeper(log, nil)
+	sw.BatchSize = 10
+	var passes []server.SweepStats
+	sw.OnPass = func(s server.SweepStats, err error) {
+		if err != nil {
+			t.Errorf("OnPass error: %v", err)
+		}
+		passes = append(passes, s)
+	}
+
+	stats, err := sw.SweepOnce(ctx)
+	if err != nil || stats.Expired != 35 || stats.Purged != 0 {
+		t.Fatalf("first pass = %+v, %v; want 35 expired, 0 purged", stats, err)
+	}
+	if expire, purge := log.take(); !slices.Equal(expire, []int{10, 10, 10, 5}) || !slices.Equal(purge, []int{0}) {
+		t.Errorf("first pass batches: expire %v purge %v; want [10 10 10 5] [0]", expire, purge)
+	}
+	if n := countRows(t, ts.DB.Pool, "expired"); n != 35 {
+		t.Errorf("%d EXPIRED records; want 35", n)
+	}
+
+	pastRetention(t, ts)
+	if _, err := ts.DB.Pool.Exec(ctx, `UPDATE idem_records SET expires_at = now() + interval '1 hour' WHERE key = 'kept'`); err != nil {
+		t.Fatal(err)
+	}
+	stats, err = sw.SweepOnce(ctx)
+	if err != nil || stats.Expired != 0 || stats.Purged != 35 {
+		t.Fatalf("second pass = %+v, %v; want 0 expired, 35 purged", stats, err)
+	}
+	if expire, purge := log.take(); !slices.Equal(expire, []int{0}) || !slices.Equal(purge, []int{10, 10, 10, 5}) {
+		t.Errorf("second pass batches: expire %v purge %v; want [0] [10 10 10 5]", expire, purge)
+	}
+	if n := countRows(t, ts.DB.Pool, ""); n != 2 {
+		t.Errorf("%d records left; want the live and the kept one", n)
+	}
+	if st := mustLookup(t, ts.Client, "live").GetState(); st != idemv1.State_STATE_PROCESSING {
+		t.Errorf("live lease swept to %s", st)
+	}
+	if len(passes) != 2 || passes[0].Expired != 35 || passes[1].Purged != 35 {
+		t.Errorf("OnPass saw %+v; want the two passes", passes)
+	}
+}
+
+// TestConcurrentSweepers: two sweepers over 2000 lapsed records expire each
+// exactly once between them, then purge each exactly once, without deadlock.
+func TestConcurrentSweepers(t *testing.T) {
+	t.Parallel()
+	ts := testserver.StartWith(t, testserver.Options{DBOptions: []testdb.Option{testdb.MaxConns(6)}})
+	const rows = 2000
+	insertLapsed(t, ts.DB.Pool, rows)
+
+	both := func(what string) (expired, purged int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		var stats [2]server.SweepStats
+		var errs [2]error
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 2 {
+			sw := server.NewSweeper(ts.Store, nil)
+			sw.BatchSize = 50
+			wg.Go(func() {
+				<-start
+				stats[i], errs[i] = sw.SweepOnce(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: sweeper %d: %v (a deadlock or a hang shows as a deadline)", what, i, err)
+			}
+		}
+		t.Logf("%s: sweeper stats %+v", what, stats)
+		return stats[0].Expired + stats[1].Expired, stats[0].Purged + stats[1].Purged
+	}
+
+	if expired, purged := both("expire"); expired != rows || purged != 0 {
+		t.Errorf("expired %d purged %d between the two sweepers; want %d, 0", expired, purged, rows)
+	}
+	if n := countRows(t, ts.DB.Pool, "expired"); n != rows {
+		t.Errorf("%d EXPIRED records; want %d", n, rows)
+	}
+	pastRetention(t, ts)
+	if expired, purged := both("purge"); expired != 0 || purged != rows {
+		t.Errorf("expired %d purged %d between the two sweepers; want 0, %d", expired, purged, rows)
+	}
+	if n := countRows(t, ts.DB.Pool, ""); n != 0 {
+		t.Errorf("%d records left; want 0", n)
+	}
+}
+
+// TestSweepDoesNotBlockClaims: rows locked by a sweep in progress (here an
+// open transaction holding the lock a sweeper batch takes) neither block a
+// Claim of another key nor another sweeper, which skips them.
+func TestSweepDoesNotBlockClaims(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := testContext(t)
+	insertLapsed(t, ts.DB.Pool, 10)
+
+	tx, err := ts.DB.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	tag, err := tx.Exec(ctx, `SELECT 1 FROM idem_records WHERE state = 'processing' AND lease_expires_at <= now()
+		ORDER BY lease_expires_at LIMIT 5 FOR UPDATE SKIP LOCKED`)
+	if err != nil || tag.RowsAffected() != 5 {
+		t.Fatalf("lock 5 rows: %v, %v", tag, err)
+	}
+
+	quick, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := ts.Client.Claim(quick, &idemv1.ClaimRequest{Namespace: ns, Key: "fresh"})
+	if err != nil || resp.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("Claim of a fresh key during the sweep: %v, %v", resp.GetOutcome(), err)
+	}
+	stats, err := server.NewSweeper(ts.Store, nil).SweepOnce(quick)
+	if err != nil || stats.Expired != 5 {
+		t.Fatalf("second sweeper = %+v, %v; want the 5 unlocked rows expired, the locked ones skipped", stats, err)
+	}
+	// A swept (unlocked) record can be claimed at once.
+	var unlocked string
+	if err := ts.DB.Pool.QueryRow(quick, `SELECT key FROM idem_records WHERE state = 'expired' LIMIT 1`).Scan(&unlocked); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = ts.Client.Claim(quick, &idemv1.ClaimRequest{Namespace: "bulk", Key: unlocked})
+	if err != nil || resp.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED || resp.GetRecord().GetAttempt() != 2 {
+		t.Fatalf("Claim of a swept record: %v attempt %d, %v", resp.GetOutcome(), resp.GetRecord().GetAttempt(), err)
+	}
+	t.Logf("Claim, sweep and takeover beside a held sweep lock took %s", time.Since(start))
+
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stats, err = server.NewSweeper(ts.Store, nil).SweepOnce(ctx)
+	if err != nil || stats.Expired != 5 {
+		t.Fatalf("after the lock is gone = %+v, %v; want the other 5 expired", stats, err)
+	}
+}
+
+// TestClaimsDuringBigSweep: Claims of fresh keys and of the records being
+// swept run while one sweeper batch expires 5000 records; they all answer
+// correctly and promptly.
+func TestClaimsDuringBigSweep(t *testing.T) {
+	t.Parallel()
+	ts := testserver.StartWith(t, testserver.Options{DBOptions: []testdb.Option{testdb.MaxConns(6)}})
+	ctx := testContext(t)
+	insertLapsed(t, ts.DB.Pool, 5000)
+
+	sw := server.NewSweeper(ts.Store, nil)
+	sw.BatchSize = 5000
+	swept := make(chan error, 1)
+	go func() {
+		_, err := sw.SweepOnce(ctx)
+		swept <- err
+	}()
+
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	errs := make(chan error, 40)
+	for i := range 20 {
+		wg.Go(func() {
+			callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			resp, err := ts.Client.Claim(callCtx, &idemv1.ClaimRequest{Namespace: ns, Key: fmt.Sprintf("fresh-%d", i)})
+			if d := int64(time.Since(start)); d > slowest.Load() {
+				slowest.Store(d)
+			}
+			if err != nil || resp.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED || resp.GetRecord().GetAttempt() != 1 {
+				errs <- fmt.Errorf("fresh-%d: %s attempt %d, %v", i, resp.GetOutcome(), resp.GetRecord().GetAttempt(), err)
+			}
+			// A record the sweep is working on: expired or not, its lease ran
+			// out, so the Claim takes it over.
+			key := fmt.Sprintf("k%d", 1+i*250)
+			resp, err = ts.Client.Claim(callCtx, &idemv1.ClaimRequest{Namespace: "bulk", Key: key})
+			if err != nil || resp.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED || resp.GetRecord().GetAttempt() != 2 {
+				errs <- fmt.Errorf("bulk %s: %s attempt %d, %v", key, resp.GetOutcome(), resp.GetRecord().GetAttempt(), err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-swept; err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	t.Logf("slowest fresh Claim during the sweep: %s", time.Duration(slowest.Load()))
+	if n := countRows(t, ts.DB.Pool, "processing"); n != 40 {
+		t.Errorf("%d PROCESSING records after the sweep; want the 40 claimed", n)
+	}
+}
+
+// TestSweeperRunStopsOnCancel: Run sweeps every Interval, reports each pass to
+// OnPass, and returns once its context is cancelled.
+func TestSweeperRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	insertLapsed(t, ts.DB.Pool, 3)
+
+	sw := server.NewSweeper(ts.Store, nil)
+	sw.Interval = 20 * time.Millisecond
+	var passes, expired atomic.Int32
+	passed := make(chan struct{}, 100)
+	sw.OnPass = func(s server.SweepStats, err error) {
+		if err == nil {
+			expired.Add(int32(s.Expired))
+		}
+		passes.Add(1)
+		select {
+		case passed <- struct{}{}:
+		default:
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		sw.Run(ctx)
+		close(done)
+	}()
+	for range 3 {
+		select {
+		case <-passed:
+		case <-time.After(5 * time.Second):
+			cancel()
+			t.Fatalf("only %d passes in 5s with a 20ms interval", passes.Load())
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return within 2s of the cancellation")
+	}
+	after := passes.Load()
+	time.Sleep(100 * time.Millisecond)
+	if passes.Load() != after {
+		t.Errorf("passes went on after Run returned: %d -> %d", after, passes.Load())
+	}
+	if expired.Load() != 3 {
+		t.Errorf("Run expired %d records; want 3", expired.Load())
+	}
+}
+
+// TestSweeperRunReturnsWhenCancelledBeforeFirstPass covers a cancel during the
+// first wait.
+func TestSweeperRunReturnsWhenCancelledBeforeFirstPass(t *testing.T) {
+	t.Parallel()
+	sw := server.NewSweeper(&hookStore{hook: func(context.Context, string) error {
+		t.Error("the store was called")
+		return context.Canceled
+	}}, nil)
+	sw.Interval = time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		sw.Run(ctx)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
