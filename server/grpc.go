@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -20,12 +22,12 @@ import (
 // key, token and framing, with room to spare.
 const messageHeadroom = 16 << 10
 
-// NewGRPCServer returns a gRPC server with idem's interceptor chain, the
-// service, the standard health service and server reflection registered.
-// The chain is metrics (when added) → logging → auth → rate limit →
+// NewGRPCServer returns a gRPC server with idem's interceptor chain and the
+// IdempotencyService, AdminService, standard health service and server
+// reflection registered. The chain is metrics → logging → auth → rate limit →
 // recovery: recovery innermost, so a panic becomes Internal and is still
-// logged; auth inside logging, so a refused caller is logged too. Extra
-// options are appended.
+// logged and counted; auth inside logging, so a refused caller is logged too.
+// Extra options are appended.
 func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -34,34 +36,54 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
 		return newError(codes.Internal, ReasonInternal, "internal error", nil)
 	}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)}
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	if m := svc.cfg.Metrics; m != nil {
+		// Outermost, so that every call is counted, refused ones included.
+		unary = append(unary, m.GRPC.UnaryServerInterceptor())
+		stream = append(stream, m.GRPC.StreamServerInterceptor())
+	}
+	unary = append(unary,
+		// One line per RPC; health probes, which arrive every few seconds
+		// from every load balancer, only at debug.
+		selector.UnaryServerInterceptor(
+			logging.UnaryServerInterceptor(interceptorLogger(logger), logOpts...),
+			selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+				return c.Service != healthpb.Health_ServiceDesc.ServiceName
+			})),
+		selector.UnaryServerInterceptor(
+			logging.UnaryServerInterceptor(interceptorLogger(logger), logging.WithLogOnEvents(logging.FinishCall),
+				logging.WithLevels(func(codes.Code) logging.Level { return logging.LevelDebug })),
+			selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+				return c.Service == healthpb.Health_ServiceDesc.ServiceName
+			})),
+	)
+	// Then authentication and the tenant's rate limit (none without tenants;
+	// health and reflection skip both): a caller without credentials is
+	// refused before it costs a store call, and is still logged and counted.
+	unary = append(unary, svc.cfg.Tenants.unaryInterceptors()...)
+	stream = append(stream, svc.cfg.Tenants.streamInterceptors()...)
+	unary = append(unary, recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoveryHandler)))
+
 	base := []grpc.ServerOption{
 		// A Complete carries at most MaxResultBytes of result; grpc-go's own
 		// default (4 MiB) would let a caller make the server buffer far more.
 		grpc.MaxRecvMsgSize(svc.cfg.MaxResultBytes + messageHeadroom),
-		grpc.ChainUnaryInterceptor(
-			// Metrics go here, outermost, so that every call is counted,
-			// refused ones included (and their stream interceptor in a
-			// ChainStreamInterceptor before the one of auth below).
-			logging.UnaryServerInterceptor(interceptorLogger(logger),
-				logging.WithLogOnEvents(logging.FinishCall),
-				logging.WithLevels(codeToLevel)),
-		),
-		// Then authentication and the tenant's rate limit (none without
-		// tenants; health and reflection skip both): a caller without
-		// credentials is refused before it costs a store call, and is still
-		// logged and counted. Repeated ChainUnaryInterceptor options append
-		// to one chain in order.
-		grpc.ChainUnaryInterceptor(svc.cfg.Tenants.unaryInterceptors()...),
-		grpc.ChainStreamInterceptor(svc.cfg.Tenants.streamInterceptors()...),
-		grpc.ChainUnaryInterceptor(
-			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoveryHandler)),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	}
 	srv := grpc.NewServer(append(base, opts...)...)
 	idemv1.RegisterIdempotencyServiceServer(srv, svc)
+	admin := NewAdminService(svc.store, logger)
+	admin.Authorize = svc.cfg.Tenants.AdminOnly // admits every caller without tenants
+	idemv1.RegisterAdminServiceServer(srv, admin)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	reflection.Register(srv)
+	if m := svc.cfg.Metrics; m != nil {
+		m.GRPC.InitializeMetrics(srv)
+	}
 	return srv, healthSrv
 }
 
@@ -72,17 +94,17 @@ func interceptorLogger(l *slog.Logger) logging.Logger {
 	})
 }
 
-// codeToLevel keeps the hot path quiet: successful calls and the answers a
-// worker expects (lease lost, not found, …) log at debug; a cancelled call or
-// a passed deadline at info; a store outage at warn; a bug at error.
-// Refused credentials and rate-limited calls log at debug too: a flood of
-// them, the case they exist for, must not cost a log line per call.
+// codeToLevel gives every RPC one line at info: answered calls, the answers a
+// worker expects (lease lost, not found, …), a cancelled call or a passed
+// deadline. A store outage logs at warn, a bug at error. Refused credentials
+// and rate-limited calls log at debug: a flood of them, the case they exist
+// for, must not cost a log line per call.
 func codeToLevel(code codes.Code) logging.Level {
 	switch code {
-	case codes.OK, codes.NotFound, codes.Aborted, codes.FailedPrecondition, codes.AlreadyExists,
-		codes.Unauthenticated, codes.ResourceExhausted:
+	case codes.Unauthenticated, codes.ResourceExhausted:
 		return logging.LevelDebug
-	case codes.Canceled, codes.DeadlineExceeded, codes.InvalidArgument, codes.PermissionDenied:
+	case codes.OK, codes.NotFound, codes.Aborted, codes.FailedPrecondition, codes.AlreadyExists,
+		codes.Canceled, codes.DeadlineExceeded, codes.InvalidArgument, codes.PermissionDenied:
 		return logging.LevelInfo
 	case codes.Unavailable:
 		return logging.LevelWarn

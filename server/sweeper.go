@@ -27,9 +27,12 @@ type Sweeper struct {
 	// BatchSize bounds the rows one statement (one short transaction)
 	// touches. It defaults to 2000.
 	BatchSize int
-	// OnPass, when set, is called after every pass, for metrics and tests.
+	// OnPass, when set, is called after every pass, for tests.
 	OnPass func(SweepStats, error)
-	logger *slog.Logger
+	// Metrics, when set, records every pass, and after each pass the count of
+	// records per state (idem_records), so a scrape never runs a full count.
+	Metrics *Metrics
+	logger  *slog.Logger
 }
 
 // NewSweeper returns a sweeper over st with the default interval and batch
@@ -69,6 +72,14 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 	start := time.Now()
 	defer func() {
 		stats.Duration = time.Since(start)
+		if s.Metrics != nil {
+			s.Metrics.ObserveSweep(stats, err)
+			if err == nil {
+				if counts, cerr := s.store.CountByState(ctx); cerr == nil {
+					s.Metrics.SetRecordCounts(counts)
+				}
+			}
+		}
 		if s.OnPass != nil {
 			s.OnPass(stats, err)
 		}

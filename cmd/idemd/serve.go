@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"time"
 
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store/postgres"
@@ -27,6 +27,8 @@ type serveCmd struct {
 	MaxResultBytes   int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
 	Migrate          bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending migrations on start."`
 	ShutdownTimeout  time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
+	HTTPListen       string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
+	HealthInterval   time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
 }
 
 func (c *serveCmd) validate() error {
@@ -38,6 +40,9 @@ func (c *serveCmd) validate() error {
 	}
 	if c.MaxResultBytes < 1 || c.MaxResultBytes > 16<<20 {
 		return fmt.Errorf("--max-result-bytes is %d; it must be between 1 and %d", c.MaxResultBytes, 16<<20)
+	}
+	if c.HealthInterval <= 0 {
+		return fmt.Errorf("--health-interval is %s; it must be positive", c.HealthInterval)
 	}
 	if c.SweepInterval < 0 {
 		return fmt.Errorf("--sweep-interval is %s; it must be 0 (off) or positive", c.SweepInterval)
@@ -79,8 +84,19 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 
+	var httpLis net.Listener
+	if c.HTTPListen != "" {
+		if httpLis, err = net.Listen("tcp", c.HTTPListen); err != nil {
+			lis.Close()
+			return fmt.Errorf("listen on %s (--http-listen): %w", c.HTTPListen, err)
+		}
+	}
+
 	st := postgres.New(pool)
+	metrics := server.NewMetrics()
+	metrics.Registry.MustRegister(poolCollectors(pool)...)
 	svc := server.NewService(st, server.Config{
+		Metrics:          metrics,
 		DefaultLeaseTTL:  c.DefaultLeaseTTL,
 		DefaultRetention: c.DefaultRetention,
 		MaxResultBytes:   c.MaxResultBytes,
@@ -97,12 +113,41 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		sw := server.NewSweeper(st, logger)
 		sw.Interval = c.SweepInterval
+		sw.Metrics = metrics
 		sw.Run(sweepCtx)
 	}()
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		server.WatchHealth(sweepCtx, st, healthServer, c.HealthInterval, logger)
+	}()
+	var httpServer *http.Server
+	if httpLis != nil {
+		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, pool), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := httpServer.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("HTTP listener stopped", "error", err)
+			}
+		}()
+	}
+	stopBackground := func() {
+		stopSweeper()
+		<-sweeperDone
+		<-healthDone
+		if httpServer != nil {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = httpServer.Shutdown(shutdownCtx)
+			cancel()
+		}
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- grpcServer.Serve(lis) }()
-	logger.Info("idemd serving", "listen", lis.Addr().String(), "version", buildVersion(),
+	httpAddr := ""
+	if httpLis != nil {
+		httpAddr = httpLis.Addr().String()
+	}
+	logger.Info("idemd serving", "listen", lis.Addr().String(), "http_listen", httpAddr, "version", buildVersion(),
 		"database", redactURL(c.DatabaseURL), "sweep_interval", c.SweepInterval)
 	for _, w := range securityWarnings {
 		logger.Warn(w)
@@ -110,14 +155,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 
 	select {
 	case err := <-serveErr:
-		stopSweeper()
-		<-sweeperDone
+		stopBackground()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 
 	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
-	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthServer.Shutdown() // NOT_SERVING from now on, whatever the watcher last saw
 	stopped := make(chan struct{})
 	go func() {
 		grpcServer.GracefulStop()
@@ -130,8 +174,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		grpcServer.Stop()
 		<-stopped
 	}
-	stopSweeper()
-	<-sweeperDone
+	stopBackground()
 	if err := <-serveErr; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
 	}

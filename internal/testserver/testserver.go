@@ -71,9 +71,6 @@ func StartWith(t testing.TB, opts Options) *Server {
 	}
 	svc := server.NewService(st, opts.Config, opts.Logger)
 	srv, _ := server.NewGRPCServer(svc, opts.Logger, opts.ServerOptions...)
-	admin := server.NewAdminService(st, opts.Logger)
-	admin.Authorize = opts.Config.Tenants.AdminOnly // admits everyone without tenants
-	idemv1.RegisterAdminServiceServer(srv, admin)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

@@ -90,7 +90,7 @@ func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store
 		return nil, false, err
 	}
 	if acquired {
-		return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}, true, nil
+		return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}, true, nil
 	}
 	if len(rec.Fingerprint) > 0 && len(p.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
 		return nil, true, store.ErrFingerprintMismatch

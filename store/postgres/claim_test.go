@@ -526,3 +526,19 @@ func TestClaimThatOnlyReportsWritesNothing(t *testing.T) {
 	b.complete(t, id, rec.Token, "done")
 	check("replay", store.OutcomeCompleted)
 }
+
+func TestClaimReportsTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := recordID("takeover-flag")
+	if res := b.claim(t, claimParams(id, "first")); res.Outcome != store.OutcomeAcquired || res.Takeover {
+		t.Fatalf("new record: outcome %s, takeover %v; want acquired, no takeover", res.Outcome, res.Takeover)
+	}
+	if res := b.claim(t, claimParams(id, "first")); res.Outcome != store.OutcomeAcquired || res.Takeover {
+		t.Fatalf("same claimant again: outcome %s, takeover %v; want acquired, no takeover", res.Outcome, res.Takeover)
+	}
+	b.lapse(t, id)
+	if res := b.claim(t, claimParams(id, "second")); res.Outcome != store.OutcomeAcquired || !res.Takeover {
+		t.Fatalf("lapsed lease: outcome %s, takeover %v; want acquired, takeover", res.Outcome, res.Takeover)
+	}
+}
