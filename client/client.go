@@ -43,6 +43,7 @@ type Client struct {
 	// later are callable before they get a typed helper.
 	idemv1.IdempotencyServiceClient
 
+	admin idemv1.AdminServiceClient
 	conn  *grpc.ClientConn
 	retry RetryPolicy
 }
@@ -122,6 +123,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	return &Client{
 		IdempotencyServiceClient: idemv1.NewIdempotencyServiceClient(conn),
+		admin:                    idemv1.NewAdminServiceClient(conn),
 		conn:                     conn,
 		retry:                    o.retry.withDefaults(),
 	}, nil
@@ -129,6 +131,20 @@ func New(target string, opts ...Option) (*Client, error) {
 
 // Close closes the connection. Calls in flight fail with codes.Canceled.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// Admin returns the generated AdminService client (ListRecords,
+// DeleteRecord, Stats) on the client's connection, with the same
+// credentials. It is for operators' tools: its errors are plain gRPC
+// statuses, not decoded as the typed calls' are; Reason works on them. When
+// idemd runs with tenants, only tenants with admin: true may call it.
+func (c *Client) Admin() idemv1.AdminServiceClient { return c.admin }
+
+// IsLoopback reports whether target names this machine: a loopback IP,
+// "localhost", or a Unix socket. Plaintext to such a target never crosses a
+// network, which is why New lets WithToken go with WithInsecure only for
+// these targets; tools can apply the same rule before they choose
+// plaintext.
+func IsLoopback(target string) bool { return isLocal(target) }
 
 type bearerToken struct {
 	token      string

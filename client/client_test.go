@@ -277,3 +277,52 @@ func TestTypedCallErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestAdminSharesTheConnection: Admin reaches the AdminService over the same
+// connection and credentials as the typed calls.
+func TestAdminSharesTheConnection(t *testing.T) {
+	t.Parallel()
+	got := make(chan []string, 1)
+	srv := testserver.StartWith(t, testserver.Options{ServerOptions: []grpc.ServerOption{grpc.ChainUnaryInterceptor(
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if info.FullMethod == idemv1.AdminService_Stats_FullMethodName {
+				md, _ := metadata.FromIncomingContext(ctx)
+				got <- md.Get("authorization")
+			}
+			return handler(ctx, req)
+		})}})
+	c, err := client.New(srv.Addr, client.WithInsecure(), client.WithToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Claim(t.Context(), client.ClaimRequest{Namespace: "admin", Key: "k1"}); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	list, err := c.Admin().ListRecords(t.Context(), &idemv1.ListRecordsRequest{})
+	if err != nil {
+		t.Fatalf("ListRecords: %v", err)
+	}
+	if len(list.GetRecords()) != 1 || list.GetRecords()[0].GetKey() != "k1" {
+		t.Fatalf("ListRecords = %v; want the one record claimed through the typed client", list.GetRecords())
+	}
+	if _, err := c.Admin().Stats(t.Context(), &idemv1.StatsRequest{}); err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	if auth := <-got; len(auth) != 1 || auth[0] != "Bearer s3cret" {
+		t.Errorf("authorization on an admin call = %q, want [Bearer s3cret]", auth)
+	}
+	_, err = c.Admin().DeleteRecord(t.Context(), &idemv1.DeleteRecordRequest{Namespace: "admin", Key: "missing"})
+	if client.Reason(err) != "NOT_FOUND" {
+		t.Errorf("DeleteRecord of a missing record: %v; want reason NOT_FOUND", err)
+	}
+}
+
+func TestIsLoopbackMatchesTheTokenGuard(t *testing.T) {
+	t.Parallel()
+	for _, target := range []string{"127.0.0.1:7070", "[::1]:1", "localhost:7070", "unix:///run/idem.sock", "idem.example.com:7070", "10.0.0.1:7070"} {
+		if client.IsLoopback(target) != client.IsLocal(target) {
+			t.Errorf("IsLoopback(%q) = %v, but the token guard says %v", target, client.IsLoopback(target), client.IsLocal(target))
+		}
+	}
+}

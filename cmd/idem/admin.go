@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+)
+
+// stateFilters are the values of list --state.
+var stateFilters = map[string]idemv1.State{
+	"":           idemv1.State_STATE_UNSPECIFIED,
+	"processing": idemv1.State_STATE_PROCESSING,
+	"completed":  idemv1.State_STATE_COMPLETED,
+	"failed":     idemv1.State_STATE_FAILED,
+	"released":   idemv1.State_STATE_RELEASED,
+	"expired":    idemv1.State_STATE_EXPIRED,
+}
+
+// ---- list ----
+
+type listCmd struct {
+	Namespace string        `short:"n" placeholder:"NS" help:"Only records of this namespace (all when unset)."`
+	State     string        `placeholder:"STATE" help:"Only records in this state: processing, completed, failed, released or expired (all when unset)."`
+	OlderThan time.Duration `placeholder:"DURATION" help:"Only records unchanged for at least this long (with --state processing: claims that stopped heartbeating)."`
+	PageSize  int32         `placeholder:"N" help:"Records per page, 1 to 1000 (idemd's default, 100, when unset)."`
+	PageToken string        `placeholder:"TOKEN" help:"Start at this page: the nextPageToken of an earlier list."`
+	All       bool          `help:"Follow the page tokens and list every matching record."`
+}
+
+func (listCmd) Help() string {
+	return `List pages through records of your tenant, ordered by namespace, then key. Without --all it prints one page and, when there are more, says on stderr how to get the next one. With -o json it prints a ListRecordsResponse; with --all, one response holding every record. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+
+Example:
+
+    # claims that have not heartbeated for ten minutes: stuck workers
+    idem list --state processing --older-than 10m --all
+    idem list -n process_payment --state failed -o json | jq -r '.records[].key'`
+}
+
+func (c *listCmd) Run(a *app) error {
+	state, ok := stateFilters[strings.TrimPrefix(strings.ToLower(c.State), "state_")]
+	if !ok {
+		return usageError("--state %q is not a state: pass processing, completed, failed, released or expired", c.State)
+	}
+	conn, err := a.client()
+	if err != nil {
+		return err
+	}
+	req := &idemv1.ListRecordsRequest{
+		Namespace: c.Namespace,
+		State:     state,
+		OlderThan: durationProto(c.OlderThan),
+		PageSize:  c.PageSize,
+		PageToken: c.PageToken,
+	}
+	all := &idemv1.ListRecordsResponse{}
+	for {
+		page, err := call(a, "list", conn.Admin().ListRecords, req)
+		if err != nil {
+			return err
+		}
+		all.Records = append(all.Records, page.GetRecords()...)
+		all.NextPageToken = page.GetNextPageToken()
+		if !c.All || page.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = page.GetNextPageToken()
+	}
+	if a.json() {
+		return a.printJSON(all)
+	}
+	if err := printRecords(a.stdout, all.GetRecords()); err != nil {
+		return err
+	}
+	if all.GetNextPageToken() != "" {
+		a.say("%d records shown, and there are more: add --page-token %s for the next page, or --all for every one", len(all.GetRecords()), all.GetNextPageToken())
+	}
+	return nil
+}
+
+// ---- delete ----
+
+type deleteCmd struct {
+	recordFlags
+}
+
+func (deleteCmd) Help() string {
+	return `Delete evicts one record whatever its state. The next claim of the key creates it afresh (attempt 1) with a token greater than any before, and a worker still holding the old token gets exit 13 (not found) on complete. Use it to let a job that failed permanently run again. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+
+Exit codes:
+
+    0   deleted; the record as it was is shown with -o json
+    13  no such record
+
+` + otherExitCodes + `
+
+Example:
+
+    idem delete -n process_payment -k order-1042`
+}
+
+func (c *deleteCmd) Run(a *app) error {
+	conn, err := a.client()
+	if err != nil {
+		return err
+	}
+	resp, err := call(a, "delete "+c.name(), conn.Admin().DeleteRecord, &idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key})
+	if err != nil {
+		return err
+	}
+	rec := resp.GetRecord()
+	a.say("deleted %s; it was %s with token %d after %d attempt(s)", c.name(), stateName(rec.GetState()), rec.GetToken(), rec.GetAttempt())
+	if a.json() {
+		return a.printJSON(resp)
+	}
+	return nil
+}
+
+// ---- stats ----
+
+type statsCmd struct {
+	Namespace string `short:"n" placeholder:"NS" help:"Only this namespace (all when unset)."`
+}
+
+func (statsCmd) Help() string {
+	return `Stats counts your tenant's records per namespace and state; states without records are left out. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+
+Example:
+
+    idem stats
+    idem stats -n process_payment -o json | jq '.rows[] | select(.state == "STATE_PROCESSING") | .count'`
+}
+
+func (c *statsCmd) Run(a *app) error {
+	conn, err := a.client()
+	if err != nil {
+		return err
+	}
+	resp, err := call(a, "stats", conn.Admin().Stats, &idemv1.StatsRequest{Namespace: c.Namespace})
+	if err != nil {
+		return err
+	}
+	if a.json() {
+		return a.printJSON(resp)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tSTATE\tCOUNT")
+	for _, r := range resp.GetRows() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", r.GetNamespace(), stateName(r.GetState()), r.GetCount())
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+)
+
+// maxInputBytes bounds what idem reads from a file or stdin, far above any
+// result idemd accepts (64 KiB unless configured otherwise), so that a wrong
+// file fails fast instead of filling memory.
+const maxInputBytes = 16 << 20
+
+// jsonOptions is protojson's default form: the proto's JSON (camelCase)
+// field names, unset and zero fields left out. These names are what scripts
+// parse, so they are stable as long as the proto is.
+var jsonOptions = protojson.MarshalOptions{Multiline: true, Indent: "  "}
+
+func (a *app) json() bool { return a.Output == "json" }
+
+// printJSON writes m as protobuf JSON on stdout.
+func (a *app) printJSON(m proto.Message) error {
+	b, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode the response as JSON: %w", err)
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+	return err
+}
+
+// readInput reads name, or stdin when name is "-".
+func (a *app) readInput(flag, name string) ([]byte, error) {
+	var r io.Reader = a.stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, usageError("%s: %v", flag, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInputBytes+1))
+	if err != nil {
+		return nil, usageError("%s %s: %v", flag, name, err)
+	}
+	if len(b) > maxInputBytes {
+		return nil, usageError("%s %s is over %d MiB; idemd keeps results of up to 64 KiB unless configured otherwise", flag, name, maxInputBytes>>20)
+	}
+	return b, nil
+}
+
+// writeOutput writes b raw to name, or to stdout when name is "-".
+func (a *app) writeOutput(flag, name string, b []byte) error {
+	if name == "-" {
+		_, err := a.stdout.Write(b)
+		return err
+	}
+	// 0600: a result may be as secret as the side effect it records.
+	if err := os.WriteFile(name, b, 0o600); err != nil {
+		return usageError("%s: %v", flag, err)
+	}
+	return nil
+}
+
+// checkResultOut refuses two writers of stdout.
+func (a *app) checkResultOut(resultOut string) error {
+	if resultOut == "-" && a.json() {
+		return usageError("--result-out - and -o json both write to stdout: write the result to a file, or take it from the JSON (record.result, base64)")
+	}
+	return nil
+}
+
+// printRecord writes r as a two-column table.
+func printRecord(w io.Writer, r *idemv1.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(name, value string) {
+		if value == "" {
+			value = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", name, value)
+	}
+	row("namespace", r.GetNamespace())
+	row("key", r.GetKey())
+	row("state", stateName(r.GetState()))
+	row("token", strconv.FormatInt(r.GetToken(), 10))
+	row("attempt", strconv.Itoa(int(r.GetAttempt())))
+	row("claimant", r.GetClaimant())
+	row("fingerprint", fmt.Sprintf("%x", r.GetFingerprint()))
+	row("lease expires at", formatTime(r.GetLeaseExpiresAt()))
+	row("result", describeBytes(r.GetResult()))
+	row("error", r.GetError())
+	row("created at", formatTime(r.GetCreatedAt()))
+	row("updated at", formatTime(r.GetUpdatedAt()))
+	row("completed at", formatTime(r.GetCompletedAt()))
+	row("expires at", formatTime(r.GetExpiresAt()))
+	return tw.Flush()
+}
+
+// printRecords writes records as a table with one row each.
+func printRecords(w io.Writer, records []*idemv1.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tKEY\tSTATE\tTOKEN\tATTEMPT\tUPDATED\tLEASE EXPIRES")
+	for _, r := range records {
+		lease := "-"
+		if r.GetState() == idemv1.State_STATE_PROCESSING || r.GetState() == idemv1.State_STATE_EXPIRED {
+			lease = formatTime(r.GetLeaseExpiresAt())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.GetNamespace(), r.GetKey(), stateName(r.GetState()),
+			r.GetToken(), r.GetAttempt(), formatTime(r.GetUpdatedAt()), lease)
+	}
+	return tw.Flush()
+}
+
+// stateName is the state without its prefix: COMPLETED.
+func stateName(s idemv1.State) string { return strings.TrimPrefix(s.String(), "STATE_") }
+
+// formatTime is UTC to the millisecond; "" when unset.
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// describeBytes shows a short printable result as a quoted string and
+// anything else by its size.
+func describeBytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	text := func(r rune) bool { return unicode.IsPrint(r) || unicode.IsSpace(r) }
+	if len(b) <= 120 && utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !text(r) }) < 0 {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%d bytes (--result-out FILE or - for the bytes)", len(b))
+}
