@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -12,8 +13,11 @@ import (
 // RetryPolicy is capped exponential backoff with jitter for RPCs that fail
 // with a transient error: UNAVAILABLE (the server or its database is
 // unreachable, or the record was contended), DEADLINE_EXCEEDED and
-// RESOURCE_EXHAUSTED. Retry n waits a random time between half and all of
-// min(BaseDelay·2ⁿ, MaxDelay).
+// RESOURCE_EXHAUSTED with a google.rpc.RetryInfo (idemd's per-tenant rate
+// limit). RESOURCE_EXHAUSTED without one is gRPC refusing a message over its
+// size limit, which no retry can fix. Retry n waits a random time between half
+// and all of min(BaseDelay·2ⁿ, MaxDelay), and never less than the server's
+// RetryInfo delay.
 type RetryPolicy struct {
 	// BaseDelay is the delay before the first retry. It defaults to 100ms.
 	BaseDelay time.Duration
@@ -54,10 +58,37 @@ func (p RetryPolicy) delay(n int) time.Duration {
 // isTransient reports whether err is worth retrying with the same request.
 func isTransient(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
+	case codes.ResourceExhausted:
+		_, ok := retryInfoDelay(err)
+		return ok
 	}
 	return false
+}
+
+// retryInfoDelay returns the delay of the google.rpc.RetryInfo in err's
+// status, if it has one.
+func retryInfoDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// backoff is the wait before retry n after err.
+func (p RetryPolicy) backoff(n int, err error) time.Duration {
+	d := p.delay(n)
+	if hint, ok := retryInfoDelay(err); ok && hint > d {
+		d = hint
+	}
+	return d
 }
 
 // retry calls call until it succeeds, fails with a non-transient error, has
@@ -65,7 +96,7 @@ func isTransient(err error) bool {
 func retry[T any](ctx context.Context, p RetryPolicy, call func(context.Context) (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
 		v, err := call(ctx)
-		if err == nil || !isTransient(err) || attempt >= p.MaxAttempts || !sleep(ctx, p.delay(attempt-1)) {
+		if err == nil || !isTransient(err) || attempt >= p.MaxAttempts || !sleep(ctx, p.backoff(attempt-1, err)) {
 			return v, err
 		}
 	}
