@@ -1,6 +1,8 @@
 # idem's developer commands. `make help` lists them.
 
-IDEM_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+# The local Postgres, for the targets that need one when IDEM_DATABASE_URL is
+# unset. `make run` does not: without IDEM_DATABASE_URL it runs on SQLite.
+LOCAL_POSTGRES_URL := postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
@@ -29,7 +31,7 @@ lint: ## gofmt check, go vet and buf lint.
 	go vet ./...
 	go tool buf lint
 
-test: lint check-generate ## Lint, check gen/ for drift, run every test with -race against Postgres, then the Node worker's tests.
+test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), then the Node worker's tests.
 	go test $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory test-node
 
@@ -49,11 +51,17 @@ test-node: ## Run the Node.js worker's tests (examples/node-worker). Without nod
 	fi; \
 	cd examples/node-worker && \
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
-	npm test
+	go run ../../internal/testdb/withpg npm test
 
 demo: ## Exactly-once payments over NATS JetStream with workers killed at random (examples/payments); DEMO_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
-	go run ./examples/payments -idemd bin/idemd -database-url "$(IDEM_DATABASE_URL)" $(DEMO_FLAGS)
+	go run ./examples/payments -idemd bin/idemd -database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" $(DEMO_FLAGS)
 
-run: ## Run idemd on 127.0.0.1:7070 against IDEM_DATABASE_URL (default: the local Postgres).
-	go run -ldflags "$(LDFLAGS)" ./cmd/idemd serve --database-url "$(IDEM_DATABASE_URL)"
+run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
+	go run -ldflags "$(LDFLAGS)" ./cmd/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
+
+.PHONY: bench
+bench: ## Benchmark idem against direct SQL and a Redis lock, interleaved, C=32, in under two minutes (docs/BENCHMARKS.md); BENCH_FLAGS adds flags.
+	go run ./cmd/idem-bench --start-idemd --compare \
+		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
+		--concurrency 32 --duration 8s --rounds 4 --scenario unique,hot,replay $(BENCH_FLAGS)

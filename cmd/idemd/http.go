@@ -9,14 +9,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/idemhq/idem/store/postgres"
 )
 
 // newHTTPHandler serves the operator endpoints: /metrics in Prometheus
-// format, /healthz (the process is alive) and /readyz (the database answers
-// and its schema is the one this binary expects).
-func newHTTPHandler(reg *prometheus.Registry, pool *pgxpool.Pool) http.Handler {
+// format, /healthz (the process is alive) and /readyz (ready returns nil: the
+// database answers and its schema is the one this binary expects).
+func newHTTPHandler(reg *prometheus.Registry, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -25,15 +23,11 @@ func newHTTPHandler(reg *prometheus.Registry, pool *pgxpool.Pool) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		v, err := postgres.SchemaVersion(ctx, pool)
-		switch {
-		case err != nil:
-			http.Error(w, "not ready: the database does not answer", http.StatusServiceUnavailable)
-		case v != postgres.LatestVersion():
-			http.Error(w, fmt.Sprintf("not ready: the schema is at version %d, this idemd needs %d", v, postgres.LatestVersion()), http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ready")
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
 		}
+		fmt.Fprintln(w, "ready")
 	})
 	return mux
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -48,36 +47,23 @@ func (f logFlags) logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-type databaseFlags struct {
-	DatabaseURL string `required:"" env:"IDEM_DATABASE_URL" placeholder:"postgres://…" help:"PostgreSQL URL. Add search_path=SCHEMA to keep idem in its own schema, pool_max_conns=N to size the pool."`
-}
-
-// connect opens the pool, or returns one line that says what to check.
-func (f databaseFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	if strings.TrimSpace(f.DatabaseURL) == "" {
-		// pgx would otherwise fall back to libpq's defaults (a local socket,
-		// the OS user's database) and quietly migrate whatever it finds there.
-		return nil, errors.New("--database-url is empty; pass it or set IDEM_DATABASE_URL to a postgres:// URL")
-	}
-	pool, err := postgres.Connect(ctx, f.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the database at %s: %s", redactURL(f.DatabaseURL), oneLine(err))
-	}
-	return pool, nil
-}
-
 type migrateCmd struct {
 	databaseFlags
 	logFlags
 }
 
 func (c *migrateCmd) Run(ctx context.Context) error {
-	pool, err := c.connect(ctx)
+	db, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	applied, err := postgres.Migrate(ctx, pool)
+	defer db.Close()
+	if db.isSQLite() {
+		// Opening the SQLite store applied whatever was pending.
+		fmt.Printf("schema is up to date (SQLite %s; idemd migrates it whenever it opens it)\n", db.name)
+		return nil
+	}
+	applied, err := postgres.Migrate(ctx, db.pool)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}

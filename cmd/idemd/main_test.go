@@ -45,7 +45,10 @@ func run(t *testing.T, env []string, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, idemdBinary, args...)
-	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), env...)
+	// Not the package's directory: an idemd without --database-url puts its
+	// SQLite store in ./idem-data.
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL", "IDEM_DATA_DIR"}, securityEnv...)...), env...)
 	out, err := cmd.CombinedOutput()
 	var exitErr *exec.ExitError
 	switch {
@@ -65,8 +68,11 @@ func TestStartupErrorsAreOneLineAndNonZero(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"missing database url", []string{"serve"}, "--database-url"},
 		{"empty database url", []string{"serve", "--database-url", ""}, "--database-url is empty"},
+		{"unknown database scheme", []string{"serve", "--database-url", "mysql://x/idem"}, `--database-url has the scheme "mysql"`},
+		{"sqlite url with a host", []string{"migrate", "--database-url", "sqlite://host/idem.db"}, "a SQLite file is local"},
+		{"sqlite url without a file", []string{"serve", "--database-url", "sqlite:///"}, "does not name a file"},
+		{"empty data dir", []string{"sweep", "--once", "--data-dir", ""}, "--data-dir is empty"},
 		{"unknown flag", []string{"serve", "--database-url", "postgres://x", "--nope"}, "--nope"},
 		{"lease out of bounds", []string{"serve", "--database-url", "postgres://x", "--default-lease-ttl", "500ms"}, "--default-lease-ttl is 500ms; it must be between 1s and 24h0m0s"},
 		{"retention out of bounds", []string{"serve", "--database-url", "postgres://x", "--default-retention", "91h", "--default-retention", "2160h1s"}, "--default-retention"},
@@ -97,6 +103,16 @@ func TestDatabaseURLFromEnv(t *testing.T) {
 	out, code := run(t, []string{"IDEM_DATABASE_URL=postgres://postgres@127.0.0.1:1/fromenv?connect_timeout=2"}, "migrate")
 	if code == 0 || !strings.Contains(out, "/fromenv") {
 		t.Fatalf("exit %d, output %q: want the URL from IDEM_DATABASE_URL to be used", code, out)
+	}
+	// Set but empty (a missing secret) is refused, not taken for "no URL":
+	// idemd must not quietly serve from a fresh SQLite file instead.
+	out, code = run(t, []string{"IDEM_DATABASE_URL="}, "migrate")
+	if code == 0 || !strings.Contains(out, "--database-url is empty") {
+		t.Fatalf("IDEM_DATABASE_URL set to nothing: exit %d, output %q; want a refusal", code, out)
+	}
+	out, code = run(t, []string{"IDEM_DATA_DIR=" + filepath.Join(t.TempDir(), "fromenv")}, "migrate")
+	if code != 0 || !strings.Contains(out, filepath.Join("fromenv", "idem.db")) {
+		t.Fatalf("IDEM_DATA_DIR: exit %d, output %q; want the SQLite file in it", code, out)
 	}
 }
 

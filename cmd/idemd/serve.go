@@ -25,7 +25,7 @@ type serveCmd struct {
 	DefaultLeaseTTL  time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
 	DefaultRetention time.Duration `default:"24h" env:"IDEM_DEFAULT_RETENTION" help:"How long a record is kept after it leaves PROCESSING when the Claim sends no retention (1m to 90 days)."`
 	MaxResultBytes   int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
-	Migrate          bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending migrations on start."`
+	Migrate          bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
 	ShutdownTimeout  time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen       string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
 	HealthInterval   time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
@@ -60,23 +60,29 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 
-	pool, err := c.connect(ctx)
+	db, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if c.Migrate {
-		applied, err := postgres.Migrate(ctx, pool)
+	defer db.Close()
+	switch {
+	case db.isSQLite():
+		if db.implicit {
+			logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
+				"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
+		}
+	case c.Migrate:
+		applied, err := postgres.Migrate(ctx, db.pool)
 		if err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if len(applied) > 0 {
 			logger.Info("applied migrations", "versions", applied)
 		}
-	} else if v, err := postgres.SchemaVersion(ctx, pool); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	} else if v != postgres.LatestVersion() {
-		return fmt.Errorf("the schema is at version %d and this idemd needs %d: run `idemd migrate` or drop --migrate=false", v, postgres.LatestVersion())
+	default:
+		if err := db.checkSchema(ctx, "run `idemd migrate` or drop --migrate=false"); err != nil {
+			return err
+		}
 	}
 
 	lis, err := net.Listen("tcp", c.Listen)
@@ -92,9 +98,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 	}
 
-	st := postgres.New(pool)
+	st := db.Store
 	metrics := server.NewMetrics()
-	metrics.Registry.MustRegister(poolCollectors(pool)...)
+	if db.pool != nil {
+		metrics.Registry.MustRegister(poolCollectors(db.pool)...)
+	}
 	svc := server.NewService(st, server.Config{
 		Metrics:          metrics,
 		DefaultLeaseTTL:  c.DefaultLeaseTTL,
@@ -123,7 +131,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}()
 	var httpServer *http.Server
 	if httpLis != nil {
-		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, pool), ReadHeaderTimeout: 5 * time.Second}
+		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := httpServer.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("HTTP listener stopped", "error", err)
@@ -148,7 +156,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		httpAddr = httpLis.Addr().String()
 	}
 	logger.Info("idemd serving", "listen", lis.Addr().String(), "http_listen", httpAddr, "version", buildVersion(),
-		"database", redactURL(c.DatabaseURL), "sweep_interval", c.SweepInterval)
+		"database", db.name, "sweep_interval", c.SweepInterval)
 	for _, w := range securityWarnings {
 		logger.Warn(w)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/server"
-	"github.com/idemhq/idem/store/postgres"
 )
 
 type sweepCmd struct {
@@ -26,17 +25,15 @@ func (c *sweepCmd) Run(ctx context.Context) error {
 		return fmt.Errorf("--interval is %s; it must be positive", c.Interval)
 	}
 	logger := c.logger(os.Stderr)
-	pool, err := c.connect(ctx)
+	db, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if v, err := postgres.SchemaVersion(ctx, pool); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	} else if v != postgres.LatestVersion() {
-		return fmt.Errorf("the schema is at version %d and this idemd needs %d: run `idemd migrate` first", v, postgres.LatestVersion())
+	defer db.Close()
+	if err := db.checkSchema(ctx, "run `idemd migrate` first"); err != nil {
+		return err
 	}
-	sw := server.NewSweeper(postgres.New(pool), logger)
+	sw := server.NewSweeper(db.Store, logger)
 	sw.BatchSize = c.BatchSize
 	sw.Interval = c.Interval
 	if !c.Once {

@@ -1,15 +1,35 @@
 // Package testdb gives tests a real, freshly migrated PostgreSQL schema of
-// their own. It reads IDEM_TEST_DATABASE_URL (default: the local Postgres on
-// 127.0.0.1:5432) and fails the test with a clear message, never a skip, when
-// no database answers.
+// their own, and finds or starts the PostgreSQL to create it in.
+//
+// Which PostgreSQL, decided once per test binary:
+//
+//  1. IDEM_TEST_DATABASE_URL, when set, and nothing else: a database named
+//     on purpose that does not answer fails the tests.
+//  2. The local Postgres at DefaultURL, when it answers.
+//  3. Otherwise a throwaway cluster that testdb starts itself with the
+//     PostgreSQL server binaries (initdb and pg_ctl on PATH, under
+//     /usr/lib/postgresql/*/bin or another usual place; IDEM_TEST_PG_BINDIR
+//     names the directory). It lives in a temporary directory, listens on a
+//     free loopback port with a random password, and is shared by every
+//     test binary of the user: the first one starts it, the others reuse it,
+//     and a small supervisor process removes it once no test binary has used
+//     it for a few seconds. See throwaway_unix.go for how.
+//
+// Only when none of these works does a test fail, with a message that says
+// what to install or which variable to set; it never skips.
+// IDEM_TEST_FORCE_THROWAWAY=1 skips 1 and 2, to exercise the throwaway path on
+// a machine that has a Postgres running.
 package testdb
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,15 +39,90 @@ import (
 	"github.com/idemhq/idem/store/postgres"
 )
 
-// DefaultURL is used when IDEM_TEST_DATABASE_URL is unset.
+// DefaultURL is the local Postgres the tests use when IDEM_TEST_DATABASE_URL
+// is unset and it answers.
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// BaseURL is the database the tests create their schemas in.
-func BaseURL() string {
-	if u := os.Getenv("IDEM_TEST_DATABASE_URL"); u != "" {
-		return u
+// The environment variables testdb reads.
+const (
+	// EnvDatabaseURL names the database to create test schemas in.
+	EnvDatabaseURL = "IDEM_TEST_DATABASE_URL"
+	// EnvForceThrowaway, set to 1, makes testdb start (or reuse) its own
+	// throwaway cluster whatever else answers.
+	EnvForceThrowaway = "IDEM_TEST_FORCE_THROWAWAY"
+	// EnvPGBinDir names the directory holding initdb and pg_ctl; when set,
+	// testdb looks nowhere else.
+	EnvPGBinDir = "IDEM_TEST_PG_BINDIR"
+	// EnvStateDir is where the shared throwaway cluster and its lock files
+	// live. It defaults to $TMPDIR/idem-testpg-<uid>.
+	EnvStateDir = "IDEM_TEST_PG_STATE_DIR"
+	// EnvLinger is how long the throwaway cluster outlives its last user
+	// (a Go duration). It defaults to 15s, so the packages of one `go test
+	// ./...`, which start one after another, share one cluster.
+	EnvLinger = "IDEM_TEST_PG_LINGER"
+)
+
+var (
+	resolveOnce sync.Once
+	resolvedURL string
+	resolveErr  error
+)
+
+// BaseURL returns the database the tests create their schemas in, finding or
+// starting it on the first call; it fails t when there is none.
+func BaseURL(t testing.TB) string {
+	t.Helper()
+	u, err := Acquire()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return DefaultURL
+	return u
+}
+
+// Acquire is BaseURL for code that has no testing.TB, such as a TestMain or
+// a command that runs another test suite against the same database. When it
+// returns a throwaway cluster, the calling process counts as one of its users
+// until it exits.
+func Acquire() (string, error) {
+	resolveOnce.Do(func() { resolvedURL, resolveErr = resolve() })
+	return resolvedURL, resolveErr
+}
+
+func resolve() (string, error) {
+	forced := os.Getenv(EnvForceThrowaway) == "1"
+	var defaultErr error
+	if !forced {
+		if u := os.Getenv(EnvDatabaseURL); u != "" {
+			return u, nil
+		}
+		if defaultErr = ping(DefaultURL, 3*time.Second); defaultErr == nil {
+			return DefaultURL, nil
+		}
+	}
+	u, err := throwaway()
+	if err == nil {
+		return u, nil
+	}
+	why := fmt.Sprintf("%s=1 asked for a throwaway cluster", EnvForceThrowaway)
+	if !forced {
+		why = fmt.Sprintf("%s is unset and nothing answers at %s (%v)", EnvDatabaseURL, redact(DefaultURL), oneLine(defaultErr))
+	}
+	return "", fmt.Errorf("idem's tests need PostgreSQL: %s, and no throwaway cluster could be started: %v.\n"+
+		"Either install PostgreSQL's server binaries (initdb, pg_ctl; Debian/Ubuntu: apt-get install postgresql, "+
+		"Fedora: dnf install postgresql-server, macOS: brew install postgresql@15) and the tests start a throwaway cluster themselves "+
+		"(%s=DIR if they are somewhere unusual), or set %s to a database the tests may create schemas in", why, err, EnvPGBinDir, EnvDatabaseURL)
+}
+
+// ping reports whether a database answers at u within timeout.
+func ping(u string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
 }
 
 // DB is one test's schema.
@@ -64,14 +159,14 @@ func New(t testing.TB, opts ...Option) *DB {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	base := BaseURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	base := BaseURL()
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatalf("idem's tests need PostgreSQL and none answers at %s: %v\n"+
-			"Start one (on Debian: pg_ctlcluster 15 main start) or point IDEM_TEST_DATABASE_URL at one.", redact(base), err)
+			"Start it, point %s at another one, or unset %s to let the tests find or start one.", redact(base), err, EnvDatabaseURL, EnvDatabaseURL)
 	}
 	defer admin.Close(ctx)
 
@@ -85,11 +180,11 @@ func New(t testing.TB, opts ...Option) *DB {
 
 	schemaURL, err := withSearchPath(base, schema)
 	if err != nil {
-		t.Fatalf("IDEM_TEST_DATABASE_URL: %v", err)
+		t.Fatalf("%s: %v", EnvDatabaseURL, err)
 	}
 	cfg, err := pgxpool.ParseConfig(schemaURL)
 	if err != nil {
-		t.Fatalf("IDEM_TEST_DATABASE_URL: %v", err)
+		t.Fatalf("%s: %v", EnvDatabaseURL, err)
 	}
 	cfg.MaxConns = o.maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -137,4 +232,12 @@ func redact(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// oneLine flattens an error pgx spreads over several lines.
+func oneLine(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
 }

@@ -3,10 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,39 +11,11 @@ import (
 )
 
 // Migration is one numbered schema change.
-type Migration struct {
-	Version int
-	Name    string
-	SQL     string
-}
+type Migration = migrations.Migration
 
 // Migrations returns the embedded migrations in order.
 func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrations.FS, ".")
-	if err != nil {
-		return nil, err
-	}
-	var out []Migration
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		version, err := strconv.Atoi(num)
-		if !ok || err != nil || !strings.HasSuffix(name, ".sql") {
-			return nil, fmt.Errorf("migration %q: the name must be NNN_description.sql", name)
-		}
-		body, err := fs.ReadFile(migrations.FS, name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Migration{Version: version, Name: name, SQL: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i := 1; i < len(out); i++ {
-		if out[i].Version == out[i-1].Version {
-			return nil, fmt.Errorf("migrations %q and %q share version %d", out[i-1].Name, out[i].Name, out[i].Version)
-		}
-	}
-	return out, nil
+	return migrations.Parse(migrations.FS)
 }
 
 // LatestVersion is the schema version this binary expects.

@@ -15,9 +15,13 @@ import (
 	"github.com/idemhq/idem/store/postgres"
 )
 
-// The lease and retention most tests claim with: long enough that nothing
-// lapses on its own while a test runs. Tests that need a lapsed lease move
+// The lease and retention the tests claim with: long enough that nothing
+// lapses on its own while a test runs. A test that needs a lapsed lease moves
 // lease_expires_at into the past with SQL (lapse) instead of sleeping.
+//
+// The tests of this package are PostgreSQL's own: READ COMMITTED races, SKIP
+// LOCKED, migrations, error mapping, Connect. What every store does is in
+// the conformance suite, store/storetest, which TestStore runs.
 const (
 	testLease     = time.Minute
 	testRetention = time.Hour
@@ -100,16 +104,6 @@ func (b *testBundle) get(t *testing.T, id store.RecordID) *store.Record {
 	return rec
 }
 
-// now reads the database clock, the only clock the store uses.
-func (b *testBundle) now(t *testing.T) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := b.pool.QueryRow(b.ctx, "SELECT now()").Scan(&now); err != nil {
-		t.Fatalf("SELECT now(): %v", err)
-	}
-	return now.UTC()
-}
-
 func (b *testBundle) exec(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
 	tag, err := b.pool.Exec(b.ctx, sql, args...)
@@ -127,21 +121,6 @@ func (b *testBundle) lapse(t *testing.T, id store.RecordID) {
 	if n != 1 {
 		t.Fatalf("lapse %q: updated %d rows, want 1", id.Key, n)
 	}
-}
-
-// expire lapses the lease of id and lets the sweeper mark it EXPIRED.
-func (b *testBundle) expire(t *testing.T, id store.RecordID) *store.Record {
-	t.Helper()
-	b.lapse(t, id)
-	n, err := b.store.SweepExpire(b.ctx, 100)
-	if err != nil || n != 1 {
-		t.Fatalf("SweepExpire: %d, %v; want 1, nil", n, err)
-	}
-	rec := b.get(t, id)
-	if rec.State != store.StateExpired {
-		t.Fatalf("after SweepExpire: state %s, want expired", rec.State)
-	}
-	return rec
 }
 
 // begin opens a transaction on its own pool connection and returns it with
@@ -202,27 +181,6 @@ func requireSameRecord(t *testing.T, what string, got, want *store.Record) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s: record changed\n got: %+v\nwant: %+v", what, got, want)
-	}
-}
-
-// requireBetween fails unless lo <= got <= hi.
-func requireBetween(t *testing.T, what string, got, lo, hi time.Time) {
-	t.Helper()
-	if got.Before(lo) || got.After(hi) {
-		t.Fatalf("%s = %v, want between %v and %v", what, got, lo, hi)
-	}
-}
-
-// requireUTC fails unless every set time of rec is in UTC.
-func requireUTC(t *testing.T, rec *store.Record) {
-	t.Helper()
-	for name, ts := range map[string]time.Time{
-		"created_at": rec.CreatedAt, "updated_at": rec.UpdatedAt, "lease_expires_at": rec.LeaseExpiresAt,
-		"completed_at": rec.CompletedAt, "expires_at": rec.ExpiresAt,
-	} {
-		if !ts.IsZero() && ts.Location() != time.UTC {
-			t.Fatalf("%s is in %v, want UTC", name, ts.Location())
-		}
 	}
 }
 

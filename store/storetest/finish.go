@@ -1,4 +1,4 @@
-package postgres_test
+package storetest
 
 import (
 	"testing"
@@ -9,24 +9,23 @@ import (
 
 // tokenCalls are the three calls that present a token, each as a function
 // of the bundle, the record and the token.
-var tokenCalls = map[string]func(b *testBundle, id store.RecordID, token int64) (*store.Record, error){
-	"Complete": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+var tokenCalls = map[string]func(b *bundle, id store.RecordID, token int64) (*store.Record, error){
+	"Complete": func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
 		return b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: token, Result: []byte("late result")})
 	},
-	"Fail": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+	"Fail": func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
 		return b.store.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: token, Error: "late error"})
 	},
-	"FailRetryable": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+	"FailRetryable": func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
 		return b.store.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: token, Error: "late error", Retryable: true})
 	},
-	"Heartbeat": func(b *testBundle, id store.RecordID, token int64) (*store.Record, error) {
+	"Heartbeat": func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
 		return b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: id, Token: token, LeaseTTL: testLease})
 	},
 }
 
-func TestHeartbeatExtendsLease(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+func testHeartbeatExtendsLease(t *testing.T, h Harness) {
+	b := setup(t, h)
 	id := recordID("hb")
 	held := b.acquire(t, id, "w1")
 
@@ -59,10 +58,9 @@ func TestHeartbeatExtendsLease(t *testing.T) {
 	}
 }
 
-// TestTokenCallsOnLapsedLease: expiry alone does not revoke, only a takeover
+// testTokenCallsOnLapsedLease: expiry alone does not revoke, only a takeover
 // does, whether or not the sweeper has marked the record EXPIRED yet.
-func TestTokenCallsOnLapsedLease(t *testing.T) {
-	t.Parallel()
+func testTokenCallsOnLapsedLease(t *testing.T, h Harness) {
 	for _, swept := range []bool{false, true} {
 		for name, call := range tokenCalls {
 			label := name + "/lapsed"
@@ -71,7 +69,7 @@ func TestTokenCallsOnLapsedLease(t *testing.T) {
 			}
 			t.Run(label, func(t *testing.T) {
 				t.Parallel()
-				b := setup(t)
+				b := setup(t, h)
 				id := recordID("k")
 				held := b.acquire(t, id, "w1")
 				if swept {
@@ -125,31 +123,30 @@ func TestTokenCallsOnLapsedLease(t *testing.T) {
 	}
 }
 
-// TestTokenCallsSupersededToken: a token that is not the current one is
+// testTokenCallsSupersededToken: a token that is not the current one is
 // LEASE_LOST whatever state the record is in, and changes nothing.
-func TestTokenCallsSupersededToken(t *testing.T) {
-	t.Parallel()
+func testTokenCallsSupersededToken(t *testing.T, h Harness) {
 	// Each case takes the record over from the old holder and leaves it in
 	// one state.
-	successor := map[string]func(t *testing.T, b *testBundle, id store.RecordID, token int64){
-		"processing": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {},
-		"completed": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+	successor := map[string]func(t *testing.T, b *bundle, id store.RecordID, token int64){
+		"processing": func(t *testing.T, b *bundle, id store.RecordID, token int64) {},
+		"completed": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.complete(t, id, token, "successor's result")
 		},
-		"failed": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+		"failed": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.fail(t, id, token, "successor's error", false)
 		},
-		"released": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+		"released": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.fail(t, id, token, "successor's error", true)
 		},
-		"expired": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+		"expired": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.expire(t, id)
 		},
 	}
 	for state, leave := range successor {
 		t.Run(state, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setup(t, h)
 			id := recordID("k")
 			old := b.acquire(t, id, "w1")
 			b.lapse(t, id)
@@ -173,9 +170,8 @@ func TestTokenCallsSupersededToken(t *testing.T) {
 	}
 }
 
-func TestCompleteRepeatedReturnsStoredRecord(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+func testCompleteRepeatedReturnsStoredRecord(t *testing.T, h Harness) {
+	b := setup(t, h)
 	id := recordID("k")
 	held := b.acquire(t, id, "w1")
 	first := b.complete(t, id, held.Token, "first")
@@ -189,10 +185,9 @@ func TestCompleteRepeatedReturnsStoredRecord(t *testing.T) {
 	requireSameRecord(t, "RecordGet", b.get(t, id), first)
 }
 
-func TestFailRepeatedReturnsStoredRecord(t *testing.T) {
-	t.Parallel()
+func testFailRepeatedReturnsStoredRecord(t *testing.T, h Harness) {
 	for _, retryable := range []bool{false, true} {
-		b := setup(t)
+		b := setup(t, h)
 		id := recordID("k")
 		held := b.acquire(t, id, "w1")
 		first := b.fail(t, id, held.Token, "first error", retryable)
@@ -207,30 +202,29 @@ func TestFailRepeatedReturnsStoredRecord(t *testing.T) {
 	}
 }
 
-func TestTokenCallsAfterTerminal(t *testing.T) {
-	t.Parallel()
+func testTokenCallsAfterTerminal(t *testing.T, h Harness) {
 	cases := []struct {
 		name string
-		end  func(t *testing.T, b *testBundle, id store.RecordID, token int64)
+		end  func(t *testing.T, b *bundle, id store.RecordID, token int64)
 		call []string
 	}{
 		{
 			name: "completed",
-			end: func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			end: func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 				b.complete(t, id, token, "r")
 			},
 			call: []string{"Fail", "FailRetryable", "Heartbeat"},
 		},
 		{
 			name: "failed",
-			end: func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			end: func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 				b.fail(t, id, token, "e", false)
 			},
 			call: []string{"Complete", "Heartbeat"},
 		},
 		{
 			name: "released",
-			end: func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+			end: func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 				b.fail(t, id, token, "e", true)
 			},
 			call: []string{"Complete", "Heartbeat"},
@@ -239,7 +233,7 @@ func TestTokenCallsAfterTerminal(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setup(t, h)
 			id := recordID("k")
 			held := b.acquire(t, id, "w1")
 			c.end(t, b, id, held.Token)
@@ -256,9 +250,8 @@ func TestTokenCallsAfterTerminal(t *testing.T) {
 	}
 }
 
-func TestTokenCallsUnknownKey(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+func testTokenCallsUnknownKey(t *testing.T, h Harness) {
+	b := setup(t, h)
 	b.acquire(t, recordID("other"), "")
 	for name, call := range tokenCalls {
 		for _, id := range []store.RecordID{
@@ -277,11 +270,10 @@ func TestTokenCallsUnknownKey(t *testing.T) {
 	requireErr(t, "RecordGet of a missing key", err, store.ErrNotFound)
 }
 
-// TestFencing is the story of DESIGN §1: a worker pauses past its lease, is
+// testFencing is the story of DESIGN §1: a worker pauses past its lease, is
 // taken over, wakes up and must not overwrite its successor.
-func TestFencing(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+func testFencing(t *testing.T, h Harness) {
+	b := setup(t, h)
 	id := recordID("charge-42")
 	paused := b.acquire(t, id, "w1")
 	b.lapse(t, id)
@@ -309,9 +301,8 @@ func TestFencing(t *testing.T) {
 	}
 }
 
-func TestCompleteStoresBinaryResult(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+func testCompleteStoresBinaryResult(t *testing.T, h Harness) {
+	b := setup(t, h)
 	result := make([]byte, 64<<10)
 	for i := range result {
 		result[i] = byte(i * 7)

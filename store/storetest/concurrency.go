@@ -1,4 +1,4 @@
-package postgres_test
+package storetest
 
 import (
 	"fmt"
@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/store"
 )
 
 // claimAtOnce starts n goroutines that claim id together and returns how many
 // got each outcome. An error from any of them fails the test.
-func claimAtOnce(t *testing.T, b *testBundle, id store.RecordID, n int) map[store.Outcome]int {
+func claimAtOnce(t *testing.T, b *bundle, id store.RecordID, n int) map[store.Outcome]int {
 	t.Helper()
 	var (
 		wg       sync.WaitGroup
@@ -58,9 +57,8 @@ func requireOneAcquired(t *testing.T, key string, outcomes map[store.Outcome]int
 	}
 }
 
-func TestClaimConcurrentNewKey(t *testing.T) {
-	t.Parallel()
-	b := setup(t, testdb.MaxConns(16))
+func testClaimConcurrentNewKey(t *testing.T, h Harness) {
+	b := setup(t, h, 16)
 
 	// More claimants than connections: most wait for the pool, and some
 	// race the insert itself.
@@ -74,25 +72,79 @@ func TestClaimConcurrentNewKey(t *testing.T) {
 	}
 }
 
-// TestClaimConcurrentTakeover: N concurrent Claims of a record that may be
+// testClaimConcurrentManyKeys: a few hundred keys claimed all at once, each
+// by a few goroutines, so that Claims of different keys overlap as well as
+// Claims of one key. Each key is acquired once, and no two keys share a token.
+func testClaimConcurrentManyKeys(t *testing.T, h Harness) {
+	b := setup(t, h, 16)
+	const (
+		keys     = 300
+		claimers = 4
+	)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		outcomes = make([]map[store.Outcome]int, keys)
+		tokens   = map[int64]string{}
+		errs     []error
+		start    = make(chan struct{})
+	)
+	for k := range keys {
+		outcomes[k] = map[store.Outcome]int{}
+		for c := range claimers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				id := recordID(fmt.Sprintf("many-%d", k))
+				res, err := b.store.RecordClaim(b.ctx, claimParams(id, fmt.Sprintf("worker-%d", c)))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", id.Key, err))
+					return
+				}
+				outcomes[k][res.Outcome]++
+				if res.Outcome == store.OutcomeAcquired {
+					if other, ok := tokens[res.Record.Token]; ok {
+						errs = append(errs, fmt.Errorf("%s and %s were both handed token %d", other, id.Key, res.Record.Token))
+					}
+					tokens[res.Record.Token] = id.Key
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d claims failed, first: %v", len(errs), keys*claimers, errs[0])
+	}
+	for k := range keys {
+		requireOneAcquired(t, fmt.Sprintf("many-%d", k), outcomes[k], claimers)
+	}
+	if counts := b.countStates(t); counts[store.StateProcessing] != keys || len(counts) != 1 {
+		t.Fatalf("CountByState %v, want %d processing records and nothing else", counts, keys)
+	}
+}
+
+// testClaimConcurrentTakeover: N concurrent Claims of a record that may be
 // taken over give one takeover, whatever made it available.
-func TestClaimConcurrentTakeover(t *testing.T) {
-	t.Parallel()
-	prepare := map[string]func(t *testing.T, b *testBundle, id store.RecordID, token int64){
-		"lapsed": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+func testClaimConcurrentTakeover(t *testing.T, h Harness) {
+	prepare := map[string]func(t *testing.T, b *bundle, id store.RecordID, token int64){
+		"lapsed": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.lapse(t, id)
 		},
-		"released": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+		"released": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.fail(t, id, token, "retry", true)
 		},
-		"expired": func(t *testing.T, b *testBundle, id store.RecordID, token int64) {
+		"expired": func(t *testing.T, b *bundle, id store.RecordID, token int64) {
 			b.expire(t, id)
 		},
 	}
 	for name, leave := range prepare {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, testdb.MaxConns(8))
+			b := setup(t, h, 8)
 			for i := range 20 {
 				id := recordID(fmt.Sprintf("k%d", i))
 				held := b.acquire(t, id, "first")
@@ -106,14 +158,13 @@ func TestClaimConcurrentTakeover(t *testing.T) {
 	}
 }
 
-// TestSameJobProcessedTwiceConcurrently is the article's scenario: a queue
+// testSameJobProcessedTwiceConcurrently is the article's scenario: a queue
 // delivers the same job to several workers at once. Each worker claims,
 // performs the side effect only when it acquired the record, and completes;
 // the others wait for the result. The side effect happens once per job and
 // every worker ends with the same result.
-func TestSameJobProcessedTwiceConcurrently(t *testing.T) {
-	t.Parallel()
-	b := setup(t, testdb.MaxConns(16))
+func testSameJobProcessedTwiceConcurrently(t *testing.T, h Harness) {
+	b := setup(t, h, 16)
 	const (
 		jobs       = 50
 		deliveries = 4
@@ -163,7 +214,7 @@ func TestSameJobProcessedTwiceConcurrently(t *testing.T) {
 }
 
 // processJob is a worker's handler in the style of the Go SDK's Do helper.
-func processJob(b *testBundle, id store.RecordID, claimant string, effect func() string) (string, error) {
+func processJob(b *bundle, id store.RecordID, claimant string, effect func() string) (string, error) {
 	for range 2000 {
 		res, err := b.store.RecordClaim(b.ctx, claimParams(id, claimant))
 		if err != nil {

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/client"
+)
+
+// idemdProc is an `idemd serve` on the embedded store, run in a directory of
+// the test's.
+type idemdProc struct {
+	cmd            *exec.Cmd
+	addr, httpAddr string
+	mu             sync.Mutex
+	lines          []string
+	ended          chan struct{}
+}
+
+// environWithoutIdem is the environment less every IDEM_ variable, so that
+// only what a test sets reaches idemd.
+func environWithoutIdem() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "IDEM_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// startServe runs `idemd serve args...` in dir until the test ends, its
+// addresses given through the environment so that args can be empty, and
+// returns once it serves.
+func startServe(t *testing.T, dir string, args ...string) *idemdProc {
+	t.Helper()
+	p := &idemdProc{addr: freeAddr(t), httpAddr: freeAddr(t), ended: make(chan struct{})}
+	p.cmd = exec.Command(idemdBinary, append([]string{"serve"}, args...)...)
+	p.cmd.Dir = dir
+	p.cmd.Env = append(environWithoutIdem(), "IDEM_LISTEN="+p.addr, "IDEM_HTTP_LISTEN="+p.httpAddr, "IDEM_LOG_FORMAT=json")
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.kill)
+	serving := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.mu.Unlock()
+			if strings.Contains(sc.Text(), `"msg":"idemd serving"`) {
+				close(serving)
+			}
+		}
+		close(p.ended)
+	}()
+	select {
+	case <-serving:
+		return p
+	case <-p.ended:
+	case <-time.After(30 * time.Second):
+	}
+	t.Fatalf("idemd did not serve; its log:\n%s", p.log())
+	return nil
+}
+
+func (p *idemdProc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// kill ends idemd with SIGKILL: nothing is flushed or closed on the way out.
+func (p *idemdProc) kill() {
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+func (p *idemdProc) client(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(p.addr, client.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (p *idemdProc) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.httpAddr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestServeWithNoFlagsRunsOnSQLiteAndKeepsCompletesAcrossKill9: `idemd
+// serve` alone, in an empty directory, stores records in ./idem-data, says
+// so, and an acknowledged Complete survives kill -9; tokens keep growing
+// after the restart.
+func TestServeWithNoFlagsRunsOnSQLiteAndKeepsCompletesAcrossKill9(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := startServe(t, dir)
+	if log := first.log(); !strings.Contains(log, "no --database-url: running on the embedded SQLite store") ||
+		!strings.Contains(log, "PostgreSQL is the production store") || !strings.Contains(log, filepath.Join("idem-data", "idem.db")) {
+		t.Errorf("the log does not say that idemd runs on SQLite in ./idem-data and that Postgres is for production:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "idem-data", "idem.db")); err != nil {
+		t.Fatalf("no database in ./idem-data: %v", err)
+	}
+	if code, body := first.get(t, "/readyz"); code != http.StatusOK || strings.TrimSpace(body) != "ready" {
+		t.Errorf("/readyz = %d %q, want 200 ready", code, body)
+	}
+	if _, body := first.get(t, "/metrics"); strings.Contains(body, "idem_db_pool_") || !strings.Contains(body, "grpc_server_handled_total") {
+		t.Errorf("/metrics on SQLite: want the gRPC metrics and no Postgres pool gauges")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := first.client(t)
+	claim, err := c.Claim(ctx, client.ClaimRequest{Namespace: "process_payment", Key: "order-1"})
+	if err != nil || claim.Outcome != client.OutcomeAcquired {
+		t.Fatalf("Claim: %+v, %v", claim, err)
+	}
+	if _, err := c.Complete(ctx, client.CompleteRequest{Namespace: "process_payment", Key: "order-1", Token: claim.Record.Token, Result: []byte("ch_1")}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	first.kill()
+
+	second := startServe(t, dir)
+	c = second.client(t)
+	rec, err := c.Lookup(ctx, "process_payment", "order-1")
+	if err != nil || rec.State != client.StateCompleted || string(rec.Result) != "ch_1" || rec.Token != claim.Record.Token {
+		t.Fatalf("after kill -9 and a restart, Lookup = %+v, %v; want COMPLETED with result ch_1 and token %d", rec, err, claim.Record.Token)
+	}
+	replay, err := c.Claim(ctx, client.ClaimRequest{Namespace: "process_payment", Key: "order-1"})
+	if err != nil || replay.Outcome != client.OutcomeCompleted || string(replay.Record.Result) != "ch_1" {
+		t.Fatalf("a redelivery after the restart: %+v, %v; want the COMPLETED replay", replay, err)
+	}
+	next, err := c.Claim(ctx, client.ClaimRequest{Namespace: "process_payment", Key: "order-2"})
+	if err != nil || next.Outcome != client.OutcomeAcquired {
+		t.Fatalf("Claim of a new key: %+v, %v", next, err)
+	}
+	if next.Record.Token <= claim.Record.Token {
+		t.Fatalf("the first token after the restart is %d, not greater than %d from before it", next.Record.Token, claim.Record.Token)
+	}
+}
+
+// TestSecondIdemdOnOneSQLiteFileIsRefused: one SQLite file serves one idemd;
+// a second one (serve, sweep or migrate) stops with one line that says why,
+// and once the first is gone, even by kill -9, the file is free again.
+func TestSecondIdemdOnOneSQLiteFileIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := startServe(t, dir, "--data-dir", "shared")
+	for _, args := range [][]string{
+		{"serve", "--listen", "127.0.0.1:0", "--http-listen", ""},
+		{"sweep", "--once"},
+		{"migrate"},
+	} {
+		cmd := exec.Command(idemdBinary, append(args, "--data-dir", filepath.Join(dir, "shared"))...)
+		cmd.Env = environWithoutIdem()
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("a second idemd %s on the same data dir started:\n%s", args[0], out)
+		}
+		text := strings.TrimSpace(string(out))
+		if !strings.Contains(text, "is in use by another idemd (pid ") || !strings.Contains(text, "PostgreSQL") {
+			t.Errorf("idemd %s: the refusal does not say the file is in use by which idemd and what to do instead:\n%s", args[0], text)
+		}
+		if strings.Count(text, "\n") != 0 {
+			t.Errorf("idemd %s: the refusal is not one line:\n%s", args[0], text)
+		}
+	}
+	first.kill()
+	startServe(t, dir, "--data-dir", "shared")
+}
+
+// TestSQLiteURL: sqlite:///path chooses the embedded store explicitly, for
+// serve, migrate and sweep; a lapsed lease is expired by `sweep --once`.
+func TestSQLiteURL(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "nested", "idem.db")
+	url := "sqlite://" + file
+	out, code := run(t, nil, "migrate", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "schema is up to date") {
+		t.Fatalf("migrate on SQLite: exit %d, output %q", code, out)
+	}
+	p := startServe(t, t.TempDir(), "--database-url", url, "--sweep-interval", "0")
+	if log := p.log(); strings.Contains(log, "no --database-url") || !strings.Contains(log, `"database":"`+file+`"`) {
+		t.Errorf("the log does not name the file %s (or says there was no URL):\n%s", file, log)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := p.client(t).Claim(ctx, client.ClaimRequest{Namespace: "jobs", Key: "lapses", LeaseTTL: time.Second})
+	if err != nil || res.Outcome != client.OutcomeAcquired {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("idemd on SQLite exited with %v after SIGTERM, want 0:\n%s", err, p.log())
+	}
+	time.Sleep(time.Until(res.Record.LeaseExpiresAt) + 100*time.Millisecond)
+	out, code = run(t, nil, "sweep", "--once", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "expired 1, purged 0") {
+		t.Fatalf("sweep --once on SQLite: exit %d, output %q", code, out)
+	}
+}

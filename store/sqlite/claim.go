@@ -1,0 +1,122 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// The two ways a Claim acquires: a new record, or a takeover of a RELEASED or
+// EXPIRED record or of a PROCESSING one whose lease ran out. Both run in a
+// write transaction that has read the row under the write lock, with a token
+// that transaction drew. The fingerprint is written when the record is
+// created only.
+const (
+	insertSQL = `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
+		lease_expires_at, retention_us, created_at, updated_at)
+	VALUES (?1, ?2, ?3, 'processing', ?4, 1, ?5, ifnull(?6, x''), ?7 + ?8, ?9, ?7, ?7)
+	RETURNING ` + recordCols
+
+	takeoverSQL = `UPDATE idem_records SET state = 'processing', token = ?4, attempt = attempt + 1, claimant = ?5,
+		lease_expires_at = ?6 + ?7, retention_us = ?8, result = NULL, error = NULL,
+		completed_at = NULL, expires_at = NULL, updated_at = ?6
+	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
+	RETURNING ` + recordCols
+
+	// nextTokenSQL draws a token. The counter never goes back, whatever is
+	// purged or deleted, so every token is greater than all earlier ones.
+	nextTokenSQL = `UPDATE idem_token SET value = value + 1 WHERE id = 1 RETURNING value`
+)
+
+// RecordClaim implements store.Store.
+func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	// Most Claims of a busy key only report: IN_PROGRESS while the holder
+	// works, a replay once it is done. Those are answered from a committed
+	// snapshot without queueing for the write lock. The answer holds as of
+	// the read, which is after every commit that preceded the call.
+	rec, err := getRecord(ctx, s.readStmts[getSQL], p.RecordID)
+	switch {
+	case err == nil:
+		if res, settled, err := report(rec, p, now()); settled {
+			return res, err
+		}
+	case errors.Is(err, sql.ErrNoRows):
+	default:
+		return nil, interpretError(ctx, err)
+	}
+
+	// Otherwise decide again under the write lock: the row may have changed
+	// since the read.
+	var res *store.ClaimResult
+	err = s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
+		rec, err := getRecord(ctx, s.inTx(ctx, tx, getSQL), p.RecordID)
+		switch {
+		case err == nil:
+			r, settled, err := report(rec, p, now)
+			if settled {
+				res = r
+				return err
+			}
+		case errors.Is(err, sql.ErrNoRows):
+			rec = nil
+		default:
+			return err
+		}
+		var token int64
+		if err := s.inTx(ctx, tx, nextTokenSQL).QueryRowContext(ctx).Scan(&token); err != nil {
+			return err
+		}
+		if rec == nil {
+			rec, err = scanRecord(s.inTx(ctx, tx, insertSQL).QueryRowContext(ctx, p.Tenant, p.Namespace, p.Key, token,
+				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds()))
+		} else {
+			rec, err = scanRecord(s.inTx(ctx, tx, takeoverSQL).QueryRowContext(ctx, p.Tenant, p.Namespace, p.Key, token,
+				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds()))
+		}
+		if err != nil {
+			return err
+		}
+		res = &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// report answers a Claim of the existing record rec at time now when the
+// answer writes nothing: a fingerprint mismatch, a replay, IN_PROGRESS, or
+// the same claimant asking again. settled is false when the Claim acquires
+// the record by a takeover.
+func report(rec *store.Record, p *store.ClaimParams, now time.Time) (res *store.ClaimResult, settled bool, err error) {
+	if len(rec.Fingerprint) > 0 && len(p.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
+		return nil, true, store.ErrFingerprintMismatch
+	}
+	switch rec.State {
+	case store.StateCompleted:
+		return &store.ClaimResult{Outcome: store.OutcomeCompleted, Record: rec}, true, nil
+	case store.StateFailed:
+		return &store.ClaimResult{Outcome: store.OutcomeFailed, Record: rec}, true, nil
+	case store.StateProcessing:
+		if rec.LeaseExpiresAt.After(now) {
+			if p.Claimant != "" && rec.Claimant == p.Claimant {
+				// The same attempt asking again (its response was lost).
+				return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}, true, nil
+			}
+			return &store.ClaimResult{
+				Outcome:    store.OutcomeInProgress,
+				Record:     rec,
+				RetryAfter: rec.LeaseExpiresAt.Sub(now),
+			}, true, nil
+		}
+	}
+	return nil, false, nil
+}

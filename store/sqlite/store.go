@@ -1,0 +1,265 @@
+// Package sqlite is idem's single-node store: the state machine of DESIGN §1
+// on one SQLite file, through the pure-Go driver modernc.org/sqlite (no cgo).
+//
+// One connection writes and a few read. Every write is a BEGIN IMMEDIATE
+// transaction on the one write connection, so the writes of a Store queue in
+// Go for that connection instead of polling SQLite's busy handler, and no
+// transaction ever has to upgrade a read lock to a write lock (which WAL mode
+// may refuse at once with SQLITE_BUSY). The journal is WAL, so readers never
+// wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
+// reads a committed snapshot and takes no write lock at all.
+//
+// Durability: synchronous=FULL. In WAL mode every commit fsyncs the WAL before
+// it returns, so an acknowledged Complete survives kill -9 of the process and
+// a power cut alike. NORMAL would survive kill -9 too (the WAL is in the
+// operating system's page cache by then) but could lose the last commits in a
+// power cut, and a lost Complete is the one failure idem exists to prevent.
+// The price is one fsync per write transaction.
+//
+// Time: SQLite has no server clock and one file has one host, so the process
+// clock (UTC, to the microsecond) stands in for the database clock of DESIGN
+// §1. A write reads the clock once it holds the write lock, so the times of
+// records follow the order of commits as long as the system clock does not
+// step back. Times are stored as integer microseconds since the Unix epoch.
+//
+// Two Store values may open one file in one process, or in two processes:
+// their writes take turns through SQLite's file lock, waiting up to the busy
+// timeout (5 s) for each other; past it a call fails with
+// store.ErrUnavailable. idemd keeps a second server off one file with a lock
+// file of its own.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// BusyTimeout is how long a statement waits for a lock that another
+// connection to the file holds (another Store, another process, a tool)
+// before it fails with store.ErrUnavailable.
+const BusyTimeout = 5 * time.Second
+
+// readConns is the size of the read pool. Reads are short point lookups and
+// admin listings; a few connections keep them off the writer's path.
+const readConns = 4
+
+// Store implements store.Store on one SQLite file. It is safe for concurrent
+// use.
+type Store struct {
+	// write has exactly one connection: every write transaction runs on it,
+	// BEGIN IMMEDIATE (the DSN's _txlock), one at a time.
+	write *sql.DB
+	// read serves statements that change nothing; in WAL mode they run
+	// beside the writer and see the last committed transaction.
+	read *sql.DB
+	// writeStmts and readStmts are every statement the store runs, by
+	// their text, prepared on each connection once rather than on every
+	// call. They are not changed after Open.
+	writeStmts map[string]*sql.Stmt
+	readStmts  map[string]*sql.Stmt
+	closed     atomic.Bool
+}
+
+// writeQueries and readQueries are the statements Open prepares on the write
+// and the read connections.
+var (
+	writeQueries = []string{getSQL, nextTokenSQL, insertSQL, takeoverSQL,
+		completeCall.sql, failCall.sql, heartbeatCall.sql, sweepExpireSQL, sweepPurgeSQL, deleteSQL}
+	readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL}
+)
+
+// errClosed is what every call returns once Close has run.
+var errClosed = fmt.Errorf("%w: the SQLite store is closed", store.ErrUnavailable)
+
+// Open opens the SQLite database at path, creating the file and its directory
+// when they do not exist, and applies the schema's pending migrations. The
+// database runs in WAL mode with synchronous=FULL. Close releases it.
+func Open(ctx context.Context, path string) (*Store, error) {
+	switch {
+	case path == "":
+		return nil, errors.New("sqlite: the database path is empty; name a file such as /var/lib/idem/idem.db")
+	case strings.ContainsRune(path, '?'), strings.HasPrefix(path, "file:"), strings.HasPrefix(path, ":memory:"):
+		return nil, fmt.Errorf("sqlite: database path %q: give a plain file path, without '?', a file: URI or :memory:", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: create the database's directory: %w", err)
+	}
+
+	busy := fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds())
+	write, err := sql.Open("sqlite", dsn(path, url.Values{
+		"_pragma": {busy, "journal_mode(WAL)", "synchronous(FULL)"},
+		"_txlock": {"immediate"},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	s := &Store{write: write}
+	if err := s.migrate(ctx); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+
+	read, err := sql.Open("sqlite", dsn(path, url.Values{
+		"_pragma": {busy, "query_only(1)"},
+	}))
+	if err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	read.SetMaxOpenConns(readConns)
+	read.SetMaxIdleConns(readConns)
+	read.SetConnMaxLifetime(0)
+	read.SetConnMaxIdleTime(0)
+	s.read = read
+	if s.writeStmts, err = prepare(ctx, write, writeQueries); err == nil {
+		s.readStmts, err = prepare(ctx, read, readQueries)
+	}
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// prepare prepares queries on db.
+func prepare(ctx context.Context, db *sql.DB, queries []string) (map[string]*sql.Stmt, error) {
+	stmts := make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		stmt, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			return nil, interpretError(ctx, fmt.Errorf("prepare %q: %w", q, err))
+		}
+		stmts[q] = stmt
+	}
+	return stmts, nil
+}
+
+// inTx returns the prepared statement query for use in tx.
+func (s *Store) inTx(ctx context.Context, tx *sql.Tx, query string) *sql.Stmt {
+	return tx.StmtContext(ctx, s.writeStmts[query])
+}
+
+// dsn is path with the driver's parameters. The driver cuts the path at the
+// first '?', which is why Open refuses paths that contain one.
+func dsn(path string, params url.Values) string {
+	return path + "?" + params.Encode()
+}
+
+// Close closes the database. Calls made after it return store.ErrUnavailable.
+// Closing twice is not an error.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var errs []error
+	if s.read != nil {
+		errs = append(errs, s.read.Close())
+	}
+	errs = append(errs, s.write.Close())
+	return errors.Join(errs...)
+}
+
+// Ping reports whether the database file can be read.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	var v int64
+	return interpretError(ctx, s.readStmts[pingSQL].QueryRowContext(ctx).Scan(&v))
+}
+
+const pingSQL = `SELECT value FROM idem_token`
+
+// now is the store's clock: the process clock in UTC, to the microsecond the
+// database keeps.
+func now() time.Time {
+	return time.Now().UTC().Truncate(time.Microsecond)
+}
+
+// inWriteTx runs fn in a write transaction and commits it when fn returns
+// nil. The transaction is BEGIN IMMEDIATE: it holds the database's write lock
+// from its first statement, so what fn reads cannot change before it writes.
+// now is read after the lock is held.
+func (s *Store) inWriteTx(ctx context.Context, fn func(tx *sql.Tx, now time.Time) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	if err := fn(tx, now()); err != nil {
+		_ = tx.Rollback()
+		return interpretError(ctx, err)
+	}
+	return interpretError(ctx, tx.Commit())
+}
+
+// interpretError is the store's one boundary for database errors: nothing
+// above the store sees a driver type. The store's own errors and the caller's
+// context errors pass through unchanged; sql.ErrNoRows becomes
+// store.ErrNotFound; a database that is locked past the busy timeout, closed,
+// or cannot be read or written becomes store.ErrUnavailable (wrapping the
+// cause for the log).
+func interpretError(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return store.ErrNotFound
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrLeaseLost),
+		errors.Is(err, store.ErrAlreadyTerminal), errors.Is(err, store.ErrFingerprintMismatch),
+		errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrContention):
+		return err
+	case errors.Is(err, context.Canceled):
+		return context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return context.DeadlineExceeded
+	}
+	// A statement interrupted because the caller's context ended, or a
+	// transaction that database/sql rolled back for it.
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	var sqliteErr *sqlite.Error
+	if errors.As(err, &sqliteErr) {
+		switch sqliteErr.Code() & 0xff { // the primary result code
+		case sqlite3.SQLITE_BUSY, // another connection held the lock past the busy timeout
+			sqlite3.SQLITE_LOCKED,
+			sqlite3.SQLITE_IOERR,    // the disk failed a read, write or fsync
+			sqlite3.SQLITE_FULL,     // the disk is full
+			sqlite3.SQLITE_CANTOPEN, // the file or its directory went away
+			sqlite3.SQLITE_READONLY, // the file became read-only or was moved
+			sqlite3.SQLITE_PROTOCOL:
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, sql.ErrConnDone) || err.Error() == "sql: database is closed" {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}

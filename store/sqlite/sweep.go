@@ -1,0 +1,55 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Each sweeper statement is one write transaction over at most limit rows.
+// SQLite has one writer, so a batch holds the write lock while it runs and
+// Claims queue behind it: keep limit at a few thousand rows. Two sweepers
+// take turns on the lock and the second sees what the first did, so no row
+// is swept twice.
+
+const sweepExpireSQL = `UPDATE idem_records SET state = 'expired', updated_at = ?1, expires_at = ?1 + retention_us
+	WHERE rowid IN (
+		SELECT rowid FROM idem_records
+		WHERE state = 'processing' AND lease_expires_at <= ?1
+		ORDER BY lease_expires_at
+		LIMIT ?2)`
+
+const sweepPurgeSQL = `DELETE FROM idem_records
+	WHERE rowid IN (
+		SELECT rowid FROM idem_records
+		WHERE state <> 'processing' AND expires_at <= ?1
+		ORDER BY expires_at
+		LIMIT ?2)`
+
+// SweepExpire implements store.Store.
+func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
+	return s.sweep(ctx, sweepExpireSQL, limit)
+}
+
+// SweepPurge implements store.Store.
+func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
+	return s.sweep(ctx, sweepPurgeSQL, limit)
+}
+
+func (s *Store) sweep(ctx context.Context, query string, limit int) (int, error) {
+	// SQLite reads a negative LIMIT as no limit at all.
+	limit = max(limit, 0)
+	var n int64
+	err := s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
+		res, err := s.inTx(ctx, tx, query).ExecContext(ctx, now.UnixMicro(), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
