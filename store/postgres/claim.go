@@ -3,7 +3,8 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/store"
 )
@@ -78,10 +79,10 @@ func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store
 	}
 	var (
 		acquired bool
-		now      time.Time
+		dbNow    pgtype.Timestamptz
 	)
 	rec, err := scanRecord(s.db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
-		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention)), &acquired, &now)
+		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention)), &acquired, &dbNow)
 	if err != nil {
 		err = interpretError(err)
 		if err == store.ErrNotFound {
@@ -89,6 +90,7 @@ func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store
 		}
 		return nil, false, err
 	}
+	now := dbNow.Time
 	if acquired {
 		return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}, true, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/store"
 )
@@ -19,42 +20,58 @@ const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fin
 // interval '1 microsecond'.
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
-// scanRecord reads recordCols, after any leading columns given in prefix.
+// scanRecord reads recordCols, after any leading columns given in prefix
+// (at most maxPrefix).
+//
+// It runs for every row the store reads, so it is written for the hot path:
+// the destinations are pgtype types whose codecs scan them directly (a
+// time.Time or a **string makes pgx build a chain of wrapper plans for every
+// column of every row), and they live in one allocation with the record.
 func scanRecord(row pgx.Row, prefix ...any) (*store.Record, error) {
-	var (
-		r                         store.Record
-		state                     string
-		retentionUS               int64
-		errText                   *string
-		lease, completed, expires *time.Time
-	)
-	dest := append(prefix,
-		&r.Tenant, &r.Namespace, &r.Key, &state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
-		&lease, &retentionUS, &r.Result, &errText, &r.CreatedAt, &r.UpdatedAt, &completed, &expires)
+	s := new(recordScan)
+	dest := append(s.dest[:0], prefix...)
+	r := &s.rec
+	dest = append(dest,
+		&r.Tenant, &r.Namespace, &r.Key, &s.state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
+		&s.lease, &s.retentionUS, &r.Result, &s.errText, &s.created, &s.updated, &s.completed, &s.expires)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
-	r.State = store.State(state)
-	r.Retention = time.Duration(retentionUS) * time.Microsecond
-	if errText != nil {
-		r.Error = *errText
-	}
-	r.CreatedAt = r.CreatedAt.UTC()
-	r.UpdatedAt = r.UpdatedAt.UTC()
-	r.LeaseExpiresAt = utc(lease)
-	r.CompletedAt = utc(completed)
-	r.ExpiresAt = utc(expires)
+	r.State = store.State(s.state)
+	r.Retention = time.Duration(s.retentionUS) * time.Microsecond
+	r.Error = s.errText.String // "" when NULL
+	r.CreatedAt = utc(s.created)
+	r.UpdatedAt = utc(s.updated)
+	r.LeaseExpiresAt = utc(s.lease)
+	r.CompletedAt = utc(s.completed)
+	r.ExpiresAt = utc(s.expires)
 	if len(r.Fingerprint) == 0 {
 		r.Fingerprint = nil
 	}
-	return &r, nil
+	return r, nil
 }
 
-func utc(t *time.Time) time.Time {
-	if t == nil {
+// maxPrefix is how many leading columns a statement may put before
+// recordCols for scanRecord.
+const maxPrefix = 2
+
+// recordScan is scanRecord's working space: the record and the columns that
+// need converting, with room for the destinations.
+type recordScan struct {
+	rec                                         store.Record
+	state                                       string
+	retentionUS                                 int64
+	errText                                     pgtype.Text
+	created, updated, lease, completed, expires pgtype.Timestamptz
+	dest                                        [maxPrefix + 16]any
+}
+
+// utc is t in UTC, the zero time when t is NULL.
+func utc(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
 		return time.Time{}
 	}
-	return t.UTC()
+	return t.Time.UTC()
 }
 
 const getSQL = `SELECT ` + recordCols + ` FROM idem_records

@@ -1,0 +1,144 @@
+// Command idem-bench is a closed-loop load generator that measures idem
+// against what it replaces: the same Claim-then-Complete job done through the
+// service (gRPC, Go SDK), by hand with two SQL statements on the same
+// Postgres, and with a Redis lock (fast, not durable: a reference).
+//
+// C workers each run one job after another, as fast as the target answers.
+// A job ("op") is a Claim and, when it acquired the key, a Complete; a Claim
+// that answers IN_PROGRESS or replays a finished job is an op too. Latencies
+// go into HDR histograms. With --compare the targets run interleaved in short
+// rounds (A B C A B C …) so that a neighbour's load or a checkpoint hits every
+// target alike, and the table gives each target's throughput as a ratio of
+// the sql target's, measured in the same run.
+//
+//	idem-bench --start-idemd --compare -c 32 -d 10s --scenario unique,hot,replay
+//
+// --start-idemd runs idemd's service in this process on a loopback port over a
+// schema of its own, so nothing but Postgres has to run; --addr drives an idemd
+// that is already running. docs/BENCHMARKS.md has the numbers and how to read
+// them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+)
+
+// defaultDatabaseURL is the local Postgres that make bench and the tests use.
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+type cli struct {
+	Addr        string `default:"127.0.0.1:7070" env:"IDEM_ADDR" placeholder:"HOST:PORT" help:"idemd to drive (service target). Ignored with --start-idemd."`
+	Token       string `env:"IDEM_TOKEN" placeholder:"TOKEN" help:"Bearer token of a tenant, when the idemd at --addr runs with tenants."`
+	TLS         bool   `name:"tls" env:"IDEM_TLS" help:"Connect to --addr over TLS with the system's CAs."`
+	Insecure    bool   `env:"IDEM_INSECURE" help:"Allow plaintext to an --addr that is not a loopback address."`
+	DatabaseURL string `env:"IDEM_DATABASE_URL" default:"${default_database_url}" placeholder:"postgres://…" help:"Postgres for the sql target (it creates a schema of its own and drops it at the end) and for --start-idemd."`
+	RedisAddr   string `env:"IDEM_REDIS_ADDR" default:"127.0.0.1:6379" placeholder:"HOST:PORT" help:"Redis for the redis target; without one answering, the target is skipped."`
+
+	StartIdemd        bool          `help:"Run idemd's service in this process on a loopback port, over a fresh schema in --database-url that is dropped at the end."`
+	IdemdPoolMaxConns int32         `placeholder:"N" help:"pool_max_conns of the idemd that --start-idemd runs; 0 keeps idemd's own default."`
+	IdemdLogLevel     string        `enum:"debug,info,warn,error" default:"info" help:"Log level of the idemd that --start-idemd runs (idemd's default is info)."`
+	IdemdLog          string        `default:"/dev/null" placeholder:"FILE" help:"Where the idemd that --start-idemd runs writes its log, formatted as idemd formats it; - for stderr."`
+	SweepInterval     time.Duration `default:"10s" help:"Sweeper interval of the idemd that --start-idemd runs, as idemd's --sweep-interval; 0 turns it off."`
+	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
+
+	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,sql,redis" placeholder:"TARGET" help:"Targets: service, sql, redis (comma-separated). Default: service, or all three with --compare."`
+	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys)."`
+	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop)."`
+	Duration    time.Duration `short:"d" default:"10s" help:"Measured time per target and scenario, split into --rounds."`
+	Ops         int64         `placeholder:"N" help:"Measure N jobs per target and scenario instead of a --duration."`
+	Rounds      int           `default:"0" placeholder:"N" help:"Rounds per target with --compare (default 5); without --compare each target runs in one round."`
+	Warmup      time.Duration `default:"1s" help:"Unmeasured load per target before its first round, to open connections and prepare statements."`
+	Compare     bool          `help:"Run the targets interleaved in rounds (A B C A B C …) and give each one's throughput as a ratio of sql."`
+	Namespace   string        `default:"bench" help:"Namespace of the jobs."`
+	ResultBytes int           `default:"64" help:"Size of the result each Complete stores."`
+	LeaseTTL    time.Duration `default:"0s" help:"Lease of each Claim; 0 lets idemd apply its default (the sql and redis targets use 5m)."`
+
+	JSON       bool   `help:"Print one JSON object for machines instead of the table."`
+	Progress   string `enum:"auto,always,never" default:"auto" help:"Progress bar on stderr: auto shows it only when stderr is a terminal."`
+	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"Write a CPU profile of the measured rounds (of this process: with --start-idemd it holds idemd's service too)."`
+	MemProfile string `name:"memprofile" placeholder:"FILE" help:"Write an allocation profile (alloc_space, alloc_objects) at the end."`
+	PprofAddr  string `placeholder:"HOST:PORT" help:"Serve net/http/pprof on this address while the benchmark runs."`
+
+	closers []func() error // files to close after the targets
+}
+
+func (c *cli) Validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("--concurrency is %d; it must be at least 1", c.Concurrency)
+	case c.Ops < 0:
+		return fmt.Errorf("--ops is %d; it must be positive", c.Ops)
+	case c.Ops == 0 && c.Duration <= 0:
+		return errors.New("--duration must be positive (or pass --ops N)")
+	case c.Rounds < 0:
+		return fmt.Errorf("--rounds is %d; it must be positive", c.Rounds)
+	case c.ResultBytes < 0:
+		return fmt.Errorf("--result-bytes is %d; it must be 0 or more", c.ResultBytes)
+	case c.Warmup < 0:
+		return fmt.Errorf("--warmup is %s; it must be 0 or more", c.Warmup)
+	}
+	return nil
+}
+
+func main() {
+	// A closed pipe (idem-bench … | head) must not kill the run before it
+	// drops its schemas: the write fails instead, after the clean-up.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "idem-bench: %v\n", err)
+		if errors.Is(err, context.Canceled) {
+			os.Exit(130)
+		}
+		os.Exit(1)
+	}
+}
+
+// run parses args and runs the benchmark, writing the report to stdout and
+// everything meant for people to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("idem-bench"),
+		kong.Description("Load-test idem against the direct-SQL pattern and a Redis lock: ops/s, latency percentiles and ratios to sql."),
+		kong.Vars{"default_database_url": defaultDatabaseURL},
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(int) { panic(errHelpShown) }),
+	)
+	if err != nil {
+		return err
+	}
+	if _, err := parseArgs(parser, args); err != nil {
+		if errors.Is(err, errHelpShown) {
+			return nil
+		}
+		return err
+	}
+	return c.bench(ctx, stdout, stderr)
+}
+
+// errHelpShown stops run after kong printed --help.
+var errHelpShown = errors.New("help shown")
+
+func parseArgs(parser *kong.Kong, args []string) (ctx *kong.Context, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != errHelpShown {
+				panic(p)
+			}
+			err = errHelpShown
+		}
+	}()
+	return parser.Parse(args)
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testserver"
+)
+
+// These are smoke tests: they run the tool's whole loop for a few jobs per
+// target so that it cannot rot, and check the shape of what it prints. They
+// assert nothing about speed.
+
+// smokeArgs are a tiny run: 40 jobs per target and scenario, in two rounds.
+func smokeArgs(t *testing.T, extra ...string) []string {
+	return append([]string{
+		"--database-url", testdb.BaseURL(t),
+		"--ops", "40", "--rounds", "2", "--concurrency", "4", "--warmup", "0s",
+		"--progress", "never", "--sweep-interval", "0s",
+	}, extra...)
+}
+
+func runBench(t *testing.T, args []string) (stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), args, &out, &errOut); err != nil {
+		t.Fatalf("idem-bench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), errOut.String()
+}
+
+// TestCompareJSON drives a test server and the sql target (and Redis when one
+// answers) through every scenario and checks the JSON report.
+func TestCompareJSON(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	stdout, stderr := runBench(t, smokeArgs(t, "--addr", srv.Addr, "--compare",
+		"--target", "service,sql,redis", "--scenario", "unique,hot,replay", "--json"))
+
+	var raw struct {
+		Results []map[string]any `json:"results"`
+		Skipped []skipped        `json:"skipped"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	wantTargets := []string{"service", "sql", "redis"}
+	if len(raw.Skipped) > 0 {
+		if len(raw.Skipped) != 1 || raw.Skipped[0].Target != "redis" || !strings.Contains(stderr, "skipping the redis target") {
+			t.Fatalf("skipped %+v, stderr %q; only redis may be skipped, and it must say so", raw.Skipped, stderr)
+		}
+		wantTargets = wantTargets[:2]
+	}
+	if got, want := len(raw.Results), 3*len(wantTargets); got != want {
+		t.Fatalf("%d results, want %d (3 scenarios × %v):\n%s", got, want, wantTargets, stdout)
+	}
+	fields := []string{"target", "scenario", "concurrency", "ops", "ops_per_sec",
+		"p50_ms", "p95_ms", "p99_ms", "p999_ms", "ratio_to_sql", "claim_p99_ms"}
+	for i, res := range raw.Results {
+		for _, f := range fields {
+			if _, ok := res[f]; !ok {
+				t.Errorf("result %d has no %q: %v", i, f, res)
+			}
+		}
+		target, _ := res["target"].(string)
+		scenario, _ := res["scenario"].(string)
+		if want := wantTargets[i%len(wantTargets)]; target != want {
+			t.Errorf("result %d is target %q, want %q", i, target, want)
+		}
+		if want := []string{"unique", "hot", "replay"}[i/len(wantTargets)]; scenario != want {
+			t.Errorf("result %d is scenario %q, want %q", i, scenario, want)
+		}
+		if ops, _ := res["ops"].(float64); ops <= 0 {
+			t.Errorf("%s/%s: ops %v, want > 0", scenario, target, res["ops"])
+		}
+		if rate, _ := res["ops_per_sec"].(float64); rate <= 0 {
+			t.Errorf("%s/%s: ops_per_sec %v, want > 0", scenario, target, res["ops_per_sec"])
+		}
+		if errs, _ := res["errors"].(float64); errs != 0 {
+			t.Errorf("%s/%s: %v errors, the first: %v", scenario, target, errs, res["first_error"])
+		}
+		if c, _ := res["concurrency"].(float64); c != 4 {
+			t.Errorf("%s/%s: concurrency %v, want 4", scenario, target, res["concurrency"])
+		}
+		if ratio, ok := res["ratio_to_sql"].(float64); !ok || ratio <= 0 || (target == "sql" && ratio != 1) {
+			t.Errorf("%s/%s: ratio_to_sql %v, want a positive number (1 for sql)", scenario, target, res["ratio_to_sql"])
+		}
+	}
+}
+
+// TestStartIdemd runs the in-process idemd that make bench uses and prints
+// the table.
+func TestStartIdemd(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service", "--scenario", "replay"))
+	var row string
+	for line := range strings.Lines(stdout) {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "replay" && f[1] == "service" {
+			row = line
+		}
+	}
+	if row == "" || !strings.Contains(stdout, "in-process") {
+		t.Fatalf("no replay/service row, or no mention of the in-process idemd:\n%s", stdout)
+	}
+	if f := strings.Fields(row); f[2] == "0" {
+		t.Fatalf("replay/service ran no jobs:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, "×sql") || !slices.Contains(strings.Fields(row), "-") {
+		t.Errorf("without the sql target the ratio should be '-':\n%s", stdout)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, []string{"--help"})
+	for _, flag := range []string{"--compare", "--start-idemd", "--json", "--result-bytes"} {
+		if !strings.Contains(stdout, flag) {
+			t.Errorf("--help does not mention %s", flag)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--concurrency", "0"},
+		{"--target", "memcached"},
+		{"--scenario", "cold"},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(t.Context(), args, &out, &errOut); err == nil {
+			t.Errorf("idem-bench %s: no error", strings.Join(args, " "))
+		}
+	}
+}
+
+// TestWorkloadHotCycles: in the hot scenario, completing a key moves its slot
+// to the next generation, so the workers keep finding fresh keys.
+func TestWorkloadHotCycles(t *testing.T) {
+	t.Parallel()
+	wl := newWorkload(scenarioHot, "p", 1)
+	first := wl.key(0)
+	wl.finished(0, first, outcomeAcquired)
+	seen := map[string]bool{first: true}
+	for range 200 {
+		k := wl.key(0)
+		if seen[k] {
+			t.Fatalf("key %s came back after it was completed", k)
+		}
+		seen[k] = true
+		wl.finished(0, k, outcomeAcquired)
+	}
+}
+
+// TestWorkloadReplayShare: after the first job, about replayShare of the
+// replay scenario's keys are ones completed before.
+func TestWorkloadReplayShare(t *testing.T) {
+	t.Parallel()
+	wl := newWorkload(scenarioReplay, "p", 1)
+	done := map[string]bool{}
+	replays := 0
+	const n = 5000
+	for range n {
+		k := wl.key(0)
+		if done[k] {
+			replays++
+		}
+		done[k] = true
+		wl.finished(0, k, outcomeAcquired)
+	}
+	if share := float64(replays) / n; share < replayShare-0.03 || share > replayShare+0.03 {
+		t.Fatalf("%.3f of the keys were replays, want about %.2f", share, replayShare)
+	}
+}

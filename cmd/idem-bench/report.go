@@ -1,0 +1,345 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// report is the run's outcome; --json prints it as is.
+type report struct {
+	Results []result  `json:"results"`
+	Skipped []skipped `json:"skipped,omitempty"`
+
+	Concurrency       int       `json:"concurrency"`
+	Rounds            int       `json:"rounds"`
+	Compare           bool      `json:"compare"`
+	DurationPerTarget string    `json:"duration_per_target,omitempty"`
+	OpsPerTarget      int64     `json:"ops_per_target,omitempty"`
+	ResultBytes       int       `json:"result_bytes"`
+	IdemdAddr         string    `json:"idemd,omitempty"`
+	IdemdPoolMaxConns int32     `json:"idemd_pool_max_conns,omitempty"`
+	SQLPoolMaxConns   int32     `json:"sql_pool_max_conns,omitempty"`
+	NumCPU            int       `json:"num_cpu"`
+	GOMAXPROCS        int       `json:"gomaxprocs"`
+	LoadBefore        []float64 `json:"load_average_before"`
+	LoadAfter         []float64 `json:"load_average_after"`
+	StartedAt         time.Time `json:"started_at"`
+}
+
+// result is one target in one scenario. Latencies are in milliseconds.
+type result struct {
+	Target      string  `json:"target"`
+	Scenario    string  `json:"scenario"`
+	Concurrency int     `json:"concurrency"`
+	Ops         int64   `json:"ops"`
+	OpsPerSec   float64 `json:"ops_per_sec"`
+	P50Ms       float64 `json:"p50_ms"`
+	P95Ms       float64 `json:"p95_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	// RatioToSQL is OpsPerSec over the sql target's in the same scenario;
+	// null when the sql target did not run.
+	RatioToSQL *float64 `json:"ratio_to_sql"`
+	// The Claim alone (for sql the INSERT, for redis the SET NX).
+	ClaimP50Ms  float64 `json:"claim_p50_ms"`
+	ClaimP95Ms  float64 `json:"claim_p95_ms"`
+	ClaimP99Ms  float64 `json:"claim_p99_ms"`
+	ClaimP999Ms float64 `json:"claim_p999_ms"`
+
+	// CPU time per op, in microseconds: of this process (the load
+	// generator, and with --start-idemd idemd too), and of the processes
+	// serving the target's store on this machine (the Postgres backends of
+	// its pool; redis-server), 0 where they cannot be read.
+	CPUUsPerOp      float64 `json:"cpu_us_per_op"`
+	StoreCPUUsPerOp float64 `json:"store_cpu_us_per_op"`
+	// PoolWaitMs is the mean wait for a connection of the target's own
+	// Postgres pool (sql; service with --start-idemd), in milliseconds.
+	PoolWaitMs *float64 `json:"pool_wait_ms,omitempty"`
+
+	Errors     int64            `json:"errors"`
+	FirstError string           `json:"first_error,omitempty"`
+	Outcomes   map[string]int64 `json:"outcomes"`
+	Seconds    float64          `json:"seconds"`
+	// RoundOpsPerSec is each round's throughput, to show the spread.
+	RoundOpsPerSec []float64 `json:"round_ops_per_sec"`
+}
+
+type skipped struct {
+	Target string `json:"target"`
+	Reason string `json:"reason"`
+}
+
+func ms(h *hdrhistogram.Histogram, q float64) float64 {
+	return round3(float64(h.ValueAtQuantile(q)) / 1000)
+}
+
+func round3(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 3, 64), 64)
+	return v
+}
+
+// add appends one scenario's tallies, with ratios to its sql tally.
+func (r *report) add(tallies []*tally) {
+	var sqlRate float64
+	results := make([]result, len(tallies))
+	for i, t := range tallies {
+		rate := 0.0
+		if t.elapsed > 0 {
+			rate = float64(t.ops) / t.elapsed.Seconds()
+		}
+		res := result{
+			Target: t.target, Scenario: t.scenario, Concurrency: r.Concurrency,
+			Ops: t.ops, OpsPerSec: round3(rate),
+			P50Ms: ms(t.op, 50), P95Ms: ms(t.op, 95), P99Ms: ms(t.op, 99), P999Ms: ms(t.op, 99.9),
+			MaxMs:      round3(float64(t.op.Max()) / 1000),
+			ClaimP50Ms: ms(t.claim, 50), ClaimP95Ms: ms(t.claim, 95), ClaimP99Ms: ms(t.claim, 99), ClaimP999Ms: ms(t.claim, 99.9),
+			Errors: t.errors, Outcomes: map[string]int64{}, Seconds: round3(t.elapsed.Seconds()),
+		}
+		if t.firstErr != nil {
+			res.FirstError = t.firstErr.Error()
+		}
+		if t.ops > 0 {
+			res.CPUUsPerOp = round3(float64(t.selfCPU.Microseconds()) / float64(t.ops))
+			res.StoreCPUUsPerOp = round3(float64(t.serverCPU.Microseconds()) / float64(t.ops))
+		}
+		if t.acquires > 0 {
+			wait := round3(float64(t.acquireWait.Microseconds()) / 1000 / float64(t.acquires))
+			res.PoolWaitMs = &wait
+		}
+		for o, n := range t.outcomes {
+			if n > 0 {
+				res.Outcomes[outcomeNames[o]] = n
+			}
+		}
+		for _, x := range t.rounds {
+			res.RoundOpsPerSec = append(res.RoundOpsPerSec, round3(x))
+		}
+		if t.target == "sql" {
+			sqlRate = rate
+		}
+		results[i] = res
+	}
+	if sqlRate > 0 {
+		for i := range results {
+			ratio := round3(results[i].OpsPerSec / sqlRate)
+			results[i].RatioToSQL = &ratio
+		}
+	}
+	r.Results = append(r.Results, results...)
+}
+
+func (r *report) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func (r *report) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "concurrency %d, %d round(s) per target", r.Concurrency, r.Rounds)
+	if r.DurationPerTarget != "" {
+		fmt.Fprintf(w, ", %s measured per target and scenario", r.DurationPerTarget)
+	} else {
+		fmt.Fprintf(w, ", %d jobs per target and scenario", r.OpsPerTarget)
+	}
+	fmt.Fprintf(w, ", result %d bytes\n", r.ResultBytes)
+	fmt.Fprintf(w, "%d CPUs (GOMAXPROCS %d); load average %s at the start, %s at the end\n",
+		r.NumCPU, r.GOMAXPROCS, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter))
+	if r.IdemdAddr != "" {
+		fmt.Fprintf(w, "idemd: %s", r.IdemdAddr)
+		if r.IdemdPoolMaxConns > 0 {
+			fmt.Fprintf(w, ", pool of %d connections", r.IdemdPoolMaxConns)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.SQLPoolMaxConns > 0 {
+		fmt.Fprintf(w, "sql: pool of %d connections\n", r.SQLPoolMaxConns)
+	}
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\ttarget\tops\tops/s\t×sql\tp50 ms\tp95 ms\tp99 ms\tp99.9 ms\tclaim p50\tclaim p99\tclaim p99.9\tcpu µs/op\tstore µs/op\terrors\t")
+	for _, res := range r.Results {
+		ratio := "-"
+		if res.RatioToSQL != nil {
+			ratio = fmt.Sprintf("%.2f", *res.RatioToSQL)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%d\t\n",
+			res.Scenario, res.Target, res.Ops, res.OpsPerSec, ratio,
+			res.P50Ms, res.P95Ms, res.P99Ms, res.P999Ms, res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimP999Ms,
+			res.CPUUsPerOp, res.StoreCPUUsPerOp, res.Errors)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	for _, res := range r.Results {
+		var parts []string
+		for _, name := range outcomeNames {
+			if n := res.Outcomes[name]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", name, n))
+			}
+		}
+		var rounds []string
+		for _, x := range res.RoundOpsPerSec {
+			rounds = append(rounds, fmt.Sprintf("%.0f", x))
+		}
+		wait := ""
+		if res.PoolWaitMs != nil {
+			wait = fmt.Sprintf("; mean wait for a pool connection %.2f ms", *res.PoolWaitMs)
+		}
+		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), wait)
+		if res.FirstError != "" {
+			fmt.Fprintf(w, "  first error: %s\n", res.FirstError)
+		}
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintf(w, "%s: skipped: %s\n", s.Target, s.Reason)
+	}
+}
+
+func formatLoad(l []float64) string {
+	if len(l) != 3 {
+		return "(unknown)"
+	}
+	return fmt.Sprintf("%.2f %.2f %.2f", l[0], l[1], l[2])
+}
+
+// loadAverage reads the 1, 5 and 15 minute load averages; nil where
+// /proc/loadavg does not exist.
+func loadAverage() []float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) < 3 {
+		return nil
+	}
+	out := make([]float64, 3)
+	for i := range out {
+		out[i], _ = strconv.ParseFloat(fields[i], 64)
+	}
+	return out
+}
+
+// progress draws a one-line progress bar on stderr while the rounds run,
+// only when stderr is a terminal (or --progress always).
+type progress struct {
+	w        io.Writer
+	enabled  bool
+	rounds   int           // measured rounds in the whole run
+	opsEach  int64         // jobs per target and scenario with --ops
+	perRound time.Duration // length of a round without --ops
+	done     atomic.Int64  // jobs since the phase began
+
+	mu        sync.Mutex
+	label     string
+	measured  bool
+	finished  int // measured rounds finished
+	phaseFrom time.Time
+	stopOnce  sync.Once
+	quit      chan struct{}
+	exited    chan struct{}
+}
+
+func newProgress(w io.Writer, mode string, rounds int, opsEach int64, perRound time.Duration) *progress {
+	p := &progress{w: w, rounds: rounds, opsEach: opsEach, perRound: perRound}
+	switch mode {
+	case "always":
+		p.enabled = true
+	case "auto":
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				p.enabled = true
+			}
+		}
+	}
+	if !p.enabled {
+		return p
+	}
+	p.quit, p.exited = make(chan struct{}), make(chan struct{})
+	go p.loop()
+	return p
+}
+
+func (p *progress) add(n int64) { p.done.Add(n) }
+
+// phase starts the next round (round 0: a warm-up).
+func (p *progress) phase(scenario, target string, round, rounds int) {
+	if !p.enabled {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.measured {
+		p.finished++
+	}
+	p.measured = round > 0
+	if round > 0 {
+		p.label = fmt.Sprintf("%s · round %d/%d · %s", scenario, round, rounds, target)
+	} else {
+		p.label = fmt.Sprintf("warm-up · %s", target)
+	}
+	p.phaseFrom = time.Now()
+	p.done.Store(0)
+}
+
+func (p *progress) loop() {
+	defer close(p.exited)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.quit:
+			fmt.Fprint(p.w, "\r\033[K")
+			return
+		case <-tick.C:
+			p.draw()
+		}
+	}
+}
+
+func (p *progress) draw() {
+	p.mu.Lock()
+	label, finished, measured, from := p.label, p.finished, p.measured, p.phaseFrom
+	p.mu.Unlock()
+	done := p.done.Load()
+	elapsed := time.Since(from)
+	var within float64 // how far the current round is
+	switch {
+	case !measured:
+	case p.opsEach > 0:
+		within = float64(done) / (float64(p.opsEach) / float64(max(p.rounds, 1)))
+	case p.perRound > 0:
+		within = elapsed.Seconds() / p.perRound.Seconds()
+	}
+	frac := (float64(finished) + min(within, 1)) / float64(max(p.rounds, 1))
+	const width = 30
+	filled := int(frac * width)
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(done) / elapsed.Seconds()
+	}
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] %3.0f%%  %s  %.0f ops/s",
+		strings.Repeat("#", filled), strings.Repeat("-", width-filled), frac*100, label, rate)
+}
+
+func (p *progress) stop() {
+	if !p.enabled {
+		return
+	}
+	p.stopOnce.Do(func() {
+		close(p.quit)
+		<-p.exited
+	})
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// target is one way of doing a job: Claim, then Complete when the Claim
+// acquired the key.
+type target interface {
+	// name is the target's name in flags and reports.
+	name() string
+	// job runs one job on key and returns how it ended and how long its
+	// Claim (the first round trip) took.
+	job(ctx context.Context, key string) (outcome, time.Duration, error)
+	// close releases what the target holds; ctx bounds the clean-up.
+	close(ctx context.Context) error
+}
+
+// Latencies are recorded in microseconds, from 1 µs to a minute, with three
+// significant digits.
+const (
+	histMin    = 1
+	histMax    = int64(time.Minute / time.Microsecond)
+	histDigits = 3
+)
+
+func newHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histDigits) }
+
+func recordLatency(h *hdrhistogram.Histogram, d time.Duration) {
+	us := d.Microseconds()
+	if us < histMin {
+		us = histMin
+	}
+	if us > histMax {
+		us = histMax
+	}
+	_ = h.RecordValue(us) // in range by construction
+}
+
+// tally is what the rounds of one target in one scenario add up to.
+type tally struct {
+	target   string
+	scenario string
+	op       *hdrhistogram.Histogram // the whole job
+	claim    *hdrhistogram.Histogram // its Claim alone
+	ops      int64
+	errors   int64
+	firstErr error
+	outcomes [numOutcomes]int64
+	elapsed  time.Duration // measured wall time, summed over the rounds
+	rounds   []float64     // ops/s of each round
+	selfCPU  time.Duration // CPU time of this process during the rounds
+	// serverCPU is the CPU time of the processes serving the target's
+	// store: the Postgres backends of its pool, or redis-server.
+	serverCPU time.Duration
+	// The pool's acquisitions and the time they waited for a connection,
+	// for targets that have a pool of their own (sql; service with
+	// --start-idemd).
+	acquires    int64
+	acquireWait time.Duration
+}
+
+// served is a target whose store runs in processes on this machine that it
+// can name, so that their CPU time can be charged to it.
+type served interface {
+	// serverPIDs returns the processes serving the target's store: the
+	// backends of its Postgres pool, or redis-server. Called between rounds.
+	serverPIDs(ctx context.Context) []uint32
+}
+
+// pooled is a target with a Postgres pool of its own.
+type pooled interface {
+	// poolAcquires returns how many connections the pool handed out so far
+	// and how long the callers waited for them in all.
+	poolAcquires() (n int64, wait time.Duration)
+}
+
+func newTally(target, scenario string) *tally {
+	return &tally{target: target, scenario: scenario, op: newHistogram(), claim: newHistogram()}
+}
+
+// workerSlot is one worker's private histograms, reused from round to round.
+type workerSlot struct {
+	op, claim *hdrhistogram.Histogram
+	ops       int64
+	errors    int64
+	firstErr  error
+	outcomes  [numOutcomes]int64
+}
+
+// runner runs rounds with a fixed set of workers.
+type runner struct {
+	concurrency int
+	slots       []workerSlot
+	progress    *progress
+}
+
+func newRunner(concurrency int, p *progress) *runner {
+	r := &runner{concurrency: concurrency, slots: make([]workerSlot, concurrency), progress: p}
+	for i := range r.slots {
+		r.slots[i].op, r.slots[i].claim = newHistogram(), newHistogram()
+	}
+	return r
+}
+
+// errorBackoff keeps a worker whose target fails from spinning.
+const errorBackoff = 10 * time.Millisecond
+
+// round runs t with the runner's workers until duration has passed or, when
+// ops > 0, until ops jobs have started, then adds what it measured to into
+// (when into is nil, the round is a warm-up and is thrown away). Jobs in
+// flight at the deadline are finished and counted.
+func (r *runner) round(ctx context.Context, t target, wl *workload, duration time.Duration, ops int64, into *tally) {
+	for i := range r.slots {
+		s := &r.slots[i]
+		s.op.Reset()
+		s.claim.Reset()
+		s.ops, s.errors, s.firstErr, s.outcomes = 0, 0, nil, [numOutcomes]int64{}
+	}
+	var (
+		started  atomic.Int64
+		wg       sync.WaitGroup
+		deadline time.Time
+	)
+	selfBefore := selfCPU()
+	var serverBefore map[uint32]time.Duration
+	srv, isServed := t.(served)
+	if isServed && into != nil {
+		serverBefore = processCPU(srv.serverPIDs(ctx))
+	}
+	var acqBefore int64
+	var waitBefore time.Duration
+	p, isPooled := t.(pooled)
+	if isPooled {
+		acqBefore, waitBefore = p.poolAcquires()
+	}
+	begin := time.Now()
+	if ops <= 0 {
+		deadline = begin.Add(duration)
+	}
+	for i := range r.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := &r.slots[i]
+			for ctx.Err() == nil {
+				if ops > 0 {
+					if started.Add(1) > ops {
+						return
+					}
+				} else if !time.Now().Before(deadline) {
+					return
+				}
+				key := wl.key(i)
+				t0 := time.Now()
+				o, claimTook, err := t.job(ctx, key)
+				took := time.Since(t0)
+				if err != nil {
+					if ctx.Err() != nil {
+						return // interrupted: not the target's fault
+					}
+					s.errors++
+					if s.firstErr == nil {
+						s.firstErr = err
+					}
+					r.progress.add(1)
+					time.Sleep(errorBackoff)
+					continue
+				}
+				wl.finished(i, key, o)
+				recordLatency(s.op, took)
+				recordLatency(s.claim, claimTook)
+				s.ops++
+				s.outcomes[o]++
+				r.progress.add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	if into == nil {
+		return
+	}
+	into.selfCPU += selfCPU() - selfBefore
+	if isServed {
+		// Backends the pool opened during the round count from zero.
+		for pid, cpu := range processCPU(srv.serverPIDs(ctx)) {
+			into.serverCPU += cpu - serverBefore[pid]
+		}
+	}
+	if isPooled {
+		acq, wait := p.poolAcquires()
+		into.acquires += acq - acqBefore
+		into.acquireWait += wait - waitBefore
+	}
+	var roundOps int64
+	for i := range r.slots {
+		s := &r.slots[i]
+		into.op.Merge(s.op)
+		into.claim.Merge(s.claim)
+		into.ops += s.ops
+		roundOps += s.ops
+		into.errors += s.errors
+		if into.firstErr == nil {
+			into.firstErr = s.firstErr
+		}
+		for o, n := range s.outcomes {
+			into.outcomes[o] += n
+		}
+	}
+	into.elapsed += elapsed
+	into.rounds = append(into.rounds, float64(roundOps)/elapsed.Seconds())
+}
