@@ -11,7 +11,6 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -80,7 +79,7 @@ func (ts *Tenants) authenticate(ctx context.Context) (context.Context, error) {
 	}
 	// The logging interceptor, outside this one, prints the tenant on the
 	// call's line.
-	logging.AddFields(ctx, logging.Fields{"tenant", t.name})
+	logTenant(ctx, t.name)
 	return ContextWithTenant(ctx, t.name), nil
 }
 
