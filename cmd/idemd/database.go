@@ -19,7 +19,7 @@ type databaseFlags struct {
 	// A pointer, so that an empty URL given on purpose (a script's unset
 	// variable) is refused rather than taken for "no URL" and answered with
 	// a fresh SQLite file.
-	DatabaseURL *string `name:"database-url" env:"IDEM_DATABASE_URL" placeholder:"URL" help:"postgres://… or postgresql://… for PostgreSQL, the production store (search_path=SCHEMA keeps idem in its own schema, pool_max_conns=N sizes the pool), or sqlite:///path/to/file.db. Without it idemd runs on SQLite in --data-dir."`
+	DatabaseURL *string `name:"database-url" env:"IDEM_DATABASE_URL" placeholder:"URL" help:"postgres://… or postgresql://… for PostgreSQL, the production store (search_path=SCHEMA keeps idem in its own schema, pool_max_conns=N sizes the pool, 16 by default), or sqlite:///path/to/file.db. Without it idemd runs on SQLite in --data-dir."`
 	DataDir     string  `name:"data-dir" default:"./idem-data" env:"IDEM_DATA_DIR" placeholder:"DIR" help:"Directory of the embedded SQLite store (idem.db in it) when there is no --database-url; ${default} by default."`
 }
 
