@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -94,26 +93,8 @@ func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store
 	if acquired {
 		return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}, true, nil
 	}
-	if len(rec.Fingerprint) > 0 && len(p.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
-		return nil, true, store.ErrFingerprintMismatch
-	}
-	switch rec.State {
-	case store.StateCompleted:
-		return &store.ClaimResult{Outcome: store.OutcomeCompleted, Record: rec}, true, nil
-	case store.StateFailed:
-		return &store.ClaimResult{Outcome: store.OutcomeFailed, Record: rec}, true, nil
-	case store.StateProcessing:
-		if rec.LeaseExpiresAt.After(now) {
-			if p.Claimant != "" && rec.Claimant == p.Claimant {
-				// The same attempt asking again (its response was lost).
-				return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}, true, nil
-			}
-			return &store.ClaimResult{
-				Outcome:    store.OutcomeInProgress,
-				Record:     rec,
-				RetryAfter: rec.LeaseExpiresAt.Sub(now),
-			}, true, nil
-		}
+	if res, err := store.ReportClaim(rec, p, now); res != nil || err != nil {
+		return res, true, err
 	}
 	// The snapshot shows a record this Claim should have taken over, so the
 	// row changed under the statement: look again.

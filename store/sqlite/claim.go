@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -92,31 +91,9 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	return res, nil
 }
 
-// report answers a Claim of the existing record rec at time now when the
-// answer writes nothing: a fingerprint mismatch, a replay, IN_PROGRESS, or
-// the same claimant asking again. settled is false when the Claim acquires
-// the record by a takeover.
+// report is store.ReportClaim for this file's callers: settled is false when
+// the Claim acquires the record by a takeover.
 func report(rec *store.Record, p *store.ClaimParams, now time.Time) (res *store.ClaimResult, settled bool, err error) {
-	if len(rec.Fingerprint) > 0 && len(p.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
-		return nil, true, store.ErrFingerprintMismatch
-	}
-	switch rec.State {
-	case store.StateCompleted:
-		return &store.ClaimResult{Outcome: store.OutcomeCompleted, Record: rec}, true, nil
-	case store.StateFailed:
-		return &store.ClaimResult{Outcome: store.OutcomeFailed, Record: rec}, true, nil
-	case store.StateProcessing:
-		if rec.LeaseExpiresAt.After(now) {
-			if p.Claimant != "" && rec.Claimant == p.Claimant {
-				// The same attempt asking again (its response was lost).
-				return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}, true, nil
-			}
-			return &store.ClaimResult{
-				Outcome:    store.OutcomeInProgress,
-				Record:     rec,
-				RetryAfter: rec.LeaseExpiresAt.Sub(now),
-			}, true, nil
-		}
-	}
-	return nil, false, nil
+	res, err = store.ReportClaim(rec, p, now)
+	return res, res != nil || err != nil, err
 }
