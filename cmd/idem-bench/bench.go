@@ -51,6 +51,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		Concurrency: c.Concurrency, Rounds: rounds, Compare: c.Compare,
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		ResultBytes: c.ResultBytes, StartedAt: time.Now().UTC().Truncate(time.Second),
+		Rate: c.Rate,
 	}
 	if c.Ops > 0 {
 		rep.OpsPerTarget = c.Ops
@@ -99,7 +100,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 	if c.Warmup > 0 {
 		for _, t := range targets {
 			prog.phase("warm-up", t.name(), 0, 0)
-			r.round(ctx, t, newWorkload(scenarioUnique, runID+"-warmup", c.Concurrency), c.Warmup, 0, nil)
+			r.round(ctx, t, newWorkload(scenarioUnique, runID+"-warmup", c.Concurrency), c.Warmup, 0, c.Rate, nil)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -138,7 +139,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 					}
 				}
 				prog.phase(scenario, t.name(), round+1, rounds)
-				r.round(ctx, t, workloads[i], perRound, ops, tallies[i])
+				r.round(ctx, t, workloads[i], perRound, ops, c.Rate, tallies[i])
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}

@@ -1,9 +1,12 @@
-// Command idem-bench is a closed-loop load generator that measures idem
+// Command idem-bench is a load generator (closed loop, or open loop at a fixed
+// rate with --rate) that measures idem
 // against what it replaces: the same Claim-then-Complete job done through the
 // service (gRPC, Go SDK), by hand with two SQL statements on the same
 // Postgres, and with a Redis lock (fast, not durable: a reference).
 //
 // C workers each run one job after another, as fast as the target answers.
+// With --rate R the jobs start on a fixed schedule instead, R per second, on
+// at most C workers, and their latency counts from the intended start time.
 // A job ("op") is a Claim and, when it acquired the key, a Complete; a Claim
 // that answers IN_PROGRESS or replays a finished job is an op too. Latencies
 // go into HDR histograms. With --compare the targets run interleaved in short
@@ -24,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,7 +56,8 @@ type cli struct {
 
 	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,sql,redis" placeholder:"TARGET" help:"Targets: service, sql, redis (comma-separated). Default: service, or all three with --compare."`
 	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys)."`
-	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop)."`
+	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop); with --rate, the most jobs in flight at once."`
+	Rate        float64       `env:"IDEM_BENCH_RATE" default:"0" placeholder:"R" help:"Open loop: start R jobs per second in all (per round, on a fixed schedule) instead of a closed loop; 0 is the closed loop. Latency is measured from each job's intended start time, so time spent waiting for one of the --concurrency workers counts (no coordinated omission); jobs that start over 1 ms late are reported."`
 	Duration    time.Duration `short:"d" default:"10s" help:"Measured time per target and scenario, split into --rounds."`
 	Ops         int64         `placeholder:"N" help:"Measure N jobs per target and scenario instead of a --duration."`
 	Rounds      int           `default:"0" placeholder:"N" help:"Rounds per target with --compare (default 5); without --compare each target runs in one round."`
@@ -83,6 +88,8 @@ func (c *cli) Validate() error {
 		return fmt.Errorf("--rounds is %d; it must be positive", c.Rounds)
 	case c.ResultBytes < 0:
 		return fmt.Errorf("--result-bytes is %d; it must be 0 or more", c.ResultBytes)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("--rate is %v; it must be 0 (closed loop) or a positive number of jobs per second", c.Rate)
 	case c.Warmup < 0:
 		return fmt.Errorf("--warmup is %s; it must be 0 or more", c.Warmup)
 	}

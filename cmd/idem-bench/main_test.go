@@ -114,10 +114,41 @@ func TestStartIdemd(t *testing.T) {
 	}
 }
 
+// TestFixedRate runs the open loop (--rate) against the in-process idemd and
+// the sql target and checks the JSON report's shape; nothing about timing.
+func TestFixedRate(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,sql",
+		"--scenario", "unique", "--rate", "200", "--json"))
+	var raw struct {
+		Rate    float64          `json:"rate"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if raw.Rate != 200 || len(raw.Results) != 2 {
+		t.Fatalf("rate %v and %d results, want 200 and 2:\n%s", raw.Rate, len(raw.Results), stdout)
+	}
+	for _, res := range raw.Results {
+		for _, f := range []string{"ops_per_sec", "claim_p99_ms", "target_rate", "late", "missed"} {
+			if _, ok := res[f].(float64); !ok {
+				t.Errorf("%v: %q is %v, want a number", res["target"], f, res[f])
+			}
+		}
+		if ops, _ := res["ops"].(float64); ops <= 0 {
+			t.Errorf("%v: ops %v, want > 0", res["target"], res["ops"])
+		}
+		if errs, _ := res["errors"].(float64); errs != 0 {
+			t.Errorf("%v: %v errors, the first: %v", res["target"], errs, res["first_error"])
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	stdout, _ := runBench(t, []string{"--help"})
-	for _, flag := range []string{"--compare", "--start-idemd", "--json", "--result-bytes"} {
+	for _, flag := range []string{"--compare", "--start-idemd", "--json", "--result-bytes", "--rate", "intended start"} {
 		if !strings.Contains(stdout, flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
@@ -130,6 +161,7 @@ func TestBadFlags(t *testing.T) {
 		{"--concurrency", "0"},
 		{"--target", "memcached"},
 		{"--scenario", "cold"},
+		{"--rate", "-1"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {

@@ -20,7 +20,10 @@ type report struct {
 	Results []result  `json:"results"`
 	Skipped []skipped `json:"skipped,omitempty"`
 
-	Concurrency       int       `json:"concurrency"`
+	Concurrency int `json:"concurrency"`
+	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
+	// (left out) for the closed loop.
+	Rate              float64   `json:"rate,omitempty"`
 	Rounds            int       `json:"rounds"`
 	Compare           bool      `json:"compare"`
 	DurationPerTarget string    `json:"duration_per_target,omitempty"`
@@ -73,6 +76,13 @@ type result struct {
 	Seconds    float64          `json:"seconds"`
 	// RoundOpsPerSec is each round's throughput, to show the spread.
 	RoundOpsPerSec []float64 `json:"round_ops_per_sec"`
+
+	// Fixed rate (--rate) only: the rate asked for (OpsPerSec is the rate
+	// achieved), the jobs that started more than 1 ms after their intended
+	// start, and the jobs due within the run that never started.
+	TargetRate float64 `json:"target_rate,omitempty"`
+	Late       *int64  `json:"late,omitempty"`
+	Missed     *int64  `json:"missed,omitempty"`
 }
 
 type skipped struct {
@@ -117,6 +127,10 @@ func (r *report) add(tallies []*tally) {
 			wait := round3(float64(t.acquireWait.Microseconds()) / 1000 / float64(t.acquires))
 			res.PoolWaitMs = &wait
 		}
+		if r.Rate > 0 {
+			late, missed := t.late, t.missed
+			res.TargetRate, res.Late, res.Missed = r.Rate, &late, &missed
+		}
 		for o, n := range t.outcomes {
 			if n > 0 {
 				res.Outcomes[outcomeNames[o]] = n
@@ -153,6 +167,9 @@ func (r *report) writeTable(w io.Writer) {
 		fmt.Fprintf(w, ", %d jobs per target and scenario", r.OpsPerTarget)
 	}
 	fmt.Fprintf(w, ", result %d bytes\n", r.ResultBytes)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "open loop at %g jobs/s per target, at most %d in flight; latencies from each job's intended start\n", r.Rate, r.Concurrency)
+	}
 	fmt.Fprintf(w, "%d CPUs (GOMAXPROCS %d); load average %s at the start, %s at the end\n",
 		r.NumCPU, r.GOMAXPROCS, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter))
 	if r.IdemdAddr != "" {
@@ -197,7 +214,11 @@ func (r *report) writeTable(w io.Writer) {
 		if res.PoolWaitMs != nil {
 			wait = fmt.Sprintf("; mean wait for a pool connection %.2f ms", *res.PoolWaitMs)
 		}
-		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), wait)
+		sched := ""
+		if res.Late != nil && res.Missed != nil {
+			sched = fmt.Sprintf("; %d started over 1 ms late, %d never started", *res.Late, *res.Missed)
+		}
+		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), wait, sched)
 		if res.FirstError != "" {
 			fmt.Fprintf(w, "  first error: %s\n", res.FirstError)
 		}

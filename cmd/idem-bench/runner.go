@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,11 @@ type tally struct {
 	// --start-idemd).
 	acquires    int64
 	acquireWait time.Duration
+	// Fixed rate (--rate) only: jobs that started more than lateAfter after
+	// their intended start time, and jobs scheduled within the rounds that
+	// never started because every worker was busy until the round ended.
+	late   int64
+	missed int64
 }
 
 // served is a target whose store runs in processes on this machine that it
@@ -91,6 +97,7 @@ type workerSlot struct {
 	errors    int64
 	firstErr  error
 	outcomes  [numOutcomes]int64
+	late      int64 // fixed rate: jobs that started more than lateAfter after their intended start
 }
 
 // runner runs rounds with a fixed set of workers.
@@ -111,22 +118,40 @@ func newRunner(concurrency int, p *progress) *runner {
 // errorBackoff keeps a worker whose target fails from spinning.
 const errorBackoff = 10 * time.Millisecond
 
+// lateAfter is how far behind its intended start time a job of a fixed-rate
+// round may start and still count as on time.
+const lateAfter = time.Millisecond
+
 // round runs t with the runner's workers until duration has passed or, when
 // ops > 0, until ops jobs have started, then adds what it measured to into
 // (when into is nil, the round is a warm-up and is thrown away). Jobs in
 // flight at the deadline are finished and counted.
-func (r *runner) round(ctx context.Context, t target, wl *workload, duration time.Duration, ops int64, into *tally) {
+//
+// With rate == 0 the workers run a closed loop: each starts its next job when
+// the last one is answered. With rate > 0 the loop is open: job k of the round
+// is due at begin + k/rate, the next free worker takes it (sleeping until it
+// is due), and its latencies are measured from that intended start, not from
+// when a worker got to it, so that time spent waiting for a free worker (at
+// most concurrency jobs are in flight) counts as latency instead of being
+// hidden by coordinated omission. Jobs due before the deadline that no worker
+// reached by then are counted as missed.
+func (r *runner) round(ctx context.Context, t target, wl *workload, duration time.Duration, ops int64, rate float64, into *tally) {
 	for i := range r.slots {
 		s := &r.slots[i]
 		s.op.Reset()
 		s.claim.Reset()
-		s.ops, s.errors, s.firstErr, s.outcomes = 0, 0, nil, [numOutcomes]int64{}
+		s.ops, s.errors, s.firstErr, s.outcomes, s.late = 0, 0, nil, [numOutcomes]int64{}, 0
 	}
 	var (
 		started  atomic.Int64
+		next     atomic.Int64 // fixed rate: the index of the next job due
 		wg       sync.WaitGroup
 		deadline time.Time
 	)
+	interval := 0.0 // fixed rate: nanoseconds between intended starts
+	if rate > 0 {
+		interval = float64(time.Second) / rate
+	}
 	selfBefore := selfCPU()
 	var serverBefore map[uint32]time.Duration
 	srv, isServed := t.(served)
@@ -149,7 +174,20 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 			defer wg.Done()
 			s := &r.slots[i]
 			for ctx.Err() == nil {
-				if ops > 0 {
+				var intended time.Time
+				if rate > 0 {
+					k := next.Add(1) - 1
+					if ops > 0 && k >= ops {
+						return
+					}
+					intended = begin.Add(time.Duration(float64(k) * interval))
+					if ops <= 0 && (!intended.Before(deadline) || !time.Now().Before(deadline)) {
+						return
+					}
+					if wait := time.Until(intended); wait > 0 {
+						time.Sleep(wait)
+					}
+				} else if ops > 0 {
 					if started.Add(1) > ops {
 						return
 					}
@@ -160,6 +198,16 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 				t0 := time.Now()
 				o, claimTook, err := t.job(ctx, key)
 				took := time.Since(t0)
+				if rate > 0 {
+					// Measured from the intended start: the wait for a
+					// free worker is part of the latency.
+					lag := t0.Sub(intended)
+					if lag > lateAfter {
+						s.late++
+					}
+					took += lag
+					claimTook += lag
+				}
 				if err != nil {
 					if ctx.Err() != nil {
 						return // interrupted: not the target's fault
@@ -198,9 +246,11 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		into.acquires += acq - acqBefore
 		into.acquireWait += wait - waitBefore
 	}
-	var roundOps int64
+	var roundOps, roundStarted int64
 	for i := range r.slots {
 		s := &r.slots[i]
+		roundStarted += s.ops + s.errors
+		into.late += s.late
 		into.op.Merge(s.op)
 		into.claim.Merge(s.claim)
 		into.ops += s.ops
@@ -212,6 +262,11 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		for o, n := range s.outcomes {
 			into.outcomes[o] += n
 		}
+	}
+	if rate > 0 && ops <= 0 {
+		// Jobs due before the deadline: k/rate < duration.
+		due := int64(math.Ceil(duration.Seconds() * rate))
+		into.missed += max(due-roundStarted, 0)
 	}
 	into.elapsed += elapsed
 	into.rounds = append(into.rounds, float64(roundOps)/elapsed.Seconds())
