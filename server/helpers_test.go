@@ -325,3 +325,10 @@ func (l *callLog) len() int {
 	defer l.mu.Unlock()
 	return len(l.calls)
 }
+
+func (h *hookStore) CountByState(ctx context.Context) (map[store.State]int64, error) {
+	if err := h.before(ctx, "CountByState"); err != nil {
+		return nil, err
+	}
+	return h.Store.CountByState(ctx)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -29,10 +30,16 @@ type Sweeper struct {
 	BatchSize int
 	// OnPass, when set, is called after every pass, for tests.
 	OnPass func(SweepStats, error)
-	// Metrics, when set, records every pass, and after each pass the count of
+	// Metrics, when set, records every pass, and after a pass the count of
 	// records per state (idem_records), so a scrape never runs a full count.
 	Metrics *Metrics
-	logger  *slog.Logger
+	// CountEvery bounds how often a pass counts the records per state for
+	// Metrics: the count reads the whole table, which a 10 s sweep interval on
+	// every replica would repeat far more often than a gauge needs. It
+	// defaults to 1 minute.
+	CountEvery time.Duration
+	logger     *slog.Logger
+	lastCount  atomic.Int64 // UnixNano of the last count
 }
 
 // NewSweeper returns a sweeper over st with the default interval and batch
@@ -41,7 +48,7 @@ func NewSweeper(st store.Store, logger *slog.Logger) *Sweeper {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sweeper{store: st, Interval: 10 * time.Second, BatchSize: 2000, logger: logger}
+	return &Sweeper{store: st, Interval: 10 * time.Second, BatchSize: 2000, CountEvery: time.Minute, logger: logger}
 }
 
 // Run sweeps every Interval (with up to 10% jitter, so replicas started
@@ -74,7 +81,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 		stats.Duration = time.Since(start)
 		if s.Metrics != nil {
 			s.Metrics.ObserveSweep(stats, err)
-			if err == nil {
+			if err == nil && s.countDue() {
 				if counts, cerr := s.store.CountByState(ctx); cerr == nil {
 					s.Metrics.SetRecordCounts(counts)
 				}
@@ -109,4 +116,16 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 		}
 	}
 	return stats, nil
+}
+
+// countDue reports whether CountEvery has passed since the last count, and
+// if so claims this pass for the next one.
+func (s *Sweeper) countDue() bool {
+	every := s.CountEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	now := time.Now().UnixNano()
+	last := s.lastCount.Load()
+	return (last == 0 || now-last >= int64(every)) && s.lastCount.CompareAndSwap(last, now)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/internal/testserver"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres"
 )
 
 // batchLog records what every sweep statement returned.
@@ -341,5 +342,37 @@ func TestSweeperRunReturnsWhenCancelledBeforeFirstPass(t *testing.T) {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("Run did not return")
+	}
+}
+
+// TestSweeperCountsRecordsAtMostEveryCountEvery: the idem_records count
+// reads the whole table, so passes closer together than CountEvery share one.
+func TestSweeperCountsRecordsAtMostEveryCountEvery(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	var counts atomic.Int64
+	st := &hookStore{Store: postgres.New(db.Pool), hook: func(_ context.Context, method string) error {
+		if method == "CountByState" {
+			counts.Add(1)
+		}
+		return nil
+	}}
+	sw := server.NewSweeper(st, nil)
+	sw.Metrics = server.NewMetrics()
+	sw.CountEvery = time.Hour
+	for range 3 {
+		if _, err := sw.SweepOnce(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counts.Load(); n != 1 {
+		t.Fatalf("3 passes within CountEvery counted the records %d times, want once", n)
+	}
+	sw.CountEvery = time.Nanosecond
+	if _, err := sw.SweepOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := counts.Load(); n != 2 {
+		t.Fatalf("a pass after CountEvery: %d counts in all, want 2", n)
 	}
 }

@@ -51,7 +51,7 @@ func startOpsServer(t *testing.T) *opsServer {
 
 	s := &opsServer{addr: freeAddr(t), httpAddr: freeAddr(t), proxy: proxy, db: db}
 	cmd := exec.Command(idemdBinary, "serve", "--listen", s.addr, "--http-listen", s.httpAddr,
-		"--sweep-interval", "100ms", "--health-interval", "100ms", "--log-format", "json")
+		"--sweep-interval", "100ms", "--count-interval", "100ms", "--health-interval", "100ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+u.String())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

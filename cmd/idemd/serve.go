@@ -22,6 +22,7 @@ type serveCmd struct {
 	securityFlags
 	Listen           string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
 	SweepInterval    time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
+	CountInterval    time.Duration `default:"1m" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
 	DefaultLeaseTTL  time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
 	DefaultRetention time.Duration `default:"24h" env:"IDEM_DEFAULT_RETENTION" help:"How long a record is kept after it leaves PROCESSING when the Claim sends no retention (1m to 90 days)."`
 	MaxResultBytes   int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
@@ -43,6 +44,9 @@ func (c *serveCmd) validate() error {
 	}
 	if c.HealthInterval <= 0 {
 		return fmt.Errorf("--health-interval is %s; it must be positive", c.HealthInterval)
+	}
+	if c.CountInterval <= 0 {
+		return fmt.Errorf("--count-interval is %s; it must be positive", c.CountInterval)
 	}
 	if c.SweepInterval < 0 {
 		return fmt.Errorf("--sweep-interval is %s; it must be 0 (off) or positive", c.SweepInterval)
@@ -122,6 +126,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		sw := server.NewSweeper(st, logger)
 		sw.Interval = c.SweepInterval
 		sw.Metrics = metrics
+		sw.CountEvery = c.CountInterval
 		sw.Run(sweepCtx)
 	}()
 	healthDone := make(chan struct{})
