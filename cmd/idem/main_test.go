@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/idemhq/idem/internal/testbin"
 	"github.com/idemhq/idem/internal/testserver"
 )
 
@@ -23,21 +23,7 @@ import (
 // binary as a script would.
 var idemBinary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idem-cli-test")
-	if err != nil {
-		panic(err)
-	}
-	idemBinary = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", idemBinary, ".")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		panic("build idem: " + err.Error())
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, "idem", &idemBinary) }
 
 // result is what one run of idem did.
 type result struct {

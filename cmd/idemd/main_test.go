@@ -17,27 +17,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testbin"
 	"github.com/idemhq/idem/internal/testdb"
 )
 
 // idemdBinary is built once by TestMain so that the tests run the real binary.
 var idemdBinary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemd-test")
-	if err != nil {
-		panic(err)
-	}
-	idemdBinary = filepath.Join(dir, "idemd")
-	build := exec.Command("go", "build", "-o", idemdBinary, ".")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		panic("build idemd: " + err.Error())
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, "idemd", &idemdBinary) }
 
 // run runs idemd with args and returns its combined output and exit code.
 func run(t *testing.T, env []string, args ...string) (string, int) {
