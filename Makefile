@@ -61,21 +61,24 @@ run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, 
 	go run -ldflags "$(LDFLAGS)" ./cmd/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
 
 .PHONY: bench
-bench: ## Benchmark idem against direct SQL and a Redis lock, interleaved, C=32, in under two minutes (docs/BENCHMARKS.md); BENCH_FLAGS adds flags.
-	go run ./cmd/idem-bench --start-idemd --compare \
+bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL and a Redis lock, interleaved, C=32, CPU per job by process and WAL per job, in about two minutes (docs/BENCHMARKS.md); BENCH_FLAGS adds flags.
+	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
 		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
+		--target service,service-sqlite,sql,redis \
 		--concurrency 32 --duration 8s --rounds 4 --scenario unique,hot,replay $(BENCH_FLAGS)
 
 .PHONY: bench-rate
 bench-rate: ## DESIGN §6's latency target: the service's closed-loop maximum (unique, C=32, 8 s), then an open loop at half that rate (BENCH_RATE sets the rate and skips the first run).
+	@go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
 	@url="$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))"; rate="$(BENCH_RATE)"; \
 	if [ -z "$$rate" ]; then \
-		max=$$(go run ./cmd/idem-bench --start-idemd --target service --database-url "$$url" \
+		max=$$(go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --target service --database-url "$$url" \
 			--concurrency 32 --duration 8s --scenario unique --progress never --json | \
 			sed -n 's/^ *"ops_per_sec": \([0-9.]*\).*/\1/p' | head -n 1); \
 		[ -n "$$max" ] || { echo "bench-rate: the closed-loop run failed" >&2; exit 1; }; \
 		rate=$$(awk -v m="$$max" 'BEGIN { printf "%d", m / 2 }'); \
 		echo "closed-loop maximum $$max jobs/s; open loop at half of it, $$rate jobs/s"; \
 	fi; \
-	go run ./cmd/idem-bench --start-idemd --target service --database-url "$$url" \
+	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --target service --database-url "$$url" \
 		--concurrency 32 --duration 8s --scenario unique --rate "$$rate" $(BENCH_FLAGS)

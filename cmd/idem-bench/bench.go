@@ -7,13 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime"
 	rpprof "runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,6 +66,28 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 	// Read before anything of this run adds to it: what the neighbours do.
 	rep.LoadBefore = loadAverage()
 
+	// Postgres's CPU time and WAL per round, read through a connection of
+	// its own; without a Postgres the run goes on without them.
+	if pg, err := openPGMonitor(ctx, c.DatabaseURL); err != nil {
+		if c.needsPostgres(targetNames) {
+			return err
+		}
+	} else {
+		defer pg.close(context.WithoutCancel(ctx))
+		c.pg = pg
+		rep.PostgresLocal = pg.local()
+	}
+	if c.StartIdemd && c.IdemdBin == "" && slices.ContainsFunc(targetNames, isServiceTarget) {
+		dir, err := os.MkdirTemp("", "idem-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if c.IdemdBin, err = buildIdemd(ctx, dir, stderr); err != nil {
+			return err
+		}
+	}
+
 	// Open the targets. Without a Redis the redis target is skipped, with
 	// its reason; the service and sql targets failing fail the run.
 	var targets []target
@@ -95,7 +121,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 
 	prog := newProgress(stderr, c.Progress, len(scenarios)*len(targets)*rounds, c.Ops, c.Duration/time.Duration(rounds))
 	defer prog.stop()
-	r := newRunner(c.Concurrency, prog)
+	r := newRunner(c.Concurrency, prog, c.pg)
 
 	if c.Warmup > 0 {
 		for _, t := range targets {
@@ -107,6 +133,12 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		}
 	}
 
+	if c.IdemdCPUProfile != "" {
+		perRound := c.Duration / time.Duration(rounds)
+		measured := time.Duration(len(scenarios)*len(targets)*rounds)*perRound + time.Second
+		wait := c.idemdCPUProfiles(ctx, targets, measured)
+		defer func() { err = errors.Join(err, wait()) }()
+	}
 	if c.CPUProfile != "" {
 		f, err := os.Create(c.CPUProfile)
 		if err != nil {
@@ -123,6 +155,13 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
 			tallies[i] = newTally(t.name(), scenario)
+			if st, ok := t.(*serviceTarget); ok && st.idemd != nil {
+				tallies[i].hasIdemd = true
+				tallies[i].pgStore = st.idemd.appName != ""
+			}
+			if _, ok := t.(*sqlTarget); ok {
+				tallies[i].pgStore = true
+			}
 			workloads[i] = newWorkload(scenario, runID+"-"+scenario, c.Concurrency)
 		}
 		for round := range rounds {
@@ -157,6 +196,11 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
+	if c.IdemdMemProfile != "" {
+		if err := c.idemdMemProfiles(ctx, targets); err != nil {
+			return err
+		}
+	}
 
 	if c.JSON {
 		return rep.writeJSON(stdout)
@@ -169,7 +213,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 // be skipped, after saying why on stderr and in the report.
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
-	case "service":
+	case "service", "service-sqlite":
 		addr := c.Addr
 		var idemd *localIdemd
 		if c.StartIdemd {
@@ -182,15 +226,26 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 				logw = f
 				c.closers = append(c.closers, f.Close)
 			}
+			opts := idemdOptions{
+				bin: c.IdemdBin, sqlite: name == "service-sqlite", baseURL: c.DatabaseURL,
+				schema: "idem_bench_" + runID, appName: "idem-bench-idemd-" + runID,
+				poolMaxConns: c.IdemdPoolMaxConns, sweepInterval: c.SweepInterval,
+				logLevel: c.IdemdLogLevel, log: logw,
+			}
+			if opts.sqlite {
+				opts.schema, opts.appName = "", ""
+			}
 			var err error
-			idemd, err = startIdemd(ctx, c.DatabaseURL, "idem_bench_"+runID, c.IdemdPoolMaxConns, c.SweepInterval,
-				newIdemdLogger(logw, c.IdemdLogLevel))
-			if err != nil {
-				return nil, fmt.Errorf("--start-idemd: %w", err)
+			if idemd, err = startIdemd(ctx, opts); err != nil {
+				return nil, fmt.Errorf("--start-idemd (%s): %w", name, err)
 			}
 			addr = idemd.addr
-			rep.IdemdPoolMaxConns = idemd.maxConns()
-			rep.IdemdAddr = "in-process (--start-idemd)"
+			rep.IdemdAddr = "a process of its own (--start-idemd)"
+			if !opts.sqlite {
+				if m, err := idemd.metrics(ctx, "idem_db_pool_max_conns"); err == nil {
+					rep.IdemdPoolMaxConns = int32(m["idem_db_pool_max_conns"])
+				}
+			}
 		} else {
 			rep.IdemdAddr = addr
 		}
@@ -201,7 +256,7 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 			}
 			return nil, err
 		}
-		t := &serviceTarget{client: cl, namespace: c.Namespace, leaseTTL: c.LeaseTTL, result: result, idemd: idemd}
+		t := &serviceTarget{label: name, client: cl, namespace: c.Namespace, leaseTTL: c.LeaseTTL, result: result, idemd: idemd}
 		if err := t.probe(ctx, addr); err != nil {
 			_ = t.close(context.WithoutCancel(ctx))
 			return nil, err
@@ -213,7 +268,7 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 			maxConns = int32(c.Concurrency)
 		}
 		rep.SQLPoolMaxConns = maxConns
-		return openSQL(ctx, c.DatabaseURL, "idem_bench_sql_"+runID, maxConns, c.Namespace, result)
+		return openSQL(ctx, c.DatabaseURL, "idem_bench_sql_"+runID, "idem-bench-sql-"+runID, maxConns, c.Namespace, result)
 	case "redis":
 		leaseTTL := c.LeaseTTL
 		if leaseTTL <= 0 {
@@ -228,6 +283,83 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 		return t, nil
 	}
 	return nil, fmt.Errorf("unknown target %q", name)
+}
+
+// isServiceTarget reports whether name is a target served by idemd.
+func isServiceTarget(name string) bool { return strings.HasPrefix(name, "service") }
+
+// needsPostgres reports whether one of the targets cannot run without the
+// Postgres at --database-url.
+func (c *cli) needsPostgres(targets []string) bool {
+	return slices.Contains(targets, "sql") || (c.StartIdemd && slices.Contains(targets, "service"))
+}
+
+// startedIdemds returns the targets' started idemds, by target name.
+func startedIdemds(targets []target) map[string]*localIdemd {
+	out := map[string]*localIdemd{}
+	for _, t := range targets {
+		if st, ok := t.(*serviceTarget); ok && st.idemd != nil {
+			out[st.label] = st.idemd
+		}
+	}
+	return out
+}
+
+// profilePath is FILE for one started idemd, or FILE with the target's name
+// before its extension when there are several.
+func profilePath(file, target string, several bool) string {
+	if !several {
+		return file
+	}
+	ext := filepath.Ext(file)
+	return strings.TrimSuffix(file, ext) + "." + target + ext
+}
+
+// idemdCPUProfiles starts a CPU profile of length d in every started idemd
+// and returns a func that waits for them and writes them.
+func (c *cli) idemdCPUProfiles(ctx context.Context, targets []target, d time.Duration) func() error {
+	idemds := startedIdemds(targets)
+	errc := make(chan error, len(idemds))
+	for name, idemd := range idemds {
+		path := profilePath(c.IdemdCPUProfile, name, len(idemds) > 1)
+		go func() {
+			secs := int(math.Ceil(d.Seconds()))
+			errc <- writeIdemdProfile(ctx, idemd, "/debug/pprof/profile?seconds="+strconv.Itoa(secs), path)
+		}()
+	}
+	return func() error {
+		var err error
+		for range idemds {
+			err = errors.Join(err, <-errc)
+		}
+		if err != nil {
+			return fmt.Errorf("--idemd-cpuprofile: %w", err)
+		}
+		return nil
+	}
+}
+
+func (c *cli) idemdMemProfiles(ctx context.Context, targets []target) error {
+	idemds := startedIdemds(targets)
+	for name, idemd := range idemds {
+		path := profilePath(c.IdemdMemProfile, name, len(idemds) > 1)
+		if err := writeIdemdProfile(ctx, idemd, "/debug/pprof/allocs?gc=1", path); err != nil {
+			return fmt.Errorf("--idemd-memprofile: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeIdemdProfile(ctx context.Context, idemd *localIdemd, path, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := idemd.get(ctx, path, f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // servePprof serves net/http/pprof on addr until the returned func is called.

@@ -20,28 +20,50 @@ func selfCPU() time.Duration {
 // clockTick is the unit of /proc/*/stat's times: USER_HZ, 100 on Linux.
 const clockTick = 10 * time.Millisecond
 
+// procStat is what idem-bench reads of a process's /proc/<pid>/stat.
+type procStat struct {
+	ppid uint32
+	// cpu is the process's own user and system time, all its threads.
+	cpu time.Duration
+	// childCPU is the user and system time of its children that exited
+	// and were reaped (cutime + cstime): for the postmaster, the backends
+	// that have gone.
+	childCPU time.Duration
+}
+
+// readProcStat reads /proc/<pid>/stat; false when the process is gone or
+// cannot be read (on another machine, or another pid namespace).
+func readProcStat(pid uint32) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ppid … utime stime cutime cstime: fields 4 and 14 to
+	// 17, counted after the command name, which may hold spaces.
+	rp := bytes.LastIndexByte(b, ')')
+	if rp < 0 {
+		return procStat{}, false
+	}
+	f := bytes.Fields(b[rp+1:])
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(string(f[i]), 10, 64); return v }
+	return procStat{
+		ppid:     uint32(n(1)),
+		cpu:      time.Duration(n(11)+n(12)) * clockTick,
+		childCPU: time.Duration(n(13)+n(14)) * clockTick,
+	}, true
+}
+
 // processCPU is the CPU time each of pids has used so far; a process that
 // cannot be read (gone, or on another machine) is left out.
 func processCPU(pids []uint32) map[uint32]time.Duration {
 	out := make(map[uint32]time.Duration, len(pids))
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
-		if err != nil {
-			continue
+		if st, ok := readProcStat(pid); ok {
+			out[pid] = st.cpu
 		}
-		// pid (comm) state ppid … utime stime: fields 14 and 15, counted
-		// after the command name, which may hold spaces.
-		rp := bytes.LastIndexByte(b, ')')
-		if rp < 0 {
-			continue
-		}
-		f := bytes.Fields(b[rp+1:])
-		if len(f) < 13 {
-			continue
-		}
-		utime, _ := strconv.ParseInt(string(f[11]), 10, 64)
-		stime, _ := strconv.ParseInt(string(f[12]), 10, 64)
-		out[pid] = time.Duration(utime+stime) * clockTick
 	}
 	return out
 }

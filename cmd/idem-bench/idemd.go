@@ -1,129 +1,240 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-
-	"github.com/idemhq/idem/server"
-	"github.com/idemhq/idem/store/postgres"
 )
 
-// localIdemd is idemd's service run in this process for --start-idemd: the
-// store, service, interceptor chain (metrics and logging included), health
-// watch and sweeper wired as `idemd serve` wires them with its defaults (no
-// tenants, no TLS, no HTTP endpoint), on a loopback port, over a schema of
-// its own that close drops. Running it in-process is what lets --cpuprofile
-// and --memprofile see the service.
+// localIdemd is an `idemd serve` that idem-bench starts for --start-idemd, as
+// a process of its own so that its CPU time is read apart from the load
+// generator's: on loopback ports, with its defaults (no tenants, no TLS), its
+// profiler on (--pprof, for --idemd-cpuprofile), over a Postgres schema of its
+// own that close drops, or over SQLite in a temporary data directory.
 type localIdemd struct {
-	addr    string
-	pool    *pgxpool.Pool
-	grpc    *grpc.Server
-	baseURL string
-	schema  string
-	stopSwp context.CancelFunc
-	swpDone chan struct{}
-	// healthDone closes when the health watch, stopped with the sweeper,
-	// has returned.
-	healthDone chan struct{}
-	serveErr   chan error
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when the process has been waited for
+	waitErr  error
+	addr     string // gRPC
+	httpAddr string // /metrics, /readyz, /debug/pprof/
+	// Postgres: the base URL, the schema and the application_name of
+	// idemd's connections. SQLite: the data directory.
+	baseURL, schema, appName string
+	dataDir                  string
 }
 
-// idemdHealthInterval is idemd's --health-interval default.
-const idemdHealthInterval = 5 * time.Second
+// idemdOptions is how --start-idemd runs idemd.
+type idemdOptions struct {
+	bin           string
+	sqlite        bool // no database URL: SQLite in a temporary --data-dir
+	baseURL       string
+	schema        string
+	appName       string
+	poolMaxConns  int32
+	sweepInterval time.Duration
+	logLevel      string
+	log           io.Writer // idemd's stderr
+}
 
-// startIdemd starts the service over a new schema in baseURL. poolMaxConns,
-// when positive, is added to the URL as pool_max_conns, as an operator would;
-// otherwise the pool is sized as idemd sizes it.
-func startIdemd(ctx context.Context, baseURL, schema string, poolMaxConns int32, sweepInterval time.Duration, logger *slog.Logger) (_ *localIdemd, err error) {
-	if err := createSchema(ctx, baseURL, schema); err != nil {
-		return nil, err
-	}
-	d := &localIdemd{baseURL: baseURL, schema: schema}
+// startIdemd starts idemd and waits until /readyz answers.
+func startIdemd(ctx context.Context, o idemdOptions) (_ *localIdemd, err error) {
+	d := &localIdemd{baseURL: o.baseURL, schema: o.schema, appName: o.appName}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, d.close(context.WithoutCancel(ctx)))
 		}
 	}()
-	schemaURL, err := withQuery(baseURL, "search_path", schema)
-	if err != nil {
-		return d, fmt.Errorf("--database-url: %w", err)
+	if d.addr, err = freeLoopbackAddr(); err != nil {
+		return d, err
 	}
-	if poolMaxConns > 0 {
-		if schemaURL, err = withQuery(schemaURL, "pool_max_conns", strconv.Itoa(int(poolMaxConns))); err != nil {
+	if d.httpAddr, err = freeLoopbackAddr(); err != nil {
+		return d, err
+	}
+	args := []string{"serve", "--listen", d.addr, "--http-listen", d.httpAddr, "--pprof",
+		"--sweep-interval", o.sweepInterval.String(), "--log-level", o.logLevel}
+	env := environWithoutIdem()
+	if o.sqlite {
+		if d.dataDir, err = os.MkdirTemp("", "idem-bench-sqlite-"); err != nil {
+			return d, err
+		}
+		args = append(args, "--data-dir", d.dataDir)
+	} else {
+		if err := createSchema(ctx, o.baseURL, o.schema); err != nil {
+			d.schema = "" // not ours to drop
+			return d, err
+		}
+		u, err := withQuery(o.baseURL, "search_path", o.schema)
+		if err == nil {
+			u, err = withQuery(u, "application_name", o.appName)
+		}
+		if err == nil && o.poolMaxConns > 0 {
+			u, err = withQuery(u, "pool_max_conns", strconv.Itoa(int(o.poolMaxConns)))
+		}
+		if err != nil {
 			return d, fmt.Errorf("--database-url: %w", err)
 		}
+		// In the environment rather than argv, where ps would show a
+		// password.
+		env = append(env, "IDEM_DATABASE_URL="+u)
 	}
-	// The same calls as idemd serve: Connect, Migrate, New, NewService,
-	// NewGRPCServer, NewSweeper.
-	if d.pool, err = postgres.Connect(ctx, schemaURL); err != nil {
-		return d, fmt.Errorf("idemd: cannot reach the database at %s: %w", redactURL(baseURL), err)
+	d.cmd = exec.Command(o.bin, args...)
+	d.cmd.Env = env
+	d.cmd.Stdout, d.cmd.Stderr = o.log, o.log
+	if err := d.cmd.Start(); err != nil {
+		d.cmd = nil
+		return d, fmt.Errorf("start %s: %w", o.bin, err)
 	}
-	if _, err := postgres.Migrate(ctx, d.pool); err != nil {
-		return d, fmt.Errorf("idemd: migrate: %w", err)
-	}
-	st := postgres.New(d.pool)
-	metrics := server.NewMetrics()
-	svc := server.NewService(st, server.Config{Metrics: metrics}, logger)
-	var health *health.Server
-	d.grpc, health = server.NewGRPCServer(svc, logger)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return d, fmt.Errorf("idemd: listen: %w", err)
-	}
-	d.addr = lis.Addr().String()
-	d.serveErr = make(chan error, 1)
-	go func() { d.serveErr <- d.grpc.Serve(lis) }()
-
-	swpCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	d.stopSwp, d.swpDone = stop, make(chan struct{})
+	d.exited = make(chan struct{})
 	go func() {
-		defer close(d.swpDone)
-		if sweepInterval > 0 {
-			sw := server.NewSweeper(st, logger)
-			sw.Interval = sweepInterval
-			sw.Metrics = metrics
-			sw.Run(swpCtx)
-		}
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
 	}()
-	d.healthDone = make(chan struct{})
-	go func() {
-		defer close(d.healthDone)
-		server.WatchHealth(swpCtx, st, health, idemdHealthInterval, logger)
-	}()
-	return d, nil
+	return d, d.waitReady(ctx, 60*time.Second)
 }
 
-// maxConns is the size of the started idemd's pool, for the report.
-func (d *localIdemd) maxConns() int32 { return d.pool.Config().MaxConns }
+// waitReady polls /readyz until it answers 200, idemd exits, or timeout.
+func (d *localIdemd) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := d.get(ctx, "/readyz", io.Discard); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("idemd did not become ready within %s: %w (--idemd-log - shows its log)", timeout, err)
+		}
+		select {
+		case <-d.exited:
+			return fmt.Errorf("idemd exited while starting: %v (--idemd-log - shows its log)", d.waitErr)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
 
-// close stops the server and the sweeper, closes the pool and drops the
-// schema.
+// pid is idemd's process id, for its CPU time.
+func (d *localIdemd) pid() uint32 { return uint32(d.cmd.Process.Pid) }
+
+// get fetches one of idemd's HTTP endpoints into w.
+func (d *localIdemd) get(ctx context.Context, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.httpAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// metrics reads the named unlabelled samples from idemd's /metrics; a
+// sample that is absent is left out.
+func (d *localIdemd) metrics(ctx context.Context, names ...string) (map[string]float64, error) {
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := d.get(ctx, "/metrics", pw)
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	out := make(map[string]float64, len(names))
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		for _, n := range names {
+			if name == n {
+				if v, err := strconv.ParseFloat(value, 64); err == nil {
+					out[n] = v
+				}
+			}
+		}
+	}
+	_ = pr.Close()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// close stops idemd (SIGTERM, then SIGKILL after 15 s) and drops its schema
+// or data directory.
 func (d *localIdemd) close(ctx context.Context) error {
-	if d.grpc != nil {
-		d.grpc.Stop()
-		<-d.serveErr
+	var err error
+	if d.cmd != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(15 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.exited
+			err = errors.New("idemd did not stop within 15 s of SIGTERM; killed")
+		}
 	}
-	if d.stopSwp != nil {
-		d.stopSwp()
-		<-d.swpDone
-		<-d.healthDone
+	if d.dataDir != "" {
+		err = errors.Join(err, os.RemoveAll(d.dataDir))
 	}
-	if d.pool != nil {
-		d.pool.Close()
+	if d.schema != "" {
+		err = errors.Join(err, dropSchema(ctx, d.baseURL, d.schema))
 	}
-	return dropSchema(ctx, d.baseURL, d.schema)
+	return err
+}
+
+// buildIdemd builds idemd into dir with the go command, from the module
+// idem-bench runs in; --idemd-bin skips this.
+func buildIdemd(ctx context.Context, dir string, stderr io.Writer) (string, error) {
+	bin := filepath.Join(dir, "idemd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/idemhq/idem/cmd/idemd")
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build idemd (run from the idem module, or pass --idemd-bin): %w", err)
+	}
+	return bin, nil
+}
+
+// freeLoopbackAddr returns a loopback address with a port that was free a
+// moment ago.
+func freeLoopbackAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := lis.Addr().String()
+	return addr, lis.Close()
+}
+
+// environWithoutIdem is this process's environment without IDEM_*
+// variables, which idemd would take for its flags' env twins.
+func environWithoutIdem() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "IDEM_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func createSchema(ctx context.Context, url, schema string) error {
@@ -136,13 +247,6 @@ func createSchema(ctx context.Context, url, schema string) error {
 		return fmt.Errorf("create schema %s: %w", schema, err)
 	}
 	return nil
-}
-
-// newIdemdLogger is idemd's default logger (text on stderr) at level.
-func newIdemdLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
 // withQuery returns raw with the query parameter key set to value.

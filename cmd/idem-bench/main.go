@@ -16,9 +16,11 @@
 //
 //	idem-bench --start-idemd --compare -c 32 -d 10s --scenario unique,hot,replay
 //
-// --start-idemd runs idemd's service in this process on a loopback port over a
-// schema of its own, so nothing but Postgres has to run; --addr drives an idemd
-// that is already running. docs/BENCHMARKS.md has the numbers and how to read
+// --start-idemd starts idemd as a process of its own on a loopback port, over
+// a schema of its own (or over SQLite for the service-sqlite target), so
+// nothing but Postgres has to run; --addr drives an idemd that is already
+// running. Each target's CPU time per job is given by process (idem-bench,
+// idemd, Postgres), with the WAL it wrote. docs/BENCHMARKS.md has the numbers and how to read
 // them.
 package main
 
@@ -30,6 +32,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -47,14 +50,17 @@ type cli struct {
 	DatabaseURL string `env:"IDEM_DATABASE_URL" default:"${default_database_url}" placeholder:"postgres://…" help:"Postgres for the sql target (it creates a schema of its own and drops it at the end) and for --start-idemd."`
 	RedisAddr   string `env:"IDEM_REDIS_ADDR" default:"127.0.0.1:6379" placeholder:"HOST:PORT" help:"Redis for the redis target; without one answering, the target is skipped."`
 
-	StartIdemd        bool          `help:"Run idemd's service in this process on a loopback port, over a fresh schema in --database-url that is dropped at the end."`
+	StartIdemd        bool          `help:"Start idemd (idemd serve) as a process of its own on loopback ports for each service target: over a fresh schema in --database-url that is dropped at the end, or for service-sqlite over SQLite in a temporary directory."`
+	IdemdBin          string        `placeholder:"PATH" help:"The idemd binary --start-idemd runs; without it idem-bench builds one with the go command (run it from the idem module)."`
 	IdemdPoolMaxConns int32         `placeholder:"N" help:"pool_max_conns of the idemd that --start-idemd runs; 0 keeps idemd's own default."`
 	IdemdLogLevel     string        `enum:"debug,info,warn,error" default:"info" help:"Log level of the idemd that --start-idemd runs (idemd's default is info)."`
-	IdemdLog          string        `default:"/dev/null" placeholder:"FILE" help:"Where the idemd that --start-idemd runs writes its log, formatted as idemd formats it; - for stderr."`
+	IdemdLog          string        `default:"/dev/null" placeholder:"FILE" help:"Where the idemd that --start-idemd runs writes its log (stderr); - for this process's stderr."`
 	SweepInterval     time.Duration `default:"10s" help:"Sweeper interval of the idemd that --start-idemd runs, as idemd's --sweep-interval; 0 turns it off."`
+	IdemdCPUProfile   string        `name:"idemd-cpuprofile" placeholder:"FILE" help:"Write a CPU profile of the started idemd over the measured rounds (fetched from its /debug/pprof/profile; needs --duration). With several idemd targets, FILE gets each target's name before its extension."`
+	IdemdMemProfile   string        `name:"idemd-memprofile" placeholder:"FILE" help:"Write the started idemd's allocation profile (/debug/pprof/allocs) at the end; named like --idemd-cpuprofile."`
 	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
 
-	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,sql,redis" placeholder:"TARGET" help:"Targets: service, sql, redis (comma-separated). Default: service, or all three with --compare."`
+	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), sql, redis. Default: service, or service, sql and redis with --compare."`
 	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys)."`
 	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop); with --rate, the most jobs in flight at once."`
 	Rate        float64       `env:"IDEM_BENCH_RATE" default:"0" placeholder:"R" help:"Open loop: start R jobs per second in all (per round, on a fixed schedule) instead of a closed loop; 0 is the closed loop. Latency is measured from each job's intended start time, so time spent waiting for one of the --concurrency workers counts (no coordinated omission); jobs that start over 1 ms late are reported."`
@@ -69,11 +75,12 @@ type cli struct {
 
 	JSON       bool   `help:"Print one JSON object for machines instead of the table."`
 	Progress   string `enum:"auto,always,never" default:"auto" help:"Progress bar on stderr: auto shows it only when stderr is a terminal."`
-	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"Write a CPU profile of the measured rounds (of this process: with --start-idemd it holds idemd's service too)."`
+	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"Write a CPU profile of the measured rounds of this process (the load generator; --idemd-cpuprofile profiles the started idemd)."`
 	MemProfile string `name:"memprofile" placeholder:"FILE" help:"Write an allocation profile (alloc_space, alloc_objects) at the end."`
 	PprofAddr  string `placeholder:"HOST:PORT" help:"Serve net/http/pprof on this address while the benchmark runs."`
 
 	closers []func() error // files to close after the targets
+	pg      *pgMonitor     // nil when there is no Postgres to read
 }
 
 func (c *cli) Validate() error {
@@ -92,6 +99,12 @@ func (c *cli) Validate() error {
 		return fmt.Errorf("--rate is %v; it must be 0 (closed loop) or a positive number of jobs per second", c.Rate)
 	case c.Warmup < 0:
 		return fmt.Errorf("--warmup is %s; it must be 0 or more", c.Warmup)
+	case slices.Contains(c.Targets, "service-sqlite") && !c.StartIdemd:
+		return errors.New("--target service-sqlite needs --start-idemd: idem-bench starts that idemd itself")
+	case (c.IdemdCPUProfile != "" || c.IdemdMemProfile != "") && !c.StartIdemd:
+		return errors.New("--idemd-cpuprofile and --idemd-memprofile need --start-idemd; profile an idemd of your own with its --pprof")
+	case c.IdemdCPUProfile != "" && c.Ops > 0:
+		return errors.New("--idemd-cpuprofile needs --duration, not --ops: the profile's length is set when it starts")
 	}
 	return nil
 }

@@ -3,13 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/idemhq/idem/internal/testbin"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/internal/testserver"
 )
+
+// idemdBinary is idemd, built once for --start-idemd.
+var idemdBinary string
+
+func TestMain(m *testing.M) { testbin.MainOf(m, "../idemd", "idemd", &idemdBinary) }
 
 // These are smoke tests: they run the tool's whole loop for a few jobs per
 // target so that it cannot rot, and check the shape of what it prints. They
@@ -20,7 +25,7 @@ func smokeArgs(t *testing.T, extra ...string) []string {
 	return append([]string{
 		"--database-url", testdb.BaseURL(t),
 		"--ops", "40", "--rounds", "2", "--concurrency", "4", "--warmup", "0s",
-		"--progress", "never", "--sweep-interval", "0s",
+		"--progress", "never", "--sweep-interval", "0s", "--idemd-bin", idemdBinary,
 	}, extra...)
 }
 
@@ -92,25 +97,76 @@ func TestCompareJSON(t *testing.T) {
 	}
 }
 
-// TestStartIdemd runs the in-process idemd that make bench uses and prints
-// the table.
+// TestStartIdemd starts idemd processes on Postgres and on SQLite next to
+// the sql target and prints both tables.
 func TestStartIdemd(t *testing.T) {
 	t.Parallel()
-	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service", "--scenario", "replay"))
-	var row string
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-sqlite,sql", "--scenario", "unique"))
+	rows := map[string][]string{}
 	for line := range strings.Lines(stdout) {
-		if f := strings.Fields(line); len(f) > 2 && f[0] == "replay" && f[1] == "service" {
-			row = line
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "unique" {
+			if _, seen := rows[f[1]]; !seen { // the first table's row
+				rows[f[1]] = f
+			}
 		}
 	}
-	if row == "" || !strings.Contains(stdout, "in-process") {
-		t.Fatalf("no replay/service row, or no mention of the in-process idemd:\n%s", stdout)
+	if !strings.Contains(stdout, "a process of its own") || !strings.Contains(stdout, "CPU µs per job by process") {
+		t.Fatalf("no mention of the idemd process, or no CPU table:\n%s", stdout)
 	}
-	if f := strings.Fields(row); f[2] == "0" {
-		t.Fatalf("replay/service ran no jobs:\n%s", stdout)
+	for _, target := range []string{"service", "service-sqlite", "sql"} {
+		if f := rows[target]; f == nil || f[2] == "0" {
+			t.Errorf("no unique/%s row, or no jobs in it:\n%s", target, stdout)
+		}
 	}
-	if !strings.Contains(stdout, "×sql") || !slices.Contains(strings.Fields(row), "-") {
-		t.Errorf("without the sql target the ratio should be '-':\n%s", stdout)
+}
+
+// TestCPUAndWALByProcess checks the JSON fields of the CPU and WAL
+// accounting: idemd's CPU is there for started idemds only, Postgres's for
+// targets on it, and jobs that write give WAL.
+func TestCPUAndWALByProcess(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-sqlite,sql",
+		"--scenario", "unique", "--json"))
+	var raw struct {
+		PostgresLocal bool             `json:"postgres_local"`
+		Results       []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if len(raw.Results) != 3 {
+		t.Fatalf("%d results, want 3:\n%s", len(raw.Results), stdout)
+	}
+	for _, res := range raw.Results {
+		target := res["target"].(string)
+		number := func(f string) bool { _, ok := res[f].(float64); return ok }
+		if got, want := number("idemd_cpu_us_per_op"), target != "sql"; got != want {
+			t.Errorf("%s: idemd_cpu_us_per_op %v, want a number: %v", target, res["idemd_cpu_us_per_op"], want)
+		}
+		for _, f := range []string{"cpu_us_per_op", "store_cpu_us_per_op", "total_cpu_us_per_op", "wal_bytes_per_op"} {
+			if !number(f) {
+				t.Errorf("%s: %s is %v, want a number", target, f, res[f])
+			}
+		}
+		if raw.PostgresLocal {
+			for _, f := range []string{"postgres_cpu_us_per_op", "postgres_own_cpu_us_per_op", "postgres_exited_cpu_us_per_op",
+				"postgres_background_cpu_us_per_op", "postgres_reaped_cpu_us_per_op", "postgres_backends_exited"} {
+				if !number(f) {
+					t.Errorf("%s: %s is %v, want a number", target, f, res[f])
+				}
+			}
+		}
+		// Every job of unique inserts a row: WAL is written, whoever else
+		// writes too. SQLite's jobs write none of Postgres's, but a
+		// neighbour may, so nothing is asserted for it.
+		if wal, _ := res["wal_bytes_per_op"].(float64); target != "service-sqlite" && wal <= 0 {
+			t.Errorf("%s: wal_bytes_per_op %v, want > 0", target, wal)
+		}
+		if target == "sql" {
+			if r, _ := res["wal_ratio_to_sql"].(float64); r != 1 {
+				t.Errorf("sql: wal_ratio_to_sql %v, want 1", res["wal_ratio_to_sql"])
+			}
+		}
 	}
 }
 
@@ -162,6 +218,8 @@ func TestBadFlags(t *testing.T) {
 		{"--target", "memcached"},
 		{"--scenario", "cold"},
 		{"--rate", "-1"},
+		{"--target", "service-sqlite"}, // without --start-idemd
+		{"--idemd-cpuprofile", "x.prof"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {

@@ -23,20 +23,23 @@ type report struct {
 	Concurrency int `json:"concurrency"`
 	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
 	// (left out) for the closed loop.
-	Rate              float64   `json:"rate,omitempty"`
-	Rounds            int       `json:"rounds"`
-	Compare           bool      `json:"compare"`
-	DurationPerTarget string    `json:"duration_per_target,omitempty"`
-	OpsPerTarget      int64     `json:"ops_per_target,omitempty"`
-	ResultBytes       int       `json:"result_bytes"`
-	IdemdAddr         string    `json:"idemd,omitempty"`
-	IdemdPoolMaxConns int32     `json:"idemd_pool_max_conns,omitempty"`
-	SQLPoolMaxConns   int32     `json:"sql_pool_max_conns,omitempty"`
-	NumCPU            int       `json:"num_cpu"`
-	GOMAXPROCS        int       `json:"gomaxprocs"`
-	LoadBefore        []float64 `json:"load_average_before"`
-	LoadAfter         []float64 `json:"load_average_after"`
-	StartedAt         time.Time `json:"started_at"`
+	Rate              float64 `json:"rate,omitempty"`
+	Rounds            int     `json:"rounds"`
+	Compare           bool    `json:"compare"`
+	DurationPerTarget string  `json:"duration_per_target,omitempty"`
+	OpsPerTarget      int64   `json:"ops_per_target,omitempty"`
+	ResultBytes       int     `json:"result_bytes"`
+	IdemdAddr         string  `json:"idemd,omitempty"`
+	IdemdPoolMaxConns int32   `json:"idemd_pool_max_conns,omitempty"`
+	// PostgresLocal is true when Postgres's processes could be read from
+	// /proc, so that its CPU time is in the results.
+	PostgresLocal   bool      `json:"postgres_local"`
+	SQLPoolMaxConns int32     `json:"sql_pool_max_conns,omitempty"`
+	NumCPU          int       `json:"num_cpu"`
+	GOMAXPROCS      int       `json:"gomaxprocs"`
+	LoadBefore      []float64 `json:"load_average_before"`
+	LoadAfter       []float64 `json:"load_average_after"`
+	StartedAt       time.Time `json:"started_at"`
 }
 
 // result is one target in one scenario. Latencies are in milliseconds.
@@ -60,12 +63,43 @@ type result struct {
 	ClaimP99Ms  float64 `json:"claim_p99_ms"`
 	ClaimP999Ms float64 `json:"claim_p999_ms"`
 
-	// CPU time per op, in microseconds: of this process (the load
-	// generator, and with --start-idemd idemd too), and of the processes
-	// serving the target's store on this machine (the Postgres backends of
-	// its pool; redis-server), 0 where they cannot be read.
-	CPUUsPerOp      float64 `json:"cpu_us_per_op"`
-	StoreCPUUsPerOp float64 `json:"store_cpu_us_per_op"`
+	// CPU time per op, in microseconds, by process: this process (the load
+	// generator, with the Go SDK or pgx), the idemd that --start-idemd
+	// started (null otherwise), and the processes serving the target's
+	// store on this machine: the Postgres backends (the target's own plus
+	// those that exited during its rounds) or redis-server, 0 where they
+	// cannot be read.
+	CPUUsPerOp      float64  `json:"cpu_us_per_op"`
+	IdemdCPUUsPerOp *float64 `json:"idemd_cpu_us_per_op"`
+	StoreCPUUsPerOp float64  `json:"store_cpu_us_per_op"`
+	// Postgres, per op, read per round (pgMonitor): the CPU time of the
+	// target's own backends (by application_name), of backends that exited
+	// during its rounds (the postmaster's reaped children, anyone's), of
+	// Postgres's background processes (walwriter, checkpointer, …), and the
+	// WAL written (pg_current_wal_lsn() before and after each round, by
+	// anyone). Null when Postgres could not be read: the CPU fields when it
+	// runs on another machine, all of them when the run has no Postgres.
+	PostgresCPUUsPerOp           *float64 `json:"postgres_cpu_us_per_op"`
+	PostgresOwnCPUUsPerOp        *float64 `json:"postgres_own_cpu_us_per_op"`
+	PostgresExitedCPUUsPerOp     *float64 `json:"postgres_exited_cpu_us_per_op"`
+	PostgresBackgroundCPUUsPerOp *float64 `json:"postgres_background_cpu_us_per_op"`
+	// PostgresReapedCPUUsPerOp is the CPU time of every backend that exited
+	// during the target's rounds, anyone's, per op (for context: the part
+	// charged to the target is PostgresExitedCPUUsPerOp, all of a round's
+	// when PostgresBackendsExited shows one of its own exited in it).
+	PostgresReapedCPUUsPerOp *float64 `json:"postgres_reaped_cpu_us_per_op"`
+	PostgresBackendsExited   *int     `json:"postgres_backends_exited"`
+	WALBytesPerOp            *float64 `json:"wal_bytes_per_op"`
+	// storeRead is true when the store's CPU was read: false for SQLite,
+	// which runs inside idemd, and for a Postgres or Redis elsewhere.
+	storeRead bool
+	pgStore   bool // the target's store is Postgres
+	// TotalCPUUsPerOp is bench + idemd + store.
+	TotalCPUUsPerOp float64 `json:"total_cpu_us_per_op"`
+	// StoreCPURatioToSQL and WALRatioToSQL are this target's store CPU and
+	// WAL per op over the sql target's in the same scenario.
+	StoreCPURatioToSQL *float64 `json:"store_cpu_ratio_to_sql"`
+	WALRatioToSQL      *float64 `json:"wal_ratio_to_sql"`
 	// PoolWaitMs is the mean wait for a connection of the target's own
 	// Postgres pool (sql; service with --start-idemd), in milliseconds.
 	PoolWaitMs *float64 `json:"pool_wait_ms,omitempty"`
@@ -115,13 +149,38 @@ func (r *report) add(tallies []*tally) {
 			MaxMs:      round3(float64(t.op.Max()) / 1000),
 			ClaimP50Ms: ms(t.claim, 50), ClaimP95Ms: ms(t.claim, 95), ClaimP99Ms: ms(t.claim, 99), ClaimP999Ms: ms(t.claim, 99.9),
 			Errors: t.errors, Outcomes: map[string]int64{}, Seconds: round3(t.elapsed.Seconds()),
+			pgStore: t.pgStore,
 		}
 		if t.firstErr != nil {
 			res.FirstError = t.firstErr.Error()
 		}
 		if t.ops > 0 {
-			res.CPUUsPerOp = round3(float64(t.selfCPU.Microseconds()) / float64(t.ops))
-			res.StoreCPUUsPerOp = round3(float64(t.serverCPU.Microseconds()) / float64(t.ops))
+			perOp := func(d time.Duration) float64 { return round3(float64(d.Microseconds()) / float64(t.ops)) }
+			res.CPUUsPerOp = perOp(t.selfCPU)
+			res.StoreCPUUsPerOp, res.storeRead = perOp(t.serverCPU), t.serverRead
+			if t.hasIdemd {
+				v := perOp(t.idemdCPU)
+				res.IdemdCPUUsPerOp = &v
+			}
+			if t.pgRead {
+				wal := round3(float64(t.pg.wal) / float64(t.ops))
+				res.WALBytesPerOp = &wal
+				if r.PostgresLocal {
+					own, exited, bg, reaped := perOp(t.pg.own), perOp(t.pg.exited), perOp(t.pg.background), perOp(t.pg.reaped)
+					all := perOp(t.pg.own + t.pg.exited)
+					n := t.pg.ownExited
+					res.PostgresOwnCPUUsPerOp, res.PostgresExitedCPUUsPerOp, res.PostgresBackgroundCPUUsPerOp = &own, &exited, &bg
+					res.PostgresReapedCPUUsPerOp, res.PostgresBackendsExited = &reaped, &n
+					res.PostgresCPUUsPerOp = &all
+					if t.pgStore {
+						res.StoreCPUUsPerOp, res.storeRead = all, true
+					}
+				}
+			}
+			res.TotalCPUUsPerOp = round3(res.CPUUsPerOp + res.StoreCPUUsPerOp)
+			if res.IdemdCPUUsPerOp != nil {
+				res.TotalCPUUsPerOp = round3(res.TotalCPUUsPerOp + *res.IdemdCPUUsPerOp)
+			}
 		}
 		if t.acquires > 0 {
 			wait := round3(float64(t.acquireWait.Microseconds()) / 1000 / float64(t.acquires))
@@ -148,6 +207,21 @@ func (r *report) add(tallies []*tally) {
 		for i := range results {
 			ratio := round3(results[i].OpsPerSec / sqlRate)
 			results[i].RatioToSQL = &ratio
+		}
+	}
+	for _, sq := range results {
+		if sq.Target != "sql" {
+			continue
+		}
+		for i := range results {
+			if sq.StoreCPUUsPerOp > 0 && results[i].storeRead && results[i].Target != "redis" {
+				ratio := round3(results[i].StoreCPUUsPerOp / sq.StoreCPUUsPerOp)
+				results[i].StoreCPURatioToSQL = &ratio
+			}
+			if sq.WALBytesPerOp != nil && *sq.WALBytesPerOp > 0 && results[i].WALBytesPerOp != nil {
+				ratio := round3(*results[i].WALBytesPerOp / *sq.WALBytesPerOp)
+				results[i].WALRatioToSQL = &ratio
+			}
 		}
 	}
 	r.Results = append(r.Results, results...)
@@ -185,16 +259,32 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttarget\tops\tops/s\t×sql\tp50 ms\tp95 ms\tp99 ms\tp99.9 ms\tclaim p50\tclaim p99\tclaim p99.9\tcpu µs/op\tstore µs/op\terrors\t")
+	fmt.Fprintln(tw, "scenario\ttarget\tops\tops/s\t×sql\tp50 ms\tp95 ms\tp99 ms\tp99.9 ms\tclaim p50\tclaim p99\tclaim p99.9\terrors\t")
 	for _, res := range r.Results {
-		ratio := "-"
-		if res.RatioToSQL != nil {
-			ratio = fmt.Sprintf("%.2f", *res.RatioToSQL)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%d\t\n",
-			res.Scenario, res.Target, res.Ops, res.OpsPerSec, ratio,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n",
+			res.Scenario, res.Target, res.Ops, res.OpsPerSec, ratioCell(res.RatioToSQL),
 			res.P50Ms, res.P95Ms, res.P99Ms, res.P999Ms, res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimP999Ms,
-			res.CPUUsPerOp, res.StoreCPUUsPerOp, res.Errors)
+			res.Errors)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "CPU µs per job by process (store: the target's Postgres backends, or redis-server), WAL bytes per job; docs/BENCHMARKS.md says how each is counted")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\ttarget\tbench\tidemd\tstore\t(exited)\ttotal\tstore ×sql\tpg bg\tpg reaped\tWAL B/op\tWAL ×sql\t")
+	for _, res := range r.Results {
+		pg := func(x *float64) *float64 { // Postgres figures only for targets on Postgres
+			if res.pgStore {
+				return x
+			}
+			return nil
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n",
+			res.Scenario, res.Target, res.CPUUsPerOp, numCell(res.IdemdCPUUsPerOp, 0),
+			storeCell(res), numCell(pg(res.PostgresExitedCPUUsPerOp), 0), res.TotalCPUUsPerOp,
+			ratioCell(res.StoreCPURatioToSQL), numCell(pg(res.PostgresBackgroundCPUUsPerOp), 0),
+			numCell(pg(res.PostgresReapedCPUUsPerOp), 0),
+			numCell(pg(res.WALBytesPerOp), 0), ratioCell(pg(res.WALRatioToSQL)))
 	}
 	_ = tw.Flush()
 
@@ -226,6 +316,31 @@ func (r *report) writeTable(w io.Writer) {
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "%s: skipped: %s\n", s.Target, s.Reason)
 	}
+}
+
+// ratioCell is a ratio with two decimals, or "-".
+func ratioCell(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *x)
+}
+
+// numCell is a number with prec decimals, or "-".
+func numCell(x *float64, prec int) string {
+	if x == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*x, 'f', prec, 64)
+}
+
+// storeCell is the store's CPU per op: "-" for a service target on SQLite,
+// whose store is inside idemd, and for Postgres that cannot be read.
+func storeCell(res result) string {
+	if !res.storeRead {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", res.StoreCPUUsPerOp)
 }
 
 func formatLoad(l []float64) string {

@@ -56,12 +56,23 @@ type tally struct {
 	elapsed  time.Duration // measured wall time, summed over the rounds
 	rounds   []float64     // ops/s of each round
 	selfCPU  time.Duration // CPU time of this process during the rounds
-	// serverCPU is the CPU time of the processes serving the target's
-	// store: the Postgres backends of its pool, or redis-server.
-	serverCPU time.Duration
+	// idemdCPU is the CPU time of the idemd process --start-idemd started.
+	idemdCPU time.Duration
+	// serverCPU is the CPU time of redis-server, and serverRead whether it
+	// could be read.
+	serverCPU  time.Duration
+	serverRead bool
+	// pg is what Postgres did during the rounds (pgMonitor.round), and
+	// pgRead whether it could be read at all.
+	pg     pgRound
+	pgRead bool
+	// pgStore is true when the target's store is Postgres (its store CPU is
+	// the Postgres backends'); hasIdemd when it has an idemd process.
+	pgStore  bool
+	hasIdemd bool
 	// The pool's acquisitions and the time they waited for a connection,
 	// for targets that have a pool of their own (sql; service with
-	// --start-idemd).
+	// --start-idemd on Postgres).
 	acquires    int64
 	acquireWait time.Duration
 	// Fixed rate (--rate) only: jobs that started more than lateAfter after
@@ -72,18 +83,32 @@ type tally struct {
 }
 
 // served is a target whose store runs in processes on this machine that it
-// can name, so that their CPU time can be charged to it.
+// can name, so that their CPU time can be charged to it: redis-server.
 type served interface {
-	// serverPIDs returns the processes serving the target's store: the
-	// backends of its Postgres pool, or redis-server. Called between rounds.
+	// serverPIDs returns the processes serving the target's store. Called
+	// between rounds.
 	serverPIDs(ctx context.Context) []uint32
+}
+
+// onPostgres is a target whose connections to Postgres carry an
+// application_name of their own, so that pgMonitor can tell its backends.
+type onPostgres interface {
+	// pgApp returns the application_name, "" when the target has none.
+	pgApp() string
+}
+
+// withProcess is a target that runs in a process of its own: the idemd of
+// --start-idemd.
+type withProcess interface {
+	// processPID returns its process id, 0 when there is none to read.
+	processPID() uint32
 }
 
 // pooled is a target with a Postgres pool of its own.
 type pooled interface {
 	// poolAcquires returns how many connections the pool handed out so far
 	// and how long the callers waited for them in all.
-	poolAcquires() (n int64, wait time.Duration)
+	poolAcquires(ctx context.Context) (n int64, wait time.Duration)
 }
 
 func newTally(target, scenario string) *tally {
@@ -105,10 +130,12 @@ type runner struct {
 	concurrency int
 	slots       []workerSlot
 	progress    *progress
+	// pg, when not nil, accounts for Postgres's CPU and WAL per round.
+	pg *pgMonitor
 }
 
-func newRunner(concurrency int, p *progress) *runner {
-	r := &runner{concurrency: concurrency, slots: make([]workerSlot, concurrency), progress: p}
+func newRunner(concurrency int, p *progress, pg *pgMonitor) *runner {
+	r := &runner{concurrency: concurrency, slots: make([]workerSlot, concurrency), progress: p, pg: pg}
 	for i := range r.slots {
 		r.slots[i].op, r.slots[i].claim = newHistogram(), newHistogram()
 	}
@@ -152,7 +179,8 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 	if rate > 0 {
 		interval = float64(time.Second) / rate
 	}
-	selfBefore := selfCPU()
+	// Everything read before and after the round is read outside its
+	// measured time.
 	var serverBefore map[uint32]time.Duration
 	srv, isServed := t.(served)
 	if isServed && into != nil {
@@ -161,9 +189,24 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 	var acqBefore int64
 	var waitBefore time.Duration
 	p, isPooled := t.(pooled)
-	if isPooled {
-		acqBefore, waitBefore = p.poolAcquires()
+	if isPooled && into != nil {
+		acqBefore, waitBefore = p.poolAcquires(ctx)
 	}
+	var idemdPID uint32
+	var idemdBefore procStat
+	if wp, ok := t.(withProcess); ok && into != nil {
+		if idemdPID = wp.processPID(); idemdPID != 0 {
+			idemdBefore, _ = readProcStat(idemdPID)
+		}
+	}
+	var pgBefore pgSnapshot
+	pgOK := false
+	if r.pg != nil && into != nil {
+		var err error
+		pgBefore, err = r.pg.snapshot(ctx)
+		pgOK = err == nil
+	}
+	selfBefore := selfCPU()
 	begin := time.Now()
 	if ops <= 0 {
 		deadline = begin.Add(duration)
@@ -235,14 +278,30 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		return
 	}
 	into.selfCPU += selfCPU() - selfBefore
+	if idemdPID != 0 {
+		if after, ok := readProcStat(idemdPID); ok {
+			into.idemdCPU += after.cpu - idemdBefore.cpu
+		}
+	}
+	if pgOK {
+		if pgAfter, err := r.pg.snapshot(ctx); err == nil {
+			app := ""
+			if op, ok := t.(onPostgres); ok {
+				app = op.pgApp()
+			}
+			into.pg.add(r.pg.round(pgBefore, pgAfter, app))
+			into.pgRead = true
+		}
+	}
 	if isServed {
 		// Backends the pool opened during the round count from zero.
 		for pid, cpu := range processCPU(srv.serverPIDs(ctx)) {
+			into.serverRead = true
 			into.serverCPU += cpu - serverBefore[pid]
 		}
 	}
 	if isPooled {
-		acq, wait := p.poolAcquires()
+		acq, wait := p.poolAcquires(ctx)
 		into.acquires += acq - acqBefore
 		into.acquireWait += wait - waitBefore
 	}

@@ -13,11 +13,14 @@ import (
 // SDK's typed calls on one client (one HTTP/2 connection), as a worker
 // process would.
 type serviceTarget struct {
+	// label is the target's name: service (idemd on Postgres),
+	// service-sqlite (idemd on its embedded SQLite store), ….
+	label     string
 	client    *client.Client
 	namespace string
 	leaseTTL  time.Duration
 	result    []byte
-	// idemd is the in-process idemd of --start-idemd; nil with --addr.
+	// idemd is the idemd process of --start-idemd; nil with --addr.
 	idemd *localIdemd
 }
 
@@ -38,7 +41,7 @@ func (c *cli) dialService(addr string) (*client.Client, error) {
 	return client.New(addr, opts...)
 }
 
-func (t *serviceTarget) name() string { return "service" }
+func (t *serviceTarget) name() string { return t.label }
 
 func (t *serviceTarget) job(ctx context.Context, key string) (outcome, time.Duration, error) {
 	start := time.Now()
@@ -65,21 +68,34 @@ func (t *serviceTarget) job(ctx context.Context, key string) (outcome, time.Dura
 	return 0, claimTook, fmt.Errorf("Claim answered %v", res.Outcome)
 }
 
-// serverPIDs are the in-process idemd's backends; none with --addr.
-func (t *serviceTarget) serverPIDs(ctx context.Context) []uint32 {
+// pgApp is the application_name of the started idemd's connections; ""
+// with --addr or on SQLite, where no backend is the target's.
+func (t *serviceTarget) pgApp() string {
 	if t.idemd == nil {
-		return nil
+		return ""
 	}
-	return backendPIDs(ctx, t.idemd.pool)
+	return t.idemd.appName
 }
 
-// poolAcquires is the in-process idemd's pool; nothing with --addr.
-func (t *serviceTarget) poolAcquires() (int64, time.Duration) {
+// processPID is the started idemd; 0 with --addr.
+func (t *serviceTarget) processPID() uint32 {
 	if t.idemd == nil {
+		return 0
+	}
+	return t.idemd.pid()
+}
+
+// poolAcquires reads the started idemd's pool from its /metrics; nothing
+// with --addr or on SQLite.
+func (t *serviceTarget) poolAcquires(ctx context.Context) (int64, time.Duration) {
+	if t.idemd == nil || t.idemd.appName == "" {
 		return 0, 0
 	}
-	st := t.idemd.pool.Stat()
-	return st.AcquireCount(), st.AcquireDuration()
+	m, err := t.idemd.metrics(ctx, "idem_db_pool_acquires_total", "idem_db_pool_acquire_wait_seconds_total")
+	if err != nil {
+		return 0, 0
+	}
+	return int64(m["idem_db_pool_acquires_total"]), time.Duration(m["idem_db_pool_acquire_wait_seconds_total"] * float64(time.Second))
 }
 
 func (t *serviceTarget) close(ctx context.Context) error {

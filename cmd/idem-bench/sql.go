@@ -18,9 +18,10 @@ import (
 // gets no result back), so it is the floor idem's cost is measured against.
 // It lives in a schema of its own, created for the run and dropped after it.
 type sqlTarget struct {
-	pool   *pgxpool.Pool
-	schema string
-	url    string
+	pool    *pgxpool.Pool
+	schema  string
+	url     string
+	appName string // application_name of the pool's connections
 
 	namespace string
 	result    []byte
@@ -28,12 +29,13 @@ type sqlTarget struct {
 	updateSQL string
 }
 
-func openSQL(ctx context.Context, url, schema string, maxConns int32, namespace string, result []byte) (*sqlTarget, error) {
+func openSQL(ctx context.Context, url, schema, appName string, maxConns int32, namespace string, result []byte) (*sqlTarget, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
 	}
 	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = appName
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("sql target: %w", err)
@@ -46,7 +48,7 @@ func openSQL(ctx context.Context, url, schema string, maxConns int32, namespace 
 	}
 	table := pgx.Identifier{schema, "idempotency_keys"}.Sanitize()
 	t := &sqlTarget{
-		pool: pool, schema: schema, url: url, namespace: namespace, result: result,
+		pool: pool, schema: schema, url: url, appName: appName, namespace: namespace, result: result,
 		insertSQL: `INSERT INTO ` + table + ` (namespace, key, status) VALUES ($1, $2, 'started')
 			ON CONFLICT DO NOTHING RETURNING true`,
 		updateSQL: `UPDATE ` + table + ` SET status = 'completed', result = $3, updated_at = now()
@@ -88,9 +90,9 @@ func (t *sqlTarget) job(ctx context.Context, key string) (outcome, time.Duration
 	return outcomeAcquired, claimTook, nil
 }
 
-func (t *sqlTarget) serverPIDs(ctx context.Context) []uint32 { return backendPIDs(ctx, t.pool) }
+func (t *sqlTarget) pgApp() string { return t.appName }
 
-func (t *sqlTarget) poolAcquires() (int64, time.Duration) {
+func (t *sqlTarget) poolAcquires(context.Context) (int64, time.Duration) {
 	st := t.pool.Stat()
 	return st.AcquireCount(), st.AcquireDuration()
 }
@@ -112,16 +114,4 @@ func dropSchema(ctx context.Context, url, schema string) error {
 		return fmt.Errorf("drop schema %s: %w", schema, err)
 	}
 	return nil
-}
-
-// backendPIDs returns the process ids of the Postgres backends behind the
-// pool's idle connections: between rounds, every connection.
-func backendPIDs(ctx context.Context, pool *pgxpool.Pool) []uint32 {
-	conns := pool.AcquireAllIdle(ctx)
-	pids := make([]uint32, 0, len(conns))
-	for _, c := range conns {
-		pids = append(pids, c.Conn().PgConn().PID())
-		c.Release()
-	}
-	return pids
 }

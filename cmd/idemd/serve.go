@@ -30,6 +30,7 @@ type serveCmd struct {
 	ShutdownTimeout  time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen       string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
 	HealthInterval   time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
+	Pprof            bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
 }
 
 func (c *serveCmd) validate() error {
@@ -136,7 +137,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}()
 	var httpServer *http.Server
 	if httpLis != nil {
-		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready), ReadHeaderTimeout: 5 * time.Second}
+		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := httpServer.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("HTTP listener stopped", "error", err)

@@ -12,13 +12,17 @@ import (
 // Main builds the main package in the current directory (the package whose
 // tests are running) as name in a temporary directory, sets *path to it, runs
 // the tests, removes the directory and exits. Call it from TestMain.
-func Main(m *testing.M, name string, path *string) {
+func Main(m *testing.M, name string, path *string) { MainOf(m, ".", name, path) }
+
+// MainOf is Main for the main package pkg (a path the go command takes, such
+// as ../idemd), for tests that run another command of the module.
+func MainOf(m *testing.M, pkg, name string, path *string) {
 	dir, err := os.MkdirTemp("", name+"-test")
 	if err != nil {
 		panic(err)
 	}
 	*path = filepath.Join(dir, name)
-	build := exec.Command("go", "build", "-o", *path, ".")
+	build := exec.Command("go", "build", "-o", *path, pkg)
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)
