@@ -25,7 +25,8 @@
 // Two Store values may open one file in one process, or in two processes:
 // their writes take turns through SQLite's file lock, waiting up to the busy
 // timeout (5 s) for each other; past it a call fails with
-// store.ErrUnavailable. idemd keeps a second server off one file with a lock
+// store.ErrUnavailable. Open waits the same way, also while several Stores
+// create one new file together. idemd keeps a second server off one file with a lock
 // file of its own.
 package sqlite
 
@@ -101,8 +102,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 
 	busy := fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds())
+	// The journal mode is not in the DSN: useWAL sets it, once, because the
+	// switch needs a lock SQLite does not wait for. The mode is kept in the
+	// file, so a connection opened later finds it.
 	write, err := sql.Open("sqlite", dsn(path, url.Values{
-		"_pragma": {busy, "journal_mode(WAL)", "synchronous(FULL)"},
+		"_pragma": {busy, "synchronous(FULL)"},
 		"_txlock": {"immediate"},
 	}))
 	if err != nil {
@@ -113,6 +117,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
 	s := &Store{write: write}
+	if err := useWAL(ctx, write); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -142,6 +150,47 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// useWAL puts the database file in WAL mode, waiting up to BusyTimeout for
+// the lock that takes.
+//
+// SQLite's busy handler does not cover this. Switching a file that is not in
+// WAL mode yet (a new file) reads its header under a shared lock and then asks
+// for the write lock; a connection that already holds a shared lock is told
+// SQLITE_BUSY at once instead of waiting, since waiting with a lock held could
+// deadlock. So when Stores open one new file together, all but the first to
+// switch it would fail. The statement holds nothing once it has failed, so
+// trying it again is safe: the others wait here until the first is done and
+// then find the file in WAL mode.
+func useWAL(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(BusyTimeout)
+	wait := time.Millisecond
+	for {
+		var mode string
+		err := db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		switch {
+		case err == nil && strings.EqualFold(mode, "wal"):
+			return nil
+		case err == nil:
+			return fmt.Errorf("the journal mode stayed %q when WAL was asked for: the file system may not support WAL's shared memory", mode)
+		case !isBusy(err) || time.Now().Add(wait).After(deadline):
+			return interpretError(ctx, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY: a lock another
+// connection holds.
+func isBusy(err error) bool {
+	var sqliteErr *sqlite.Error
+	return errors.As(err, &sqliteErr) && sqliteErr.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // prepare prepares queries on db.
