@@ -32,3 +32,9 @@ func ReportClaim(rec *Record, p *ClaimParams, now time.Time) (*ClaimResult, erro
 	}
 	return nil, nil
 }
+
+// Acquired is the answer to a Claim that wrote rec: a new record, or a
+// takeover when an earlier attempt had held it.
+func Acquired(rec *Record) *ClaimResult {
+	return &ClaimResult{Outcome: OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}
+}

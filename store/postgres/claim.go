@@ -91,7 +91,7 @@ func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store
 	}
 	now := dbNow.Time
 	if acquired {
-		return &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}, true, nil
+		return store.Acquired(rec), true, nil
 	}
 	if res, err := store.ReportClaim(rec, p, now); res != nil || err != nil {
 		return res, true, err

@@ -33,13 +33,16 @@ type dbtx interface {
 
 // Store implements store.Store on PostgreSQL.
 type Store struct {
+	store.TokenCalls
 	db dbtx
 }
 
 // New returns a Store that runs its statements on db, a *pgxpool.Pool or a
 // pgx.Tx. The schema must have been migrated with Migrate.
 func New(db dbtx) *Store {
-	return &Store{db: db}
+	s := &Store{db: db}
+	s.TokenCalls = s.runTokenCall
+	return s
 }
 
 // Connect parses url, opens a pool and checks that the database answers.

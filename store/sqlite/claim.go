@@ -82,7 +82,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		if err != nil {
 			return err
 		}
-		res = &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}
+		res = store.Acquired(rec)
 		return nil
 	})
 	if err != nil {

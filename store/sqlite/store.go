@@ -62,6 +62,7 @@ const readConns = 4
 // Store implements store.Store on one SQLite file. It is safe for concurrent
 // use.
 type Store struct {
+	store.TokenCalls
 	// write has exactly one connection: every write transaction runs on it,
 	// BEGIN IMMEDIATE (the DSN's _txlock), one at a time.
 	write *sql.DB
@@ -80,7 +81,7 @@ type Store struct {
 // and the read connections.
 var (
 	writeQueries = []string{getSQL, nextTokenSQL, insertSQL, takeoverSQL,
-		completeCall.sql, failCall.sql, heartbeatCall.sql, sweepExpireSQL, sweepPurgeSQL, deleteSQL}
+		tokenCalls[store.CallComplete], tokenCalls[store.CallFail], tokenCalls[store.CallHeartbeat], sweepExpireSQL, sweepPurgeSQL, deleteSQL}
 	readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL}
 )
 
@@ -117,6 +118,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
 	s := &Store{write: write}
+	s.TokenCalls = s.runTokenCall
 	if err := useWAL(ctx, write); err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)

@@ -1,0 +1,106 @@
+package store
+
+import "context"
+
+// TokenCallKind names one of the three calls that must present the record's
+// current token.
+type TokenCallKind int
+
+// The token-bearing calls.
+const (
+	CallComplete TokenCallKind = iota + 1
+	CallFail
+	CallHeartbeat
+)
+
+// TokenCall is a Complete, Fail or Heartbeat as a store runs it: an update
+// that applies only with the record's current token while the record is
+// PROCESSING or EXPIRED. When the update applies nothing, the store reads the
+// record and Settle decides the answer, the same way for every store.
+type TokenCall struct {
+	Kind  TokenCallKind
+	ID    RecordID
+	Token int64
+	// Args are the values the call writes, in the order its statement binds
+	// them after the record's id and the token: for Complete the result
+	// (never nil: a Complete without a result stores an empty one, so a
+	// COMPLETED record always has a result); for Fail the error text, then
+	// whether it is retryable; for Heartbeat the new lease in microseconds.
+	Args []any
+}
+
+// Call is the TokenCall of RecordComplete.
+func (p *CompleteParams) Call() *TokenCall {
+	result := p.Result
+	if result == nil {
+		result = []byte{}
+	}
+	return &TokenCall{Kind: CallComplete, ID: p.RecordID, Token: p.Token, Args: []any{result}}
+}
+
+// Call is the TokenCall of RecordFail.
+func (p *FailParams) Call() *TokenCall {
+	return &TokenCall{Kind: CallFail, ID: p.RecordID, Token: p.Token, Args: []any{p.Error, p.Retryable}}
+}
+
+// Call is the TokenCall of RecordHeartbeat.
+func (p *HeartbeatParams) Call() *TokenCall {
+	return &TokenCall{Kind: CallHeartbeat, ID: p.RecordID, Token: p.Token, Args: []any{p.LeaseTTL.Microseconds()}}
+}
+
+// Settle answers a token call whose update applied nothing, from rec, the
+// record as it stands (DESIGN §1, the rule for token-bearing calls):
+//   - another token: ErrLeaseLost, whatever the state;
+//   - the current token on the record this very call produced earlier (a
+//     Complete on its COMPLETED record, a Fail on its FAILED or RELEASED one):
+//     rec, unchanged, so that a retry after a lost response succeeds;
+//   - the current token on a record that left PROCESSING and EXPIRED some
+//     other way: ErrAlreadyTerminal.
+//
+// It returns nil and no error when the update should have applied to rec:
+// the record changed between the update and the read, and the store decides
+// what that means (Postgres runs the call again; on SQLite, where both ran
+// under one lock, it cannot happen).
+func (c *TokenCall) Settle(rec *Record) (*Record, error) {
+	switch {
+	case rec.Token != c.Token:
+		return nil, ErrLeaseLost
+	case c.repeats(rec.State):
+		return rec, nil
+	case rec.State != StateProcessing && rec.State != StateExpired:
+		return nil, ErrAlreadyTerminal
+	}
+	return nil, nil
+}
+
+// repeats reports whether a record in state s, holding the caller's token, is
+// what this kind of call produced.
+func (c *TokenCall) repeats(s State) bool {
+	switch c.Kind {
+	case CallComplete:
+		return s == StateCompleted
+	case CallFail:
+		return s == StateFailed || s == StateReleased
+	}
+	return false
+}
+
+// TokenCalls runs TokenCalls. A store embeds it, set to its own runner, and
+// so implements RecordComplete, RecordFail and RecordHeartbeat the same way
+// as every other store: each builds its TokenCall and runs it.
+type TokenCalls func(ctx context.Context, call *TokenCall) (*Record, error)
+
+// RecordComplete implements Store.
+func (run TokenCalls) RecordComplete(ctx context.Context, p *CompleteParams) (*Record, error) {
+	return run(ctx, p.Call())
+}
+
+// RecordFail implements Store.
+func (run TokenCalls) RecordFail(ctx context.Context, p *FailParams) (*Record, error) {
+	return run(ctx, p.Call())
+}
+
+// RecordHeartbeat implements Store.
+func (run TokenCalls) RecordHeartbeat(ctx context.Context, p *HeartbeatParams) (*Record, error) {
+	return run(ctx, p.Call())
+}
