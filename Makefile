@@ -68,6 +68,18 @@ bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL an
 		--target service,service-sqlite,sql,redis \
 		--concurrency 32 --duration 8s --rounds 4 --scenario unique,hot,replay $(BENCH_FLAGS)
 
+.PHONY: bench-growth
+bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 million records (interleaved), then Claim latency while idemd's sweeper purges 1 million expired records; 5 to 10 minutes (docs/BENCHMARKS.md).
+	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
+		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
+		--target service,service-prefilled --prefill 5000000 \
+		--concurrency 32 --duration 8s --rounds 4 --scenario unique $(BENCH_FLAGS)
+	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd \
+		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
+		--target service --purge 1000000 --sweep-interval 1s \
+		--concurrency 32 --duration 8s --rounds 4 --scenario unique $(BENCH_FLAGS)
+
 .PHONY: bench-rate
 bench-rate: ## DESIGN §6's latency target: the service's closed-loop maximum (unique, C=32, 8 s), then an open loop at half that rate (BENCH_RATE sets the rate and skips the first run).
 	@go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd

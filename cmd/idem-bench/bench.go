@@ -151,6 +151,14 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		defer rpprof.StopCPUProfile()
 	}
 	for _, scenario := range scenarios {
+		if c.Purge > 0 {
+			tallies, err := c.purgeRun(ctx, r, targets[0].(*serviceTarget), scenario, runID, rounds, rep)
+			if err != nil {
+				return err
+			}
+			rep.add(tallies)
+			continue
+		}
 		tallies := make([]*tally, len(targets))
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
@@ -213,7 +221,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 // be skipped, after saying why on stderr and in the report.
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
-	case "service", "service-sqlite":
+	case "service", "service-sqlite", "service-prefilled":
 		addr := c.Addr
 		var idemd *localIdemd
 		if c.StartIdemd {
@@ -232,8 +240,12 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 				poolMaxConns: c.IdemdPoolMaxConns, sweepInterval: c.SweepInterval,
 				logLevel: c.IdemdLogLevel, log: logw,
 			}
-			if opts.sqlite {
+			switch name {
+			case "service-sqlite":
 				opts.schema, opts.appName = "", ""
+			case "service-prefilled":
+				opts.schema += "_prefilled"
+				opts.appName = "idem-bench-idemd-prefilled-" + runID
 			}
 			var err error
 			if idemd, err = startIdemd(ctx, opts); err != nil {
@@ -260,6 +272,12 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 		if err := t.probe(ctx, addr); err != nil {
 			_ = t.close(context.WithoutCancel(ctx))
 			return nil, err
+		}
+		if name == "service-prefilled" {
+			if err := c.prefill(ctx, idemd, rep, stderr); err != nil {
+				_ = t.close(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("--prefill: %w", err)
+			}
 		}
 		return t, nil
 	case "sql":

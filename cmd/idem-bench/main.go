@@ -60,7 +60,7 @@ type cli struct {
 	IdemdMemProfile   string        `name:"idemd-memprofile" placeholder:"FILE" help:"Write the started idemd's allocation profile (/debug/pprof/allocs) at the end; named like --idemd-cpuprofile."`
 	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
 
-	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), sql, redis. Default: service, or service, sql and redis with --compare."`
+	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,service-prefilled,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), service-prefilled (an idemd on Postgres whose table holds --prefill records before the first round; needs --start-idemd), sql, redis. Default: service, or service, sql and redis with --compare."`
 	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys)."`
 	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop); with --rate, the most jobs in flight at once."`
 	Rate        float64       `env:"IDEM_BENCH_RATE" default:"0" placeholder:"R" help:"Open loop: start R jobs per second in all (per round, on a fixed schedule) instead of a closed loop; 0 is the closed loop. Latency is measured from each job's intended start time, so time spent waiting for one of the --concurrency workers counts (no coordinated omission); jobs that start over 1 ms late are reported."`
@@ -72,6 +72,9 @@ type cli struct {
 	Namespace   string        `default:"bench" help:"Namespace of the jobs."`
 	ResultBytes int           `default:"64" help:"Size of the result each Complete stores."`
 	LeaseTTL    time.Duration `default:"0s" help:"Lease of each Claim; 0 lets idemd apply its default (the sql and redis targets use 5m)."`
+
+	Prefill int64 `default:"5000000" placeholder:"N" help:"Records in service-prefilled's table before its first round: COMPLETED, retention left, inserted with one INSERT … SELECT generate_series (the time it takes is reported)."`
+	Purge   int64 `default:"0" placeholder:"N" help:"Growth: run the service target (--start-idemd) for half of --rounds, then fill its table with N records whose retention has passed and run rounds (at most 1 s each) until its idemd's sweeper has purged them, then the other half; report Claim latency with and without the purge and how long the purge took. Use a short --sweep-interval."`
 
 	JSON       bool   `help:"Print one JSON object for machines instead of the table."`
 	Progress   string `enum:"auto,always,never" default:"auto" help:"Progress bar on stderr: auto shows it only when stderr is a terminal."`
@@ -99,8 +102,18 @@ func (c *cli) Validate() error {
 		return fmt.Errorf("--rate is %v; it must be 0 (closed loop) or a positive number of jobs per second", c.Rate)
 	case c.Warmup < 0:
 		return fmt.Errorf("--warmup is %s; it must be 0 or more", c.Warmup)
-	case slices.Contains(c.Targets, "service-sqlite") && !c.StartIdemd:
-		return errors.New("--target service-sqlite needs --start-idemd: idem-bench starts that idemd itself")
+	case (slices.Contains(c.Targets, "service-sqlite") || slices.Contains(c.Targets, "service-prefilled")) && !c.StartIdemd:
+		return errors.New("--target service-sqlite and service-prefilled need --start-idemd: idem-bench starts those idemds itself")
+	case c.Prefill < 1:
+		return fmt.Errorf("--prefill is %d; it must be at least 1", c.Prefill)
+	case c.Purge < 0:
+		return fmt.Errorf("--purge is %d; it must be 0 (no purge) or more", c.Purge)
+	case c.Purge > 0 && (!c.StartIdemd || !slices.Equal(dedupe(c.Targets), []string{"service"})):
+		return errors.New("--purge needs --start-idemd and --target service alone: the idemd it starts does the purge")
+	case c.Purge > 0 && c.SweepInterval <= 0:
+		return errors.New("--purge needs the sweeper: pass a --sweep-interval, e.g. 1s")
+	case c.Purge > 0 && c.Ops > 0:
+		return errors.New("--purge needs --duration, not --ops: the purge decides how many rounds run")
 	case (c.IdemdCPUProfile != "" || c.IdemdMemProfile != "") && !c.StartIdemd:
 		return errors.New("--idemd-cpuprofile and --idemd-memprofile need --start-idemd; profile an idemd of your own with its --pprof")
 	case c.IdemdCPUProfile != "" && c.Ops > 0:

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/idemhq/idem/client"
 	"github.com/idemhq/idem/internal/testbin"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/internal/testserver"
@@ -201,6 +204,101 @@ func TestFixedRate(t *testing.T) {
 	}
 }
 
+// TestPrefill fills service-prefilled's table and runs it next to an empty
+// one; the fill is in the report and the records are in the table while the
+// rounds run (the smoke run's jobs come on top of them).
+func TestPrefill(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-prefilled",
+		"--prefill", "3000", "--scenario", "unique", "--json"))
+	var raw struct {
+		Prefill *prefillReport   `json:"prefill"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if raw.Prefill == nil || raw.Prefill.Records != 3000 || raw.Prefill.FillSeconds <= 0 {
+		t.Fatalf("prefill %+v, want 3000 records and the fill's time:\n%s", raw.Prefill, stdout)
+	}
+	if len(raw.Results) != 2 || raw.Results[1]["target"] != "service-prefilled" {
+		t.Fatalf("results %v, want service and service-prefilled", raw.Results)
+	}
+	for _, res := range raw.Results {
+		if ops, _ := res["ops"].(float64); ops <= 0 || res["errors"].(float64) != 0 {
+			t.Errorf("%v: ops %v, errors %v (%v)", res["target"], res["ops"], res["errors"], res["first_error"])
+		}
+	}
+}
+
+// TestFillRecords: the fill inserts n records that idem reads as COMPLETED
+// (Lookup through a real idemd finds one), and moves the token sequence past
+// their tokens.
+func TestFillRecords(t *testing.T) {
+	t.Parallel()
+	d, err := startIdemd(t.Context(), idemdOptions{
+		bin: idemdBinary, baseURL: testdb.BaseURL(t), schema: "idem_bench_fill_" + newRunID(),
+		appName: "idem-bench-test", sweepInterval: 0, logLevel: "warn", log: io.Discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.close(context.WithoutCancel(t.Context())) })
+	if err := fillRecords(t.Context(), testdb.BaseURL(t), d.schema, "ns", 500, false, "k-"); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(d.addr, client.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rec, err := cl.Lookup(t.Context(), "ns", "k-0000000500")
+	if err != nil {
+		t.Fatalf("Lookup of a filled record: %v", err)
+	}
+	if rec.State != client.StateCompleted || rec.Token != 500 {
+		t.Fatalf("filled record %+v, want COMPLETED with token 500", rec)
+	}
+	res, err := cl.Claim(t.Context(), client.ClaimRequest{Namespace: "ns", Key: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Record.Token <= 500 {
+		t.Fatalf("a new Claim got token %d; the sequence must be past the filled tokens (500)", res.Record.Token)
+	}
+}
+
+// TestPurge runs --purge with a few hundred records and a fast sweeper: the
+// sweeper purges them all, and both the rounds without and during the purge
+// are reported.
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, []string{
+		"--database-url", testdb.BaseURL(t), "--idemd-bin", idemdBinary, "--start-idemd",
+		"--target", "service", "--purge", "500", "--sweep-interval", "100ms",
+		"--duration", "1s", "--rounds", "2", "--concurrency", "4", "--warmup", "0s",
+		"--progress", "never", "--json",
+	})
+	var raw struct {
+		Purge   *purgeReport     `json:"purge"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if p := raw.Purge; p == nil || p.Records != 500 || !p.Finished || p.PurgeSeconds <= 0 {
+		t.Fatalf("purge %+v, want 500 records purged, and how long it took:\n%s", raw.Purge, stdout)
+	}
+	if len(raw.Results) != 2 || raw.Results[0]["target"] != "service" || raw.Results[1]["target"] != "service-purging" {
+		t.Fatalf("results %v, want service and service-purging", raw.Results)
+	}
+	for _, res := range raw.Results {
+		if ops, _ := res["ops"].(float64); ops <= 0 || res["errors"].(float64) != 0 {
+			t.Errorf("%v: ops %v, errors %v (%v)", res["target"], res["ops"], res["errors"], res["first_error"])
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	stdout, _ := runBench(t, []string{"--help"})
@@ -220,6 +318,10 @@ func TestBadFlags(t *testing.T) {
 		{"--rate", "-1"},
 		{"--target", "service-sqlite"}, // without --start-idemd
 		{"--idemd-cpuprofile", "x.prof"},
+		{"--target", "service-prefilled"}, // without --start-idemd
+		{"--start-idemd", "--purge", "10", "--target", "service,sql"},
+		{"--start-idemd", "--purge", "10", "--sweep-interval", "0s"},
+		{"--prefill", "0"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {

@@ -19,6 +19,10 @@ import (
 type report struct {
 	Results []result  `json:"results"`
 	Skipped []skipped `json:"skipped,omitempty"`
+	// Prefill and Purge are the growth runs' fills (service-prefilled,
+	// --purge).
+	Prefill *prefillReport `json:"prefill,omitempty"`
+	Purge   *purgeReport   `json:"purge,omitempty"`
 
 	Concurrency int `json:"concurrency"`
 	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
@@ -255,6 +259,18 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	if r.SQLPoolMaxConns > 0 {
 		fmt.Fprintf(w, "sql: pool of %d connections\n", r.SQLPoolMaxConns)
+	}
+	if p := r.Prefill; p != nil {
+		fmt.Fprintf(w, "service-prefilled: %s records in its table before the first round, inserted in %.1f s (ANALYZE and CHECKPOINT %.1f s)\n",
+			formatCount(p.Records), p.FillSeconds, p.AnalyzeSeconds)
+	}
+	if p := r.Purge; p != nil {
+		state := "purged them in"
+		if !p.Finished {
+			state = "had not purged them after"
+		}
+		fmt.Fprintf(w, "purge: %s records past their retention inserted in %.1f s; idemd's sweeper (every %s) %s %.1f s from the insert's commit; service-purging is the %.1f s rounds until then, service the rounds before and after\n",
+			formatCount(p.Records), p.FillSeconds, p.SweepInterval, state, p.PurgeSeconds, p.RoundSeconds)
 	}
 	fmt.Fprintln(w)
 
