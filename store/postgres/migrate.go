@@ -2,36 +2,46 @@ package postgres
 
 import (
 	"context"
-	"fmt"
+	"embed"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem/migrations"
+	"github.com/idemhq/idem/store/migrate"
 )
 
+// migrationFS holds the PostgreSQL schema, named NNN_description.sql.
+//
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+var migrations = migrate.Dir(migrationFS, "migrations")
+
 // Migration is one numbered schema change.
-type Migration = migrations.Migration
+type Migration = migrate.Migration
 
 // Migrations returns the embedded migrations in order.
-func Migrations() ([]Migration, error) {
-	return migrations.Parse(migrations.FS)
-}
+func Migrations() ([]migrate.Migration, error) { return migrations.Migrations() }
 
 // LatestVersion is the schema version this binary expects.
-func LatestVersion() int {
-	ms, err := Migrations()
-	if err != nil || len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].Version
-}
+func LatestVersion() int { return migrations.Latest() }
 
 // Migrate applies the pending migrations in one transaction, under an
 // advisory lock so that replicas starting together apply each migration once.
 // It returns the versions it applied; none when the schema is up to date.
+//
+// A schema newer than this binary's is not an error: during a rolling deploy
+// the replicas still on the old binary meet the schema the new ones applied.
+// Migrate applies nothing then and logs a warning to slog's default logger
+// (see MigrateLogged).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	ms, err := Migrations()
+	return MigrateLogged(ctx, pool, slog.Default())
+}
+
+// MigrateLogged is Migrate that logs to logger.
+func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int, error) {
+	ms, err := migrations.Migrations()
 	if err != nil {
 		return nil, err
 	}
@@ -41,34 +51,36 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1768187245)"); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
-			version    integer PRIMARY KEY,
-			name       text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return err
-		}
-		var current int
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&current); err != nil {
-			return err
-		}
-		for _, m := range ms {
-			if m.Version <= current {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("migration %s: %w", m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO idem_schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-				return err
-			}
-			applied = append(applied, m.Version)
-		}
-		return nil
+		applied, err = migrate.Up(ctx, migrationTx{tx}, ms, migrate.WarnNewer, logger)
+		return err
 	})
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	return applied, nil
+}
+
+// migrationTx is the migrate.Tx of PostgreSQL.
+type migrationTx struct{ tx pgx.Tx }
+
+func (m migrationTx) Version(ctx context.Context) (int, error) {
+	if _, err := m.tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return 0, err
+	}
+	var current int
+	err := m.tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&current)
+	return current, err
+}
+
+func (m migrationTx) Apply(ctx context.Context, mig migrate.Migration) error {
+	if _, err := m.tx.Exec(ctx, mig.SQL); err != nil {
+		return err
+	}
+	_, err := m.tx.Exec(ctx, "INSERT INTO idem_schema_migrations (version, name) VALUES ($1, $2)", mig.Version, mig.Name)
+	return err
 }
 
 // SchemaVersion returns the newest applied migration, 0 when none is.

@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -114,5 +116,27 @@ func TestSchemaVersionOfMigratedSchema(t *testing.T) {
 	b := setup(t)
 	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
 		t.Fatalf("SchemaVersion: %d, %v; want %d", v, err, postgres.LatestVersion())
+	}
+}
+
+// TestMigrateOnNewerSchemaLogs: an old replica during a rolling deploy meets
+// a schema that a newer idemd applied. Migrate applies nothing, fails
+// nothing, and says so in a warning.
+func TestMigrateOnNewerSchemaLogs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, "INSERT INTO idem_schema_migrations (version, name) VALUES (999, '999_future.sql')"); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	applied, err := postgres.MigrateLogged(b.ctx, b.pool, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("Migrate on a newer schema: %v, %v; want nothing applied and no error", applied, err)
+	}
+	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "999") {
+		t.Fatalf("the log does not warn of schema version 999:\n%s", log.String())
+	}
+	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != 999 {
+		t.Fatalf("SchemaVersion: %d, %v; want 999 untouched", v, err)
 	}
 }
