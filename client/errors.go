@@ -9,6 +9,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 )
 
 // errorDomain is the ErrorInfo domain of every error idem sends.
@@ -39,11 +41,11 @@ var (
 	ErrCompletionUnknown = errors.New("idem: completion not confirmed")
 )
 
-var reasonSentinels = map[string]error{
-	"LEASE_LOST":           ErrLeaseLost,
-	"FINGERPRINT_MISMATCH": ErrFingerprintMismatch,
-	"NOT_FOUND":            ErrNotFound,
-	"ALREADY_TERMINAL":     ErrAlreadyTerminal,
+var reasonSentinels = map[idemv1.ErrorReason]error{
+	idemv1.ErrorReason_ERROR_REASON_LEASE_LOST:           ErrLeaseLost,
+	idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH: ErrFingerprintMismatch,
+	idemv1.ErrorReason_ERROR_REASON_NOT_FOUND:            ErrNotFound,
+	idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL:     ErrAlreadyTerminal,
 }
 
 // rpcError is an error status from an RPC, linked to what caused it so that
@@ -65,7 +67,7 @@ func decodeError(ctx context.Context, err error) error {
 	if !ok {
 		return err
 	}
-	cause := reasonSentinels[reasonOf(st)]
+	cause := reasonSentinels[reasonValue(reasonOf(st))]
 	if cause == nil && ctx.Err() != nil && (st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded) {
 		cause = ctx.Err() // gRPC reports it as a status that does not wrap it
 	}
@@ -74,13 +76,32 @@ func decodeError(ctx context.Context, err error) error {
 
 // Reason returns the ErrorInfo reason that idem attached to err (or to an
 // error err wraps), such as "LEASE_LOST" or "INVALID_KEY"; "" when there is
-// none. The reasons are listed in proto/idem/v1/idem.proto.
+// none. The reasons are the values of idemv1.ErrorReason without their
+// ERROR_REASON_ prefix (proto/idem/v1/error_reason.proto); Reason also
+// returns one that this SDK's version does not know yet.
 func Reason(err error) string {
 	st, ok := status.FromError(err)
 	if !ok {
 		return ""
 	}
 	return reasonOf(st)
+}
+
+// ReasonOf returns err's reason as an idemv1.ErrorReason, to switch on:
+// idemv1.ErrorReason_ERROR_REASON_LEASE_LOST for "LEASE_LOST".
+// ERROR_REASON_UNSPECIFIED when err has no reason or one this SDK's version
+// does not know (Reason returns its name).
+func ReasonOf(err error) idemv1.ErrorReason {
+	return reasonValue(Reason(err))
+}
+
+// reasonValue maps a reason to its enum value: the value whose name is the
+// reason with the ERROR_REASON_ prefix.
+func reasonValue(reason string) idemv1.ErrorReason {
+	if reason == "" {
+		return idemv1.ErrorReason_ERROR_REASON_UNSPECIFIED
+	}
+	return idemv1.ErrorReason(idemv1.ErrorReason_value["ERROR_REASON_"+reason])
 }
 
 func reasonOf(st *status.Status) string {

@@ -67,26 +67,26 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 	if st := req.GetState(); st != idemv1.State_STATE_UNSPECIFIED {
 		s, ok := stateFromProto[st]
 		if !ok {
-			return nil, invalid("state", "INVALID_STATE", "state %d is not a known State", st)
+			return nil, invalid("state", idemv1.ErrorReason_ERROR_REASON_INVALID_STATE, "state %d is not a known State", st)
 		}
 		p.State = s
 	}
 	if d := req.GetOlderThan(); d != nil {
 		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
-			return nil, invalid("older_than", "INVALID_OLDER_THAN", "older_than must be a duration of 0 or more")
+			return nil, invalid("older_than", idemv1.ErrorReason_ERROR_REASON_INVALID_OLDER_THAN, "older_than must be a duration of 0 or more")
 		}
 		p.OlderThan = d.AsDuration()
 	}
 	if n := req.GetPageSize(); n != 0 {
 		if n < 1 || n > MaxPageSize {
-			return nil, invalid("page_size", "INVALID_PAGE_SIZE", "page_size is %d; it must be between 1 and %d", n, MaxPageSize)
+			return nil, invalid("page_size", idemv1.ErrorReason_ERROR_REASON_INVALID_PAGE_SIZE, "page_size is %d; it must be between 1 and %d", n, MaxPageSize)
 		}
 		p.Limit = int(n)
 	}
 	if tok := req.GetPageToken(); tok != "" {
 		after, ok := decodePageToken(tok)
 		if !ok {
-			return nil, invalid("page_token", "INVALID_PAGE_TOKEN", "page_token is not one this server returned; start again with an empty page_token")
+			return nil, invalid("page_token", idemv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN, "page_token is not one this server returned; start again with an empty page_token")
 		}
 		p.After = after
 	}

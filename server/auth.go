@@ -23,6 +23,8 @@ import (
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 )
 
 // needsTenant selects the calls that must authenticate: all but the health
@@ -40,7 +42,7 @@ var needsTenant = selector.MatchFunc(func(_ context.Context, c interceptors.Call
 })
 
 func unauthenticated(msg string) error {
-	return newError(codes.Unauthenticated, ReasonUnauthenticated, msg, nil)
+	return newError(codes.Unauthenticated, idemv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED, msg, nil)
 }
 
 // authenticate is the AuthFunc of go-grpc-middleware's auth interceptor: it
@@ -106,7 +108,7 @@ func rateLimited(t *tenant) error {
 		"tenant %q is over its rate limit (%g requests per second, burst %d); retry after %s",
 		t.name, float64(lim.Limit()), lim.Burst(), wait))
 	if withDetails, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain, Metadata: map[string]string{"tenant": t.name}},
+		&errdetails.ErrorInfo{Reason: reasonName(idemv1.ErrorReason_ERROR_REASON_RATE_LIMITED), Domain: ErrorDomain, Metadata: map[string]string{"tenant": t.name}},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
 	); err == nil {
 		st = withDetails
@@ -144,7 +146,7 @@ func (s *Service) authorize(ctx context.Context, namespace string) (*tenant, err
 		return nil, unauthenticated("the call carries no authenticated tenant")
 	}
 	if !t.allows(namespace) {
-		return nil, newError(codes.PermissionDenied, ReasonNamespaceNotAllowed,
+		return nil, newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NAMESPACE_NOT_ALLOWED,
 			fmt.Sprintf("tenant %q may not use namespace %q: it is not in the tenant's namespaces in idemd's config", name, namespace),
 			map[string]string{"tenant": name, "namespace": namespace})
 	}
@@ -157,11 +159,11 @@ func (s *Service) authorize(ctx context.Context, namespace string) (*tenant, err
 func (s *Service) checkResult(t *tenant, n int) error {
 	if t != nil && t.maxResultBytes > 0 && t.maxResultBytes < s.cfg.MaxResultBytes {
 		if n > t.maxResultBytes {
-			return invalid("result", "INVALID_RESULT", "result is %d bytes; tenant %q's limit is %d (max_result_bytes in idemd's config)", n, t.name, t.maxResultBytes)
+			return invalid("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, "result is %d bytes; tenant %q's limit is %d (max_result_bytes in idemd's config)", n, t.name, t.maxResultBytes)
 		}
 		return nil
 	}
-	return validateMaxBytes("result", "INVALID_RESULT", n, s.cfg.MaxResultBytes)
+	return validateMaxBytes("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, n, s.cfg.MaxResultBytes)
 }
 
 // unaryInterceptors are authentication, then the rate limit, both skipped
@@ -197,7 +199,7 @@ func (ts *Tenants) AdminOnly(ctx context.Context) error {
 	}
 	name := TenantFromContext(ctx)
 	if t := ts.lookup(name); t == nil || !t.admin {
-		return newError(codes.PermissionDenied, ReasonNotAdmin,
+		return newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NOT_ADMIN,
 			fmt.Sprintf("tenant %q may not call operator RPCs: it has no admin: true in idemd's config", name),
 			map[string]string{"tenant": name})
 	}

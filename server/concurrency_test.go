@@ -14,7 +14,6 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/internal/testserver"
-	"github.com/idemhq/idem/server"
 )
 
 // claimAll sends n concurrent Claims of key, released together, each with a
@@ -236,7 +235,7 @@ func TestTakeoversNeverShareAToken(t *testing.T) {
 					mu.Unlock()
 					return
 				}
-				if ok, why := checkStatus(err, codes.Aborted, server.ReasonLeaseLost); !ok {
+				if ok, why := checkStatus(err, codes.Aborted, "LEASE_LOST"); !ok {
 					report("worker %d: Complete with token %d: %s; want OK or LEASE_LOST", w, token, why)
 					return
 				}

@@ -4,36 +4,34 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/store"
 )
 
 // ErrorDomain is the domain of every ErrorInfo idem sends.
 const ErrorDomain = "idem"
 
-// Reasons sent in ErrorInfo. Workers branch on these, never on messages.
-const (
-	ReasonFingerprintMismatch = "FINGERPRINT_MISMATCH"
-	ReasonLeaseLost           = "LEASE_LOST"
-	ReasonAlreadyTerminal     = "ALREADY_TERMINAL"
-	ReasonNotFound            = "NOT_FOUND"
-	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
-	ReasonContention          = "CONTENTION"
-	ReasonInternal            = "INTERNAL"
-	ReasonUnauthenticated     = "UNAUTHENTICATED"
-	ReasonNamespaceNotAllowed = "NAMESPACE_NOT_ALLOWED"
-	ReasonRateLimited         = "RATE_LIMITED"
-	ReasonNotAdmin            = "NOT_ADMIN"
-)
+// reasonPrefix is what the names of idemv1.ErrorReason's values have before
+// the reason they stand for.
+const reasonPrefix = "ERROR_REASON_"
+
+// reasonName is the ErrorInfo reason of r: the name of its value without
+// the prefix (ERROR_REASON_LEASE_LOST is sent as "LEASE_LOST"). Workers
+// branch on these, never on messages.
+func reasonName(r idemv1.ErrorReason) string {
+	return strings.TrimPrefix(r.String(), reasonPrefix)
+}
 
 // newError builds a status with an ErrorInfo detail.
-func newError(code codes.Code, reason, msg string, metadata map[string]string) error {
+func newError(code codes.Code, reason idemv1.ErrorReason, msg string, metadata map[string]string) error {
 	st := status.New(code, msg)
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: metadata}); err == nil {
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reasonName(reason), Domain: ErrorDomain, Metadata: metadata}); err == nil {
 		st = withInfo
 	}
 	return st.Err()
@@ -56,19 +54,19 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed before the store answered")
 	case errors.Is(err, store.ErrNotFound):
-		return newError(codes.NotFound, ReasonNotFound, "no record with this namespace and key (never claimed, or purged after its retention)", nil)
+		return newError(codes.NotFound, idemv1.ErrorReason_ERROR_REASON_NOT_FOUND, "no record with this namespace and key (never claimed, or purged after its retention)", nil)
 	case errors.Is(err, store.ErrLeaseLost):
-		return newError(codes.Aborted, ReasonLeaseLost, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
+		return newError(codes.Aborted, idemv1.ErrorReason_ERROR_REASON_LEASE_LOST, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
 	case errors.Is(err, store.ErrAlreadyTerminal):
-		return newError(codes.FailedPrecondition, ReasonAlreadyTerminal, "the record is no longer PROCESSING or EXPIRED, and this call does not repeat the one that ended it", nil)
+		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING or EXPIRED, and this call does not repeat the one that ended it", nil)
 	case errors.Is(err, store.ErrFingerprintMismatch):
-		return newError(codes.FailedPrecondition, ReasonFingerprintMismatch, "fingerprint mismatch: this key was claimed for a request with another fingerprint; use a new key for a new request", nil)
+		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, "fingerprint mismatch: this key was claimed for a request with another fingerprint; use a new key for a new request", nil)
 	case errors.Is(err, store.ErrUnavailable):
 		logger.WarnContext(ctx, "store unavailable", "error", err)
-		return newError(codes.Unavailable, ReasonStoreUnavailable, "the database is unavailable; retry with backoff", nil)
+		return newError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, "the database is unavailable; retry with backoff", nil)
 	case errors.Is(err, store.ErrContention):
-		return newError(codes.Unavailable, ReasonContention, "the record changed concurrently on every try; retry with backoff", nil)
+		return newError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_CONTENTION, "the record changed concurrently on every try; retry with backoff", nil)
 	}
 	logger.ErrorContext(ctx, "internal error", "error", err)
-	return newError(codes.Internal, ReasonInternal, "internal error", nil)
+	return newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 }

@@ -35,14 +35,14 @@ func TestRewriteError(t *testing.T) {
 		{"wrapped canceled", fmt.Errorf("query: %w", context.Canceled), codes.Canceled, ""},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, ""},
 		{"wrapped deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ""},
-		{"not found", store.ErrNotFound, codes.NotFound, ReasonNotFound},
-		{"lease lost", store.ErrLeaseLost, codes.Aborted, ReasonLeaseLost},
-		{"already terminal", store.ErrAlreadyTerminal, codes.FailedPrecondition, ReasonAlreadyTerminal},
-		{"fingerprint mismatch", store.ErrFingerprintMismatch, codes.FailedPrecondition, ReasonFingerprintMismatch},
+		{"not found", store.ErrNotFound, codes.NotFound, "NOT_FOUND"},
+		{"lease lost", store.ErrLeaseLost, codes.Aborted, "LEASE_LOST"},
+		{"already terminal", store.ErrAlreadyTerminal, codes.FailedPrecondition, "ALREADY_TERMINAL"},
+		{"fingerprint mismatch", store.ErrFingerprintMismatch, codes.FailedPrecondition, "FINGERPRINT_MISMATCH"},
 		{"unavailable with its cause", fmt.Errorf("%w: %w", store.ErrUnavailable, errors.New("dial tcp 10.9.8.7:5432: connection refused")),
-			codes.Unavailable, ReasonStoreUnavailable},
-		{"contention", fmt.Errorf("%w: %w", store.ErrContention, errors.New("SQLSTATE 40001")), codes.Unavailable, ReasonContention},
-		{"unknown", errors.New("ERROR: column \"secret_col\" does not exist (SQLSTATE 42703)"), codes.Internal, ReasonInternal},
+			codes.Unavailable, "STORE_UNAVAILABLE"},
+		{"contention", fmt.Errorf("%w: %w", store.ErrContention, errors.New("SQLSTATE 40001")), codes.Unavailable, "CONTENTION"},
+		{"unknown", errors.New("ERROR: column \"secret_col\" does not exist (SQLSTATE 42703)"), codes.Internal, "INTERNAL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -73,7 +73,7 @@ func TestRewriteError(t *testing.T) {
 			if tc.code == codes.Internal && !strings.Contains(logs.String(), "secret_col") {
 				t.Errorf("the cause of an Internal was not logged: %q", logs.String())
 			}
-			if tc.code == codes.Unavailable && tc.reason == ReasonStoreUnavailable && !strings.Contains(logs.String(), "10.9.8.7") {
+			if tc.code == codes.Unavailable && tc.reason == "STORE_UNAVAILABLE" && !strings.Contains(logs.String(), "10.9.8.7") {
 				t.Errorf("the cause of an outage was not logged: %q", logs.String())
 			}
 		})

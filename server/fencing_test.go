@@ -73,7 +73,7 @@ func TestFencingAfterTakeover(t *testing.T) {
 	}
 
 	for _, tc := range tokenCalls {
-		requireStatus(t, tc.call(ctx, ts.Client, "job", old.GetToken()), codes.Aborted, server.ReasonLeaseLost)
+		requireStatus(t, tc.call(ctx, ts.Client, "job", old.GetToken()), codes.Aborted, "LEASE_LOST")
 	}
 	if got := mustLookup(t, ts.Client, "job"); !proto.Equal(got, takeover) {
 		t.Fatalf("the stale calls changed the record: %v; want %v", got, takeover)
@@ -101,7 +101,7 @@ func TestFencingAfterTakeover(t *testing.T) {
 	for _, token := range []int64{old.GetToken(), takeover.GetToken() + 1000} {
 		for _, tc := range tokenCalls {
 			err := tc.call(ctx, ts.Client, "job", token)
-			if ok, why := checkStatus(err, codes.Aborted, server.ReasonLeaseLost); !ok {
+			if ok, why := checkStatus(err, codes.Aborted, "LEASE_LOST"); !ok {
 				t.Errorf("%s with token %d on COMPLETED: %s; want ABORTED / LEASE_LOST", tc.name, token, why)
 			}
 		}
@@ -219,7 +219,7 @@ func TestTokenCallRules(t *testing.T) {
 					err = c.call(ctx, ts.Client, key, held.GetToken())
 				}
 			}
-			if ok, why := checkStatus(err, codes.FailedPrecondition, server.ReasonAlreadyTerminal); !ok {
+			if ok, why := checkStatus(err, codes.FailedPrecondition, "ALREADY_TERMINAL"); !ok {
 				t.Errorf("%s after %s: %s; want FAILED_PRECONDITION / ALREADY_TERMINAL", tc.then, tc.first, why)
 			}
 			if after := mustLookup(t, ts.Client, key); !proto.Equal(after, before) {
@@ -232,14 +232,14 @@ func TestTokenCallRules(t *testing.T) {
 		t.Parallel()
 		ctx := testContext(t)
 		for _, c := range tokenCalls {
-			requireStatus(t, c.call(ctx, ts.Client, "never-claimed", 1), codes.NotFound, server.ReasonNotFound)
+			requireStatus(t, c.call(ctx, ts.Client, "never-claimed", 1), codes.NotFound, "NOT_FOUND")
 		}
 		_, err := ts.Client.Lookup(ctx, &idemv1.LookupRequest{Namespace: ns, Key: "never-claimed"})
-		requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+		requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 		// Same key, other namespace.
 		mustAcquire(t, ts.Client, &idemv1.ClaimRequest{Key: "elsewhere"})
 		_, err = ts.Client.Lookup(ctx, &idemv1.LookupRequest{Namespace: "other", Key: "elsewhere"})
-		requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+		requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 	})
 
 	t.Run("fingerprint mismatch", func(t *testing.T) {
@@ -250,7 +250,7 @@ func TestTokenCallRules(t *testing.T) {
 		mismatch := func(when string) {
 			t.Helper()
 			_, err := ts.Client.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: "fp", Fingerprint: b})
-			if ok, why := checkStatus(err, codes.FailedPrecondition, server.ReasonFingerprintMismatch); !ok {
+			if ok, why := checkStatus(err, codes.FailedPrecondition, "FINGERPRINT_MISMATCH"); !ok {
 				t.Errorf("%s: Claim with another fingerprint: %s; want FAILED_PRECONDITION / FINGERPRINT_MISMATCH", when, why)
 			}
 		}
@@ -296,7 +296,7 @@ func TestTokensIncreaseAcrossPurge(t *testing.T) {
 			wantAfter(t, "created_at of the new record", held.GetCreatedAt(), last.GetCreatedAt())
 			// The purged record's token is not the new record's.
 			_, err := ts.Client.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "reborn", Token: last.GetToken()})
-			requireStatus(t, err, codes.Aborted, server.ReasonLeaseLost)
+			requireStatus(t, err, codes.Aborted, "LEASE_LOST")
 		}
 		done, err := ts.Client.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "reborn", Token: held.GetToken()})
 		if err != nil {
@@ -311,7 +311,7 @@ func TestTokensIncreaseAcrossPurge(t *testing.T) {
 			t.Fatalf("round %d: SweepOnce = %+v, %v; want 1 purged", round, stats, err)
 		}
 		_, err = ts.Client.Lookup(ctx, &idemv1.LookupRequest{Namespace: ns, Key: "reborn"})
-		requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+		requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 		last = held
 	}
 }

@@ -142,7 +142,7 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 	if err := validateToken(req.GetToken()); err != nil {
 		return nil, err
 	}
-	if err := validateMaxBytes("error", "INVALID_ERROR", len(req.GetError()), MaxErrorBytes); err != nil {
+	if err := validateMaxBytes("error", idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR, len(req.GetError()), MaxErrorBytes); err != nil {
 		return nil, err
 	}
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
@@ -169,7 +169,7 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 	if err := validateToken(req.GetToken()); err != nil {
 		return nil, err
 	}
-	leaseTTL, err := duration("lease_ttl", "INVALID_LEASE_TTL", req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	leaseTTL, err := duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
 	if err != nil {
 		return nil, err
 	}

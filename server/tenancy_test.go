@@ -83,13 +83,13 @@ func TestTenantsCannotSeeEachOthersRecords(t *testing.T) {
 	token := claim.GetRecord().GetToken()
 
 	_, err = c.Lookup(bill, &idemv1.LookupRequest{Namespace: "process_payment", Key: key})
-	requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+	requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 	_, err = c.Complete(bill, &idemv1.CompleteRequest{Namespace: "process_payment", Key: key, Token: token, Result: []byte("stolen")})
-	requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+	requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 	_, err = c.Fail(bill, &idemv1.FailRequest{Namespace: "process_payment", Key: key, Token: token, Error: "x"})
-	requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+	requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 	_, err = c.Heartbeat(bill, &idemv1.HeartbeatRequest{Namespace: "process_payment", Key: key, Token: token})
-	requireStatus(t, err, codes.NotFound, server.ReasonNotFound)
+	requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 
 	// billing's Claim of the same namespace and key is a record of its own.
 	other, err := c.Claim(bill, &idemv1.ClaimRequest{Namespace: "process_payment", Key: key})
@@ -184,7 +184,7 @@ func TestUnauthenticatedCallsNeverReachTheStore(t *testing.T) {
 				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", v)
 			}
 			err := rpc.call(ctx)
-			st := requireStatus(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+			st := requireStatus(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 			if !strings.Contains(st.Message(), cr.msg) {
 				t.Errorf("%s / %s: message %q; want it to mention %q", cr.name, rpc.name, st.Message(), cr.msg)
 			}
@@ -274,7 +274,7 @@ func TestNamespaceAllowList(t *testing.T) {
 			},
 		}
 		for i, call := range calls {
-			st := requireStatus(t, call(), codes.PermissionDenied, server.ReasonNamespaceNotAllowed)
+			st := requireStatus(t, call(), codes.PermissionDenied, "NAMESPACE_NOT_ALLOWED")
 			if !strings.Contains(st.Message(), denied) || !strings.Contains(st.Message(), `"payments"`) {
 				t.Errorf("call %d in %q: message %q; want it to name the namespace and the tenant", i, denied, st.Message())
 			}
@@ -330,7 +330,7 @@ func TestRateLimitIsPerTenant(t *testing.T) {
 					tl.ok++
 				case st.Code() == codes.ResourceExhausted:
 					tl.exhausted++
-					if ok, why := checkStatus(err, codes.ResourceExhausted, server.ReasonRateLimited); !ok {
+					if ok, why := checkStatus(err, codes.ResourceExhausted, "RATE_LIMITED"); !ok {
 						tl.other = append(tl.other, why)
 					}
 					var wait time.Duration
@@ -492,7 +492,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Claim(ctx, &idemv1.ClaimRequest{Namespace: "jobs", Key: longKey, Fingerprint: []byte(fingerprint + "-other")})
-	requireStatus(t, err, codes.FailedPrecondition, server.ReasonFingerprintMismatch)
+	requireStatus(t, err, codes.FailedPrecondition, "FINGERPRINT_MISMATCH")
 
 	claim2, err := c.Claim(ctx, &idemv1.ClaimRequest{Namespace: "jobs", Key: longKey + "2", Fingerprint: []byte(fingerprint)})
 	if err != nil {
@@ -502,9 +502,9 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Complete(ctx, &idemv1.CompleteRequest{Namespace: "jobs", Key: longKey + "2", Token: claim2.GetRecord().GetToken(), Result: []byte(result)})
-	requireStatus(t, err, codes.FailedPrecondition, server.ReasonAlreadyTerminal)
+	requireStatus(t, err, codes.FailedPrecondition, "ALREADY_TERMINAL")
 	_, err = c.Lookup(asTenant(testContext(t), secretToken+"-WRONG"), &idemv1.LookupRequest{Namespace: "jobs", Key: longKey})
-	requireStatus(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+	requireStatus(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 
 	out := logs.String()
 	if strings.Count(out, `"msg":"finished call"`) < 9 || !strings.Contains(out, `"tenant":"payments"`) {
@@ -539,7 +539,7 @@ func TestTLSWithBearerTokens(t *testing.T) {
 		t.Fatalf("Claim over TLS with a token: %v", err)
 	}
 	_, err := ts.Client.Claim(ctx, &idemv1.ClaimRequest{Namespace: "process_payment", Key: "tls"})
-	requireStatus(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+	requireStatus(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 }
 
 // TestMutualTLS: with a client CA, a verified certificate whose subject a
@@ -577,7 +577,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	// A certificate of payments with billing's token: refused.
 	_, err = ts.Client.Lookup(asTenant(ctx, billingToken), &idemv1.LookupRequest{Namespace: "process_payment", Key: "m1"})
-	st := requireStatus(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+	st := requireStatus(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 	if !strings.Contains(st.Message(), "different tenants") {
 		t.Errorf("message %q; want it to say the credentials disagree", st.Message())
 	}
@@ -607,7 +607,7 @@ func TestMutualTLS(t *testing.T) {
 		Certificates: []tls.Certificate{ca.Client(t, pkix.Name{CommonName: "stranger"})}})
 	before := calls.len()
 	_, err = stranger.Lookup(ctx, &idemv1.LookupRequest{Namespace: "process_payment", Key: "m1"})
-	requireStatus(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+	requireStatus(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 	if n := calls.len() - before; n != 0 {
 		t.Errorf("an unlisted certificate reached the store %d times", n)
 	}
@@ -643,9 +643,9 @@ func TestAdminOnly(t *testing.T) {
 		t.Errorf("admin tenant: %v", err)
 	}
 	err = tenants.AdminOnly(server.ContextWithTenant(ctx, "payments"))
-	requireStatus(t, err, codes.PermissionDenied, server.ReasonNotAdmin)
+	requireStatus(t, err, codes.PermissionDenied, "NOT_ADMIN")
 	err = tenants.AdminOnly(ctx)
-	requireStatus(t, err, codes.PermissionDenied, server.ReasonNotAdmin)
+	requireStatus(t, err, codes.PermissionDenied, "NOT_ADMIN")
 	var none *server.Tenants
 	if err := none.AdminOnly(ctx); err != nil {
 		t.Errorf("without tenants: %v; want every caller admitted", err)
@@ -676,9 +676,9 @@ func TestAdminServiceNeedsAnAdminTenant(t *testing.T) {
 	ctx := testContext(t)
 
 	_, err := ts.Admin.Stats(ctx, &idemv1.StatsRequest{})
-	requireStatus(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+	requireStatus(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 	_, err = ts.Admin.Stats(asTenant(ctx, paymentsToken), &idemv1.StatsRequest{})
-	requireStatus(t, err, codes.PermissionDenied, server.ReasonNotAdmin)
+	requireStatus(t, err, codes.PermissionDenied, "NOT_ADMIN")
 
 	if _, err := ts.Client.Claim(asTenant(ctx, paymentsToken), &idemv1.ClaimRequest{Namespace: "process_payment", Key: "k"}); err != nil {
 		t.Fatal(err)

@@ -29,16 +29,16 @@ var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // invalid is a request field that failed validation. Its message names the
 // field and the bound; its reason goes into the ErrorInfo.
-func invalid(field, reason, format string, args ...any) error {
+func invalid(field string, reason idemv1.ErrorReason, format string, args ...any) error {
 	return newError(codes.InvalidArgument, reason, fmt.Sprintf(format, args...), map[string]string{"field": field})
 }
 
 func validateNamespace(ns string) error {
 	if !namespacePattern.MatchString(ns) {
 		if ns == "" {
-			return invalid("namespace", "INVALID_NAMESPACE", "namespace is empty; it must match %s", namespacePattern)
+			return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE, "namespace is empty; it must match %s", namespacePattern)
 		}
-		return invalid("namespace", "INVALID_NAMESPACE",
+		return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE,
 			"namespace %q must match %s: 1 to 64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit",
 			truncate(ns, 80), namespacePattern)
 	}
@@ -48,15 +48,15 @@ func validateNamespace(ns string) error {
 func validateKey(key string) error {
 	switch {
 	case key == "":
-		return invalid("key", "INVALID_KEY", "key is empty; it must be 1 to %d bytes", MaxKeyBytes)
+		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is empty; it must be 1 to %d bytes", MaxKeyBytes)
 	case len(key) > MaxKeyBytes:
-		return invalid("key", "INVALID_KEY", "key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
 	case !utf8.ValidString(key):
-		return invalid("key", "INVALID_KEY", "key is not valid UTF-8")
+		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is not valid UTF-8")
 	}
 	for i, r := range key {
 		if unicode.IsControl(r) {
-			return invalid("key", "INVALID_KEY", "key has a control character (%U) at byte %d; keys are printable UTF-8", r, i)
+			return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key has a control character (%U) at byte %d; keys are printable UTF-8", r, i)
 		}
 	}
 	return nil
@@ -71,12 +71,12 @@ func validateID(namespace, key string) error {
 
 func validateToken(token int64) error {
 	if token <= 0 {
-		return invalid("token", "INVALID_TOKEN", "token is %d; pass the token of the ACQUIRED Claim (always > 0)", token)
+		return invalid("token", idemv1.ErrorReason_ERROR_REASON_INVALID_TOKEN, "token is %d; pass the token of the ACQUIRED Claim (always > 0)", token)
 	}
 	return nil
 }
 
-func validateMaxBytes(field, reason string, n, limit int) error {
+func validateMaxBytes(field string, reason idemv1.ErrorReason, n, limit int) error {
 	if n > limit {
 		return invalid(field, reason, "%s is %d bytes; the limit is %d", field, n, limit)
 	}
@@ -84,7 +84,7 @@ func validateMaxBytes(field, reason string, n, limit int) error {
 }
 
 // duration returns d, or def when d is unset, checked against [min, max].
-func duration(field, reason string, d *durationpb.Duration, def, min, max time.Duration) (time.Duration, error) {
+func duration(field string, reason idemv1.ErrorReason, d *durationpb.Duration, def, min, max time.Duration) (time.Duration, error) {
 	if d == nil {
 		return def, nil
 	}
@@ -105,17 +105,17 @@ func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention ti
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return 0, 0, err
 	}
-	if err := validateMaxBytes("fingerprint", "INVALID_FINGERPRINT", len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
+	if err := validateMaxBytes("fingerprint", idemv1.ErrorReason_ERROR_REASON_INVALID_FINGERPRINT, len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
 		return 0, 0, err
 	}
-	if err := validateMaxBytes("claimant", "INVALID_CLAIMANT", len(req.GetClaimant()), MaxClaimantBytes); err != nil {
+	if err := validateMaxBytes("claimant", idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT, len(req.GetClaimant()), MaxClaimantBytes); err != nil {
 		return 0, 0, err
 	}
-	leaseTTL, err = duration("lease_ttl", "INVALID_LEASE_TTL", req.GetLeaseTtl(), cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	leaseTTL, err = duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
 	if err != nil {
 		return 0, 0, err
 	}
-	retention, err = duration("retention", "INVALID_RETENTION", req.GetRetention(), cfg.DefaultRetention, MinRetention, MaxRetention)
+	retention, err = duration("retention", idemv1.ErrorReason_ERROR_REASON_INVALID_RETENTION, req.GetRetention(), cfg.DefaultRetention, MinRetention, MaxRetention)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -22,7 +22,7 @@
 
 const fs = require('node:fs');
 const { parseArgs } = require('node:util');
-const { Client, IdemError, run, permanent } = require('../lib/idem');
+const { Client, IdemError, Reason, run, permanent } = require('../lib/idem');
 
 const { values: opts } = parseArgs({
   options: {
@@ -89,7 +89,7 @@ async function main() {
       try {
         res = await run(client, job, charge);
       } catch (err) {
-        if (err instanceof IdemError && err.reason === 'LEASE_LOST') {
+        if (err instanceof IdemError && err.reason === Reason.LEASE_LOST) {
           print({ outcome: 'lease_lost', code: err.code, reason: err.reason, domain: err.errorInfo?.domain });
           return;
         }

@@ -77,9 +77,25 @@ function errorInfo(err) {
 }
 
 /**
+ * Reason has one property per value of the proto enum idem.v1.ErrorReason
+ * (proto/idem/v1/error_reason.proto), named and valued as the ErrorInfo
+ * reason the server sends: Reason.LEASE_LOST === 'LEASE_LOST'. Compare
+ * err.reason with these rather than with string literals: a misspelt name
+ * is undefined here, and the list follows the proto.
+ */
+const Reason = (() => {
+  const root = protobuf.loadSync(path.join(PROTO_DIR, 'idem', 'v1', 'error_reason.proto'));
+  const names = Object.keys(root.lookupEnum('idem.v1.ErrorReason').values)
+    .filter((name) => name !== 'ERROR_REASON_UNSPECIFIED')
+    .map((name) => name.slice('ERROR_REASON_'.length));
+  return Object.freeze(Object.fromEntries(names.map((reason) => [reason, reason])));
+})();
+
+/**
  * IdemError is a failed RPC: code is the gRPC status code, reason idem's
- * ErrorInfo reason (LEASE_LOST, FINGERPRINT_MISMATCH, ALREADY_TERMINAL,
- * NOT_FOUND, INVALID_KEY, …; '' when the error carries none).
+ * ErrorInfo reason, one of Reason's (LEASE_LOST, FINGERPRINT_MISMATCH,
+ * ALREADY_TERMINAL, NOT_FOUND, INVALID_KEY, …; '' when the error carries
+ * none, and a string Reason lacks when the server is newer).
  */
 class IdemError extends Error {
   constructor(err, rpc) {
@@ -339,4 +355,4 @@ function timestampMs(ts) {
   return ts ? Number(ts.seconds) * 1000 + Math.floor((ts.nanos || 0) / 1e6) : 0;
 }
 
-module.exports = { Client, IdemError, run, permanent, errorInfo, canonicalJSON, fingerprintJSON, durationMs, toDuration, timestampMs };
+module.exports = { Client, IdemError, Reason, run, permanent, errorInfo, canonicalJSON, fingerprintJSON, durationMs, toDuration, timestampMs };

@@ -10,7 +10,9 @@
 // authentication and never from a request.
 //
 // Errors. Every error that a worker may want to branch on carries a
-// google.rpc.ErrorInfo detail with domain "idem" and one of these reasons:
+// google.rpc.ErrorInfo detail with domain "idem" and one of these reasons,
+// the values of the enum ErrorReason (error_reason.proto) without their
+// ERROR_REASON_ prefix:
 //   - INVALID_ARGUMENT    / INVALID_NAMESPACE, INVALID_KEY, INVALID_FINGERPRINT,
 //     INVALID_CLAIMANT, INVALID_LEASE_TTL, INVALID_RETENTION, INVALID_RESULT,
 //     INVALID_ERROR, INVALID_TOKEN: a field is malformed or out of bounds;
