@@ -100,7 +100,7 @@ robustness: ## The robustness suite at full length (about 10 minutes): real idem
 	go test -tags robustness -count=1 -timeout 20m -run TestRobustness -v ./internal/robustness -full $(ROBUSTNESS_FLAGS)
 
 robustness-short: ## The short robustness suite that CI runs (each scenario for a few seconds; under 90 s).
-	go test -tags robustness -count=1 -timeout 5m -run TestRobustness ./internal/robustness $(ROBUSTNESS_FLAGS)
+	go test -tags robustness -count=1 -timeout 5m -run TestRobustness -v ./internal/robustness $(ROBUSTNESS_FLAGS)
 
 soak: ## 10^6 contended Claims against one idemd: double grants (must be 0), calls per second, idemd's RSS at start and end.
 	go test -tags robustness -count=1 -timeout 40m -run TestSoak -v ./internal/robustness -soak $(SOAK_FLAGS)

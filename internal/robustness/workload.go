@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -97,6 +98,15 @@ func (s *Stats) add(in Input, out Output, err error) {
 	s.ByAnswer[what]++
 }
 
+func (s *Stats) notSent(in Input) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ByAnswer == nil {
+		s.ByAnswer = map[string]int{}
+	}
+	s.ByAnswer[in.Kind.String()+" not sent"]++
+}
+
 // Summary is the counts on one line, sorted.
 func (s *Stats) Summary() string {
 	s.mu.Lock()
@@ -133,6 +143,7 @@ func Dial(targets []string) ([]idemv1.IdempotencyServiceClient, func(), error) {
 	for _, t := range targets {
 		cc, err := grpc.NewClient(t,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStatsHandler(sentHandler{}),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 300 * time.Millisecond},
 				MinConnectTimeout: time.Second,
@@ -146,6 +157,30 @@ func Dial(targets []string) ([]idemv1.IdempotencyServiceClient, func(), error) {
 	}
 	return clients, closeAll, nil
 }
+
+// sentKey marks a call's context with the flag sentHandler sets once the
+// request was handed to a connection.
+type sentKey struct{}
+
+// sentHandler tells a call that failed before its request was written to any
+// connection (gRPC fails fast while the server is down) from one that may
+// have reached the server. Only the second can have been applied; the first
+// is left out of the history, where it would only slow the checker.
+type sentHandler struct{}
+
+func (sentHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (sentHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.OutPayload); ok {
+		if f, ok := ctx.Value(sentKey{}).(*atomic.Bool); ok {
+			f.Store(true)
+		}
+	}
+}
+
+func (sentHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (sentHandler) HandleConn(context.Context, stats.ConnStats) {}
 
 // caller makes one worker's calls and records them.
 type caller struct {
@@ -172,6 +207,8 @@ func (c *caller) do(ctx context.Context, in Input, call func(ctx context.Context
 		ctx = c.base
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	sent := new(atomic.Bool)
+	cctx = context.WithValue(cctx, sentKey{}, sent)
 	in.Start = time.Now().UnixNano()
 	rec, outcome, err := call(cctx, cl)
 	end := time.Now().UnixNano()
@@ -184,6 +221,10 @@ func (c *caller) do(ctx context.Context, in Input, call func(ctx context.Context
 	if out.Code == CodeOK {
 		out.Rec = recFromProto(rec)
 		out.Outcome = outcomeFromProto(outcome)
+	}
+	if out.Code == CodeMaybe && !sent.Load() {
+		c.stats.notSent(in)
+		return out
 	}
 	c.hist.Add(Op{Worker: c.id, In: in, Out: out})
 	c.stats.add(in, out, err)
@@ -429,6 +470,24 @@ func (r *Result) LostCompletes() []string {
 	return lost
 }
 
+// ReusedTokens returns the tokens that two Claims with different claimants
+// were both granted: a token must never be handed out twice.
+func (r *Result) ReusedTokens() []int64 {
+	holder := map[int64]string{}
+	var reused []int64
+	for _, op := range r.History.Ops() {
+		if op.In.Kind != OpClaim || op.Out.Code != CodeOK || op.Out.Outcome != OutcomeAcquired {
+			continue
+		}
+		tok := op.Out.Rec.Token
+		if c, ok := holder[tok]; ok && c != op.In.Claimant {
+			reused = append(reused, tok)
+		}
+		holder[tok] = op.In.Claimant
+	}
+	return reused
+}
+
 type worker struct {
 	*caller
 	w     Workload
@@ -494,6 +553,8 @@ func (wk *worker) job(ctx context.Context) {
 		return o
 	})
 	if out.Code != CodeOK {
+		// The service or its database is away: give it a moment.
+		sleep(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond)
 		return
 	}
 	switch out.Outcome {

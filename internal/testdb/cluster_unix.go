@@ -4,6 +4,7 @@ package testdb
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -200,8 +201,10 @@ func zombie(pid int) bool {
 
 // Standby makes a streaming standby of c with pg_basebackup, named name
 // (its application_name, for synchronous_standby_names), with conf added,
-// and starts it on a port of its own.
-func (c *Cluster) Standby(name string, conf ...string) (*Cluster, error) {
+// and starts it on a port of its own. It streams from upstream (host:port;
+// empty: c's own address), so that a test can put a proxy in between and
+// cut replication.
+func (c *Cluster) Standby(name, upstream string, conf ...string) (*Cluster, error) {
 	sdir, err := newClusterDir(c.owner)
 	if err != nil {
 		return nil, err
@@ -212,6 +215,14 @@ func (c *Cluster) Standby(name string, conf ...string) (*Cluster, error) {
 		"-D", s.data(), "-d", conninfo, "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
 		reapCluster(sdir)
 		return nil, err
+	}
+	if upstream != "" {
+		host, port, err := net.SplitHostPort(upstream)
+		if err != nil {
+			reapCluster(sdir)
+			return nil, err
+		}
+		conninfo = fmt.Sprintf("host=%s port=%s user=postgres password=%s", host, port, c.password)
 	}
 	// A standby promoted with the primary's synchronous_standby_names would
 	// wait forever for a standby of its own: it has none.
