@@ -221,7 +221,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 // be skipped, after saying why on stderr and in the report.
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
-	case "service", "service-sqlite", "service-prefilled":
+	case "service", "service-sqlite", "service-prefilled", "service-b":
 		addr := c.Addr
 		var idemd *localIdemd
 		if c.StartIdemd {
@@ -246,6 +246,10 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 			case "service-prefilled":
 				opts.schema += "_prefilled"
 				opts.appName = "idem-bench-idemd-prefilled-" + runID
+			case "service-b":
+				opts.bin = c.IdemdBinB
+				opts.schema += "_b"
+				opts.appName = "idem-bench-idemd-b-" + runID
 			}
 			var err error
 			if idemd, err = startIdemd(ctx, opts); err != nil {

@@ -104,7 +104,8 @@ func TestCompareJSON(t *testing.T) {
 // the sql target and prints both tables.
 func TestStartIdemd(t *testing.T) {
 	t.Parallel()
-	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-sqlite,sql", "--scenario", "unique"))
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-sqlite,service-b,sql",
+		"--idemd-bin-b", idemdBinary, "--scenario", "unique"))
 	rows := map[string][]string{}
 	for line := range strings.Lines(stdout) {
 		if f := strings.Fields(line); len(f) > 2 && f[0] == "unique" {
@@ -116,7 +117,7 @@ func TestStartIdemd(t *testing.T) {
 	if !strings.Contains(stdout, "a process of its own") || !strings.Contains(stdout, "CPU µs per job by process") {
 		t.Fatalf("no mention of the idemd process, or no CPU table:\n%s", stdout)
 	}
-	for _, target := range []string{"service", "service-sqlite", "sql"} {
+	for _, target := range []string{"service", "service-sqlite", "service-b", "sql"} {
 		if f := rows[target]; f == nil || f[2] == "0" {
 			t.Errorf("no unique/%s row, or no jobs in it:\n%s", target, stdout)
 		}
@@ -322,6 +323,7 @@ func TestBadFlags(t *testing.T) {
 		{"--start-idemd", "--purge", "10", "--target", "service,sql"},
 		{"--start-idemd", "--purge", "10", "--sweep-interval", "0s"},
 		{"--prefill", "0"},
+		{"--start-idemd", "--target", "service-b"}, // without --idemd-bin-b
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {
