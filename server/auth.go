@@ -146,11 +146,17 @@ func (s *Service) authorize(ctx context.Context, namespace string) (*tenant, err
 		return nil, unauthenticated("the call carries no authenticated tenant")
 	}
 	if !t.allows(namespace) {
-		return nil, newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NAMESPACE_NOT_ALLOWED,
-			fmt.Sprintf("tenant %q may not use namespace %q: it is not in the tenant's namespaces in idemd's config", name, namespace),
-			map[string]string{"tenant": name, "namespace": namespace})
+		return nil, namespaceNotAllowed(name, namespace)
 	}
 	return t, nil
+}
+
+// namespaceNotAllowed is PERMISSION_DENIED / NAMESPACE_NOT_ALLOWED for a
+// namespace outside the tenant's allow-list.
+func namespaceNotAllowed(tenant, namespace string) error {
+	return newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NAMESPACE_NOT_ALLOWED,
+		fmt.Sprintf("tenant %q may not use namespace %q: it is not in the tenant's namespaces in idemd's config", tenant, namespace),
+		map[string]string{"tenant": tenant, "namespace": namespace})
 }
 
 // checkResult checks a result of n bytes against the tenant's limit when it

@@ -65,6 +65,7 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	idemv1.RegisterIdempotencyServiceServer(srv, svc)
 	admin := NewAdminService(svc.store, logger)
 	admin.Authorize = svc.cfg.Tenants.AdminOnly // admits every caller without tenants
+	admin.Tenants = svc.cfg.Tenants
 	idemv1.RegisterAdminServiceServer(srv, admin)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)

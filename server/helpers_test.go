@@ -332,3 +332,24 @@ func (h *hookStore) CountByState(ctx context.Context) (map[store.State]int64, er
 	}
 	return h.Store.CountByState(ctx)
 }
+
+func (h *hookStore) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
+	if err := h.before(ctx, "RecordList"); err != nil {
+		return nil, err
+	}
+	return h.Store.RecordList(ctx, p)
+}
+
+func (h *hookStore) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := h.before(ctx, "RecordDelete"); err != nil {
+		return nil, err
+	}
+	return h.Store.RecordDelete(ctx, id)
+}
+
+func (h *hookStore) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
+	if err := h.before(ctx, "RecordStats"); err != nil {
+		return nil, err
+	}
+	return h.Store.RecordStats(ctx, p)
+}

@@ -33,9 +33,16 @@
 //   - UNAUTHENTICATED / UNAUTHENTICATED: no credentials, or a bearer token
 //     or client certificate that names no tenant (only when idemd runs with a
 //     config file). Nothing was read or written.
+//   - INVALID_ARGUMENT    / INVALID_PAGE_SIZE, INVALID_PAGE_TOKEN,
+//     INVALID_STATE, INVALID_OLDER_THAN (AdminService.ListRecords): the
+//     page_size is outside 1–1000, the page_token is not one the server
+//     returned, the state is not a known State, or older_than is outside
+//     0s–87600h (10 years). Nothing was read.
 //   - PERMISSION_DENIED / NAMESPACE_NOT_ALLOWED: the namespace is not in the
-//     caller's tenant's allow-list. PERMISSION_DENIED / NOT_ADMIN: an
-//     AdminService call from a tenant without admin rights.
+//     caller's tenant's allow-list; this holds for AdminService too, whose
+//     listings and counts without a namespace show only the namespaces the
+//     allow-list admits. PERMISSION_DENIED / NOT_ADMIN: an AdminService call
+//     from a tenant without admin rights.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
 //
