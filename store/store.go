@@ -7,7 +7,10 @@ package store
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Store is the storage behind idem. Every method touches one record addressed
@@ -48,6 +51,28 @@ type Store interface {
 	// CountByState counts every tenant's records per state, for the sweeper's
 	// gauge.
 	CountByState(ctx context.Context) (map[State]int64, error)
+}
+
+// Backend is a Store as a process owns it: the operations, plus its schema,
+// its metrics and its end. idemd runs on a Backend and never asks which one;
+// each store package opens its own (postgres.OpenBackend, sqlite.Open).
+type Backend interface {
+	Store
+	// Migrate applies the schema's pending migrations and returns the
+	// versions it applied; none when the schema is up to date. A schema
+	// newer than the binary's is refused or logged to logger, as the store
+	// decides (store/migrate).
+	Migrate(ctx context.Context, logger *slog.Logger) ([]int, error)
+	// SchemaVersion is the newest migration applied to the database, 0 when
+	// none is.
+	SchemaVersion(ctx context.Context) (int, error)
+	// LatestVersion is the schema version this binary expects.
+	LatestVersion() int
+	// Collectors are the backend's own metrics (a connection pool's
+	// statistics, read at scrape time); nil when it has none.
+	Collectors() []prometheus.Collector
+	// Close releases the database. Calls made after it fail.
+	Close() error
 }
 
 // State is where a record is in its life.

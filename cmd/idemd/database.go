@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/sqlite"
@@ -26,24 +24,24 @@ type databaseFlags struct {
 // sqliteFileName is the database file inside --data-dir.
 const sqliteFileName = "idem.db"
 
-// database is the store a command runs on, open.
+// database is the store a command runs on, open. Nothing in idemd asks which
+// store it is: what differs between them is behind store.Backend.
 type database struct {
-	store.Store
+	store.Backend
 	// name says which store it is, for logs and messages: the redacted
 	// Postgres URL or the SQLite file.
 	name string
-	// pool is the Postgres store's pool, for its schema version and its
-	// metrics; nil on SQLite.
-	pool *pgxpool.Pool
 	// implicit is true when SQLite was chosen because no URL was given.
 	implicit bool
-	close    func()
+	// unlock releases what open holds besides the store (SQLite's lock file).
+	unlock func()
 }
 
-func (d *database) Close() { d.close() }
-
-// isSQLite reports whether the store is the embedded one.
-func (d *database) isSQLite() bool { return d.pool == nil }
+// Close closes the store and releases its lock.
+func (d *database) Close() {
+	_ = d.Backend.Close()
+	d.unlock()
+}
 
 // open opens the store the flags choose: Postgres for a postgres:// URL,
 // SQLite for a sqlite: URL or no URL at all. Postgres's schema is left as it
@@ -55,11 +53,11 @@ func (f databaseFlags) open(ctx context.Context) (*database, error) {
 		return nil, err
 	}
 	if path == "" {
-		pool, err := f.connect(ctx)
+		b, err := postgres.OpenBackend(ctx, *f.DatabaseURL)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cannot reach the database at %s: %s", redactURL(*f.DatabaseURL), oneLine(err))
 		}
-		return &database{Store: postgres.New(pool), name: redactURL(*f.DatabaseURL), pool: pool, close: pool.Close}, nil
+		return &database{Backend: b, name: redactURL(*f.DatabaseURL), unlock: func() {}}, nil
 	}
 	unlock, err := lockDatabase(path)
 	if err != nil {
@@ -70,10 +68,7 @@ func (f databaseFlags) open(ctx context.Context) (*database, error) {
 		unlock()
 		return nil, fmt.Errorf("open the SQLite database %s: %s", path, oneLine(err))
 	}
-	return &database{Store: st, name: path, implicit: implicit, close: func() {
-		_ = st.Close()
-		unlock()
-	}}, nil
+	return &database{Backend: st, name: path, implicit: implicit, unlock: unlock}, nil
 }
 
 // sqlitePath returns the SQLite file the flags choose, or "" for Postgres;
@@ -124,49 +119,29 @@ func sqliteURLPath(host, path, raw string) (string, bool, error) {
 	return filepath.Clean(path), false, nil
 }
 
-// connect opens the Postgres pool, or returns one line that says what to
-// check.
-func (f databaseFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := postgres.Connect(ctx, *f.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the database at %s: %s", redactURL(*f.DatabaseURL), oneLine(err))
-	}
-	return pool, nil
-}
-
-// checkSchema returns an error unless Postgres's schema is the version this
-// idemd needs; what says what to run about it. SQLite's is always current
-// once it is open.
+// checkSchema returns an error unless the schema is the version this idemd
+// needs; what says what to run about it.
 func (d *database) checkSchema(ctx context.Context, what string) error {
-	if d.isSQLite() {
-		return nil
-	}
-	v, err := postgres.SchemaVersion(ctx, d.pool)
+	v, err := d.SchemaVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	if v != postgres.LatestVersion() {
-		return fmt.Errorf("the schema is at version %d and this idemd needs %d: %s", v, postgres.LatestVersion(), what)
+	if latest := d.LatestVersion(); v != latest {
+		return fmt.Errorf("the schema is at version %d and this idemd needs %d: %s", v, latest, what)
 	}
 	return nil
 }
 
-// ready returns nil when the store can serve: the database answers and, on
-// Postgres, its schema is the version this idemd expects. Its error is the
-// reason, for /readyz.
+// ready returns nil when the store can serve: the database answers and its
+// schema is the version this idemd expects. Its error is the reason, for
+// /readyz.
 func (d *database) ready(ctx context.Context) error {
-	if d.isSQLite() {
-		if err := d.Ping(ctx); err != nil {
-			return errors.New("the SQLite database does not answer")
-		}
-		return nil
-	}
-	v, err := postgres.SchemaVersion(ctx, d.pool)
+	v, err := d.SchemaVersion(ctx)
 	switch {
 	case err != nil:
 		return errors.New("the database does not answer")
-	case v != postgres.LatestVersion():
-		return fmt.Errorf("the schema is at version %d, this idemd needs %d", v, postgres.LatestVersion())
+	case v != d.LatestVersion():
+		return fmt.Errorf("the schema is at version %d, this idemd needs %d", v, d.LatestVersion())
 	}
 	return nil
 }

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-
-	"github.com/idemhq/idem/store/postgres"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -58,20 +56,15 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	if db.isSQLite() {
-		// Opening the SQLite store applied whatever was pending.
-		fmt.Printf("schema is up to date (SQLite %s; idemd migrates it whenever it opens it)\n", db.name)
-		return nil
-	}
-	applied, err := postgres.Migrate(ctx, db.pool)
+	applied, err := db.Migrate(ctx, c.logger(os.Stderr))
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if len(applied) == 0 {
-		fmt.Printf("schema is up to date at version %d\n", postgres.LatestVersion())
+		fmt.Printf("schema is up to date at version %d (%s)\n", db.LatestVersion(), db.name)
 		return nil
 	}
-	fmt.Printf("applied migrations %v; schema is at version %d\n", applied, postgres.LatestVersion())
+	fmt.Printf("applied migrations %v; schema is at version %d\n", applied, db.LatestVersion())
 	return nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/server"
-	"github.com/idemhq/idem/store/postgres"
 )
 
 type serveCmd struct {
@@ -70,24 +69,20 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	switch {
-	case db.isSQLite():
-		if db.implicit {
-			logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
-				"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
-		}
-	case c.Migrate:
-		applied, err := postgres.Migrate(ctx, db.pool)
+	if db.implicit {
+		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
+			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
+	}
+	if c.Migrate {
+		applied, err := db.Migrate(ctx, logger)
 		if err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if len(applied) > 0 {
 			logger.Info("applied migrations", "versions", applied)
 		}
-	default:
-		if err := db.checkSchema(ctx, "run `idemd migrate` or drop --migrate=false"); err != nil {
-			return err
-		}
+	} else if err := db.checkSchema(ctx, "run `idemd migrate` or drop --migrate=false"); err != nil {
+		return err
 	}
 
 	lis, err := net.Listen("tcp", c.Listen)
@@ -103,11 +98,9 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 	}
 
-	st := db.Store
+	st := db.Backend
 	metrics := server.NewMetrics()
-	if db.pool != nil {
-		metrics.Registry.MustRegister(poolCollectors(db.pool)...)
-	}
+	metrics.Registry.MustRegister(db.Collectors()...)
 	svc := server.NewService(st, server.Config{
 		Metrics:          metrics,
 		DefaultLeaseTTL:  c.DefaultLeaseTTL,

@@ -33,7 +33,7 @@ func (c *sweepCmd) Run(ctx context.Context) error {
 	if err := db.checkSchema(ctx, "run `idemd migrate` first"); err != nil {
 		return err
 	}
-	sw := server.NewSweeper(db.Store, logger)
+	sw := server.NewSweeper(db, logger)
 	sw.BatchSize = c.BatchSize
 	sw.Interval = c.Interval
 	if !c.Once {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemhq/idem/store/migrate"
 )
 
@@ -29,16 +31,32 @@ func LatestVersion() int { return migrations.Latest() }
 // schema is newer than this binary's is refused: one file has one process,
 // so there is no rolling deploy to allow for, and an older binary must not
 // write to a schema it does not know.
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
 	ms, err := migrations.Migrations()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
-		_, err := migrate.Up(ctx, migrationTx{tx: tx, now: now}, ms, migrate.RefuseNewer, slog.Default())
+	var applied []int
+	err = s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
+		applied, err = migrate.Up(ctx, migrationTx{tx: tx, now: now}, ms, migrate.RefuseNewer, logger)
 		return err
 	})
+	return applied, err
 }
+
+// Migrate implements store.Backend. Open has applied every migration
+// already, so this finds none pending unless another process changed the
+// file since.
+func (s *Store) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
+	return s.migrate(ctx, logger)
+}
+
+// LatestVersion implements store.Backend.
+func (s *Store) LatestVersion() int { return LatestVersion() }
+
+// Collectors implements store.Backend: the SQLite store has no pool worth
+// watching.
+func (s *Store) Collectors() []prometheus.Collector { return nil }
 
 // migrationTx is the migrate.Tx of SQLite.
 type migrationTx struct {

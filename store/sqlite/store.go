@@ -35,6 +35,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var _ store.Backend = (*Store)(nil)
 
 // BusyTimeout is how long a statement waits for a lock that another
 // connection to the file holds (another Store, another process, a tool)
@@ -123,7 +124,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if _, err := s.migrate(ctx, slog.Default()); err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}

@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.Backend = (*Backend)(nil)
+
+// Backend is a Store that owns its pool: what idemd runs on.
+type Backend struct {
+	*Store
+	pool *pgxpool.Pool
+}
+
+// OpenBackend connects to url (see Connect) and returns the Backend on that
+// pool. The schema is left as it is: Migrate applies what is pending.
+func OpenBackend(ctx context.Context, url string) (*Backend, error) {
+	pool, err := Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{Store: New(pool), pool: pool}, nil
+}
+
+// Migrate implements store.Backend: see MigrateLogged.
+func (b *Backend) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
+	return MigrateLogged(ctx, b.pool, logger)
+}
+
+// SchemaVersion implements store.Backend.
+func (b *Backend) SchemaVersion(ctx context.Context) (int, error) {
+	return SchemaVersion(ctx, b.pool)
+}
+
+// LatestVersion implements store.Backend.
+func (b *Backend) LatestVersion() int { return LatestVersion() }
+
+// Close implements store.Backend: it closes the pool.
+func (b *Backend) Close() error {
+	b.pool.Close()
+	return nil
+}
+
+// Collectors implements store.Backend: the pgx pool's statistics, read at
+// scrape time.
+func (b *Backend) Collectors() []prometheus.Collector {
+	pool := b.pool
+	gauge := func(name, help string, f func(*pgxpool.Stat) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(pool.Stat()) })
+	}
+	counter := func(name, help string, f func(*pgxpool.Stat) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(pool.Stat()) })
+	}
+	return []prometheus.Collector{
+		gauge("idem_db_pool_max_conns", "Largest number of connections the pool opens.",
+			func(s *pgxpool.Stat) float64 { return float64(s.MaxConns()) }),
+		gauge("idem_db_pool_total_conns", "Connections open now.",
+			func(s *pgxpool.Stat) float64 { return float64(s.TotalConns()) }),
+		gauge("idem_db_pool_acquired_conns", "Connections in use now.",
+			func(s *pgxpool.Stat) float64 { return float64(s.AcquiredConns()) }),
+		gauge("idem_db_pool_idle_conns", "Connections idle now.",
+			func(s *pgxpool.Stat) float64 { return float64(s.IdleConns()) }),
+		counter("idem_db_pool_acquires_total", "Connections acquired from the pool.",
+			func(s *pgxpool.Stat) float64 { return float64(s.AcquireCount()) }),
+		counter("idem_db_pool_empty_acquires_total", "Acquires that had to wait because no connection was idle: a sign the pool is too small.",
+			func(s *pgxpool.Stat) float64 { return float64(s.EmptyAcquireCount()) }),
+		counter("idem_db_pool_acquire_wait_seconds_total", "Time spent waiting for a connection.",
+			func(s *pgxpool.Stat) float64 { return s.AcquireDuration().Seconds() }),
+	}
+}
