@@ -81,7 +81,7 @@ bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 
 		--concurrency 32 --duration 8s --rounds 4 --scenario unique $(BENCH_FLAGS)
 
 .PHONY: bench-rate
-bench-rate: ## DESIGN §6's latency target: the service's closed-loop maximum (unique, C=32, 8 s), then an open loop at half that rate (BENCH_RATE sets the rate and skips the first run).
+bench-rate: ## docs/DESIGN.md §6's latency target: the service's closed-loop maximum (unique, C=32, 8 s), then an open loop at half that rate (BENCH_RATE sets the rate and skips the first run).
 	@go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
 	@url="$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))"; rate="$(BENCH_RATE)"; \
 	if [ -z "$$rate" ]; then \
