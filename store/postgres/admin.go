@@ -22,27 +22,31 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 
 // RecordList implements store.Store.
 func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
-	rows, err := s.db.Query(ctx, listSQL, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
-		p.After.Namespace, p.After.Key, p.Limit)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	return recs, nil
+	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]*store.Record, error) {
+		rows, err := db.Query(ctx, listSQL, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
+			p.After.Namespace, p.After.Key, p.Limit)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		return recs, nil
+	})
 }
 
 const deleteSQL = `DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3 RETURNING ` + recordCols
 
 // RecordDelete implements store.Store.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	rec, err := scanRecord(s.db.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	return rec, nil
+	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
+		rec, err := scanRecord(db.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		return rec, nil
+	})
 }
 
 const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
@@ -52,36 +56,45 @@ const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
 
 // RecordStats implements store.Store.
 func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
-	rows, err := s.db.Query(ctx, statsSQL, p.Tenant, p.Namespace)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatsRow, error) {
-		var r store.StatsRow
-		var state string
-		err := row.Scan(&r.Namespace, &state, &r.Count)
-		r.State = store.State(state)
-		return r, err
+	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]store.StatsRow, error) {
+		rows, err := db.Query(ctx, statsSQL, p.Tenant, p.Namespace)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatsRow, error) {
+			var r store.StatsRow
+			var state string
+			err := row.Scan(&r.Namespace, &state, &r.Count)
+			r.State = store.State(state)
+			return r, err
+		})
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		return out, nil
 	})
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	return out, nil
 }
 
 // CountByState implements store.Store. It is a full count: the sweeper calls
-// it once per pass, never per scrape.
+// it at most once a --count-interval, never per scrape. On a large table it
+// may take longer than StatementTimeout, so its transaction lifts that.
 func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
-	rows, err := s.db.Query(ctx, `SELECT state, count(*) FROM idem_records GROUP BY state`)
-	if err != nil {
-		return nil, interpretError(err)
-	}
 	counts := map[store.State]int64{}
-	var state string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
-		counts[store.State(state)] = n
-		return nil
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT state, count(*) FROM idem_records GROUP BY state`)
+		if err != nil {
+			return err
+		}
+		var state string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+			counts[store.State(state)] = n
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, interpretError(err)

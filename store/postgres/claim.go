@@ -57,21 +57,23 @@ const maxStatementTries = 5
 
 // RecordClaim implements store.Store.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
-	for try := 0; try < maxStatementTries; try++ {
-		res, settled, err := s.claimOnce(ctx, p)
-		if err != nil || settled {
-			return res, err
+	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
+		for try := 0; try < maxStatementTries; try++ {
+			res, settled, err := claimOnce(ctx, db, p)
+			if err != nil || settled {
+				return res, err
+			}
+			// Under READ COMMITTED the statement's snapshot may miss a row that a
+			// concurrent transaction inserted or changed while the statement
+			// waited for its lock. A new statement takes a new snapshot.
 		}
-		// Under READ COMMITTED the statement's snapshot may miss a row that a
-		// concurrent transaction inserted or changed while the statement
-		// waited for its lock. A new statement takes a new snapshot.
-	}
-	return nil, store.ErrContention
+		return nil, store.ErrContention
+	})
 }
 
 // claimOnce runs claimSQL once. settled is false when the statement neither
 // wrote a row nor saw one that explains why it did not.
-func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store.ClaimResult, settled bool, err error) {
+func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.ClaimResult, settled bool, err error) {
 	fingerprint := p.Fingerprint
 	if fingerprint == nil {
 		fingerprint = []byte{}
@@ -80,7 +82,7 @@ func (s *Store) claimOnce(ctx context.Context, p *store.ClaimParams) (res *store
 		acquired bool
 		dbNow    pgtype.Timestamptz
 	)
-	rec, err := scanRecord(s.db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
+	rec, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
 		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention)), &acquired, &dbNow)
 	if err != nil {
 		err = interpretError(err)

@@ -38,10 +38,16 @@ var tokenCalls = [...]string{
 
 // runTokenCall is the store.TokenCalls the Store embeds.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
+	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
+		return tokenCallTries(ctx, db, call)
+	})
+}
+
+func tokenCallTries(ctx context.Context, db dbtx, call *store.TokenCall) (*store.Record, error) {
 	args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token}, call.Args...)
 	for try := 0; try < maxStatementTries; try++ {
 		var changed bool
-		rec, err := scanRecord(s.db.QueryRow(ctx, tokenCalls[call.Kind], args...), &changed)
+		rec, err := scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], args...), &changed)
 		if err != nil {
 			return nil, interpretError(err) // pgx.ErrNoRows becomes store.ErrNotFound
 		}

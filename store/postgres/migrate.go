@@ -47,6 +47,11 @@ func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 	}
 	var applied []int
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// A migration may rewrite a large table: StatementTimeout is for
+		// the request path, not for this.
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			return err
+		}
 		// The lock key is idem's: "idem" as an int32 (0x6964656d).
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1768187245)"); err != nil {
 			return err

@@ -26,6 +26,7 @@ var _ store.Store = (*Store)(nil)
 // dbtx is what the store's SQL runs on: the pool, or a pgx.Tx in tests and
 // tools that need a transaction.
 type dbtx interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -87,8 +88,12 @@ func setsMaxConns(connString string) bool {
 	return ok
 }
 
-// ConnectConfig is Connect with a parsed configuration.
+// ConnectConfig is Connect with a parsed configuration. Its connections get
+// StatementTimeout as their statement_timeout unless cfg sets one.
 func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(StatementTimeout.Milliseconds())
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %w", err)
