@@ -55,20 +55,33 @@ SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
 // concurrent transaction changed the row while the statement ran.
 const maxStatementTries = 5
 
-// RecordClaim implements store.Store.
+// RecordClaim implements store.Store. On a pool it goes through the Claim
+// coalescer (coalesce.go), which runs its statements detached from the
+// caller; in a transaction it runs claimSQL itself.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
-	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
-		for try := 0; try < maxStatementTries; try++ {
-			res, settled, err := claimOnce(ctx, db, p)
-			if err != nil || settled {
-				return res, err
+	if s.claims == nil {
+		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
+			for try := 0; try < maxStatementTries; try++ {
+				res, settled, err := claimOnce(ctx, db, p)
+				if err != nil || settled {
+					return res, err
+				}
+				// Under READ COMMITTED the statement's snapshot may miss a row that a
+				// concurrent transaction inserted or changed while the statement
+				// waited for its lock. A new statement takes a new snapshot.
 			}
-			// Under READ COMMITTED the statement's snapshot may miss a row that a
-			// concurrent transaction inserted or changed while the statement
-			// waited for its lock. A new statement takes a new snapshot.
+			return nil, store.ErrContention
+		})
+	}
+	for try := 0; try < maxStatementTries; try++ {
+		out, err := s.claims.do(ctx, p.RecordID, p)
+		if err != nil || out.settled {
+			return out.res, err
 		}
-		return nil, store.ErrContention
-	})
+		// Not settled: a row the statement's snapshot missed. A later
+		// statement takes a new snapshot.
+	}
+	return nil, store.ErrContention
 }
 
 // claimOnce runs claimSQL once. settled is false when the statement neither

@@ -36,30 +36,59 @@ var tokenCalls = [...]string{
 			expires_at = NULL`),
 }
 
-// runTokenCall is the store.TokenCalls the Store embeds.
+// runTokenCall is the store.TokenCalls the Store embeds. On a pool it runs
+// the call through its kind's coalescer (coalesce.go), which runs its
+// statements detached from the caller; in a transaction it runs the
+// single-row statement itself.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
-	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
-		return tokenCallTries(ctx, db, call)
-	})
-}
-
-func tokenCallTries(ctx context.Context, db dbtx, call *store.TokenCall) (*store.Record, error) {
-	args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token}, call.Args...)
+	c := s.tokens[call.Kind]
+	if c == nil {
+		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
+			return tokenCallTries(ctx, db, call)
+		})
+	}
 	for try := 0; try < maxStatementTries; try++ {
-		var changed bool
-		rec, err := scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], args...), &changed)
-		if err != nil {
-			return nil, interpretError(err) // pgx.ErrNoRows becomes store.ErrNotFound
-		}
-		if changed {
-			return rec, nil
-		}
-		if rec, err := call.Settle(rec); rec != nil || err != nil {
-			return rec, err
+		out, err := c.do(ctx, call.ID, call)
+		if err != nil || out.settled {
+			return out.rec, err
 		}
 		// The snapshot shows a row this call should have changed: another
 		// transaction changed it while the statement waited for its lock.
 		// A new statement sees what it did.
 	}
 	return nil, store.ErrContention
+}
+
+// tokenCallTries runs the single-row statement of a token call until it
+// settles.
+func tokenCallTries(ctx context.Context, db dbtx, call *store.TokenCall) (*store.Record, error) {
+	for try := 0; try < maxStatementTries; try++ {
+		rec, settled, err := tokenCallOnce(ctx, db, call)
+		if err != nil || settled {
+			return rec, err
+		}
+	}
+	return nil, store.ErrContention
+}
+
+// tokenCallOnce runs the single-row statement of a token call once.
+func tokenCallOnce(ctx context.Context, db dbtx, call *store.TokenCall) (*store.Record, bool, error) {
+	args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token}, call.Args...)
+	var changed bool
+	rec, err := scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], args...), &changed)
+	if err != nil {
+		err = interpretError(err) // pgx.ErrNoRows becomes store.ErrNotFound
+		return nil, err == store.ErrNotFound, err
+	}
+	return settleTokenCall(call, rec, changed)
+}
+
+// settleTokenCall answers a token call from the row its statement returned.
+// settled is false when the row should have changed and did not.
+func settleTokenCall(call *store.TokenCall, rec *store.Record, changed bool) (*store.Record, bool, error) {
+	if changed {
+		return rec, true, nil
+	}
+	rec, err := call.Settle(rec)
+	return rec, rec != nil || err != nil, err
 }

@@ -36,13 +36,37 @@ type dbtx interface {
 type Store struct {
 	store.TokenCalls
 	db dbtx
+
+	// The coalescers of Claim and of each kind of token call, indexed by
+	// store.TokenCallKind (coalesce.go); nil when the store runs in a
+	// transaction.
+	claims         *coalescer[*store.ClaimParams, claimOutcome]
+	tokens         [len(tokenKinds)]*coalescer[*store.TokenCall, tokenOutcome]
+	alwaysBatchSQL bool // tests: a batch of one uses the batch statement too
 }
 
 // New returns a Store that runs its statements on db, a *pgxpool.Pool or a
 // pgx.Tx. The schema must have been migrated with Migrate.
+//
+// On a pool, concurrent Claims, Completes, Fails and Heartbeats are coalesced
+// into multi-row statements (coalesce.go). In a transaction every call is its
+// own statement, since a transaction runs one statement at a time.
 func New(db dbtx) *Store {
+	return newStore(db, defaultMaxInFlight, defaultMaxRows)
+}
+
+func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 	s := &Store{db: db}
 	s.TokenCalls = s.runTokenCall
+	if _, ok := db.(*pgxpool.Pool); !ok {
+		return s
+	}
+	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, maxInFlight: maxInFlight, maxRows: maxRows}
+	for k, kind := range tokenKinds {
+		if kind != nil {
+			s.tokens[k] = &coalescer[*store.TokenCall, tokenOutcome]{run: s.runTokens(kind), maxInFlight: maxInFlight, maxRows: maxRows}
+		}
+	}
 	return s
 }
 

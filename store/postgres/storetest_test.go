@@ -19,9 +19,18 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, harness{})
 }
 
+// TestStoreBatchStatements runs the suite with every Claim, Complete, Fail
+// and Heartbeat sent as the coalescers' multi-row statement, which a store
+// otherwise uses only for batches of two or more.
+func TestStoreBatchStatements(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, harness{batch: true})
+}
+
 // harness gives the suite a schema per test; its backdoors are SQL on the
-// schema's pool and the database clock.
-type harness struct{}
+// schema's pool and the database clock. With batch, the store sends even a
+// lone call as a batch statement.
+type harness struct{ batch bool }
 
 // harnessStore is a Store with the test schema it runs on.
 type harnessStore struct {
@@ -29,8 +38,11 @@ type harnessStore struct {
 	db *testdb.DB
 }
 
-func (harness) New(t *testing.T, conns int) store.Store {
+func (h harness) New(t *testing.T, conns int) store.Store {
 	db := testdb.New(t, testdb.MaxConns(int32(min(max(conns, 1), 16))))
+	if h.batch {
+		return &harnessStore{Store: postgres.NewBatching(db.Pool, 4), db: db}
+	}
 	return &harnessStore{Store: postgres.New(db.Pool), db: db}
 }
 

@@ -1,0 +1,325 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemhq/idem/store"
+)
+
+// The multi-row statements the coalescers send (coalesce.go). Each takes the
+// batch as parallel arrays, one element per call, sorted by primary key, and
+// answers with one row per record it wrote or read; the Go side matches the
+// rows to the calls by primary key (unique within a batch).
+
+// recordColsOf is recordCols qualified by a table alias.
+func recordColsOf(alias string) string {
+	cols := []string{"tenant", "namespace", "key", "state", "token", "attempt", "claimant", "fingerprint",
+		"lease_expires_at", "(extract(epoch FROM " + alias + ".retention) * 1000000)::bigint AS retention_us",
+		"result", "error", "created_at", "updated_at", "completed_at", "expires_at"}
+	for i, c := range cols {
+		if !strings.HasPrefix(c, "(") {
+			cols[i] = alias + "." + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// claimBatchSQL is claimSQL for many keys. cur reads the batch's existing
+// rows as the statement's snapshot sees them; only the calls whose row is
+// absent or may be taken over go to the INSERT, in primary-key order, so that
+// the ON CONFLICT row locks are taken in that order by every batch. Calls
+// answered from cur draw no token and lock nothing. A call whose key has
+// neither a claimed row nor a cur row (a concurrent insert the snapshot
+// missed) gets no row back and is tried again in a later statement.
+var claimBatchSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[])
+		WITH ORDINALITY AS i(tenant, namespace, key, claimant, fingerprint, lease_us, retention_us, ord)
+),
+cur AS (
+	SELECT ` + recordColsOf("r") + `
+	FROM input i JOIN idem_records r ON r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
+),
+claimed AS (
+	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
+		lease_expires_at, retention, created_at, updated_at)
+	SELECT i.tenant, i.namespace, i.key, 'processing', nextval('idem_token_seq'), 1, i.claimant, i.fingerprint,
+		now() + i.lease_us * interval '1 microsecond', i.retention_us * interval '1 microsecond', now(), now()
+	FROM input i
+	WHERE NOT EXISTS (
+		SELECT 1 FROM cur
+		WHERE cur.tenant = i.tenant AND cur.namespace = i.namespace AND cur.key = i.key
+			AND NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
+				AND (cur.fingerprint = '' OR i.fingerprint = '' OR cur.fingerprint = i.fingerprint)))
+	ORDER BY i.ord
+	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+		state = 'processing',
+		token = nextval('idem_token_seq'),
+		attempt = r.attempt + 1,
+		claimant = excluded.claimant,
+		lease_expires_at = excluded.lease_expires_at,
+		retention = excluded.retention,
+		result = NULL,
+		error = NULL,
+		completed_at = NULL,
+		expires_at = NULL,
+		updated_at = now()
+	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now()))
+		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
+	RETURNING ` + recordCols + `
+)
+SELECT true, now(), claimed.* FROM claimed
+UNION ALL
+SELECT false, now(), cur.* FROM cur
+WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.tenant = cur.tenant AND c.namespace = cur.namespace AND c.key = cur.key)`
+
+// tokenBatchSQL is tokenCallSQL for many keys. locked takes the batch's row
+// locks first, in primary-key order (FOR UPDATE above the sort), so that
+// batches sharing keys never deadlock; a row changed concurrently is locked
+// in its newest version, so the rows the update did not change are reported
+// as they now stand and need no second read. argTypes are the SQL types of
+// the call's own arrays, bound from $5 on as a1, a2, …; set may use them as
+// l.a1, l.a2.
+func tokenBatchSQL(set string, argTypes ...string) string {
+	params := "$1::text[], $2::text[], $3::text[], $4::bigint[]"
+	names := "tenant, namespace, key, token"
+	carried := "i.token AS in_token"
+	for n, typ := range argTypes {
+		a := "a" + string(rune('1'+n))
+		params += ", $" + string(rune('5'+n)) + "::" + typ + "[]"
+		names += ", " + a
+		carried += ", i." + a
+	}
+	return `
+WITH input AS (
+	SELECT * FROM unnest(` + params + `) WITH ORDINALITY AS i(` + names + `, ord)
+),
+locked AS (
+	SELECT ` + carried + `, ` + recordColsOf("r") + `
+	FROM input i JOIN idem_records r ON r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
+	ORDER BY i.ord
+	FOR UPDATE OF r
+),
+changed AS (
+	UPDATE idem_records r SET ` + set + `, updated_at = now()
+	FROM locked l
+	WHERE r.tenant = l.tenant AND r.namespace = l.namespace AND r.key = l.key
+		AND r.token = l.in_token AND r.state IN ('processing', 'expired')
+	RETURNING ` + recordColsOf("r") + `
+)
+SELECT true, changed.* FROM changed
+UNION ALL
+SELECT false, l.tenant, l.namespace, l.key, l.state, l.token, l.attempt, l.claimant, l.fingerprint,
+	l.lease_expires_at, l.retention_us, l.result, l.error, l.created_at, l.updated_at, l.completed_at, l.expires_at
+FROM locked l
+WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.tenant = l.tenant AND c.namespace = l.namespace AND c.key = l.key)`
+}
+
+// claimOutcome is one Claim's answer from a statement; settled is false when
+// the statement neither wrote the row nor saw one that explains why.
+type claimOutcome struct {
+	res     *store.ClaimResult
+	settled bool
+}
+
+type claimCall = pending[*store.ClaimParams, claimOutcome]
+
+// runClaims runs one batch of Claims.
+func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
+	if len(batch) == 1 && !s.alwaysBatchSQL {
+		c := batch[0]
+		c.res.res, c.res.settled, c.err = claimOnce(ctx, s.db, c.params)
+		if c.err != nil {
+			c.err = batchError(c.err)
+		}
+		return
+	}
+	n := len(batch)
+	tenants, namespaces, keys, claimants := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	fingerprints := make([][]byte, n)
+	leases, retentions := make([]int64, n), make([]int64, n)
+	for i, c := range batch {
+		p := c.params
+		tenants[i], namespaces[i], keys[i], claimants[i] = p.Tenant, p.Namespace, p.Key, p.Claimant
+		fingerprints[i] = p.Fingerprint
+		if fingerprints[i] == nil {
+			fingerprints[i] = []byte{}
+		}
+		leases[i], retentions[i] = micros(p.LeaseTTL), micros(p.Retention)
+	}
+	rows, err := s.db.Query(ctx, claimBatchSQL, tenants, namespaces, keys, claimants, fingerprints, leases, retentions)
+	if err != nil {
+		failBatch(batch, batchError(err))
+		return
+	}
+	defer rows.Close()
+	var (
+		acquired bool
+		dbNow    pgtype.Timestamptz
+	)
+	for rows.Next() {
+		rec, err := scanRecord(rows, &acquired, &dbNow)
+		if err != nil {
+			rows.Close()
+			failBatch(batch, batchError(err))
+			return
+		}
+		i := findCall(batch, rec.RecordID)
+		if i < 0 {
+			continue
+		}
+		c := batch[i]
+		if acquired {
+			c.res = claimOutcome{res: store.Acquired(rec), settled: true}
+			continue
+		}
+		res, err := store.ReportClaim(rec, c.params, dbNow.Time)
+		c.res, c.err = claimOutcome{res: res, settled: res != nil || err != nil}, err
+	}
+	// The rows are only known to be committed once the statement has ended
+	// without an error.
+	if err := rows.Err(); err != nil {
+		failBatch(batch, batchError(err))
+	}
+}
+
+// tokenOutcome is one token call's answer from a statement; settled is false
+// when the row should have changed and did not (it changed under the
+// statement), so the call must run again.
+type tokenOutcome struct {
+	rec     *store.Record
+	settled bool
+}
+
+type tokenBatchCall = pending[*store.TokenCall, tokenOutcome]
+
+// tokenKind is the batch statement of one kind of token call.
+type tokenKind struct {
+	batch string
+	// arrays turns a batch's own arguments (store.TokenCall.Args) into the
+	// arrays bound from $5.
+	arrays func(batch []*tokenBatchCall) []any
+}
+
+// tokenKinds is each token-bearing call's batch statement, indexed by
+// store.TokenCallKind.
+var tokenKinds = [...]*tokenKind{
+	store.CallComplete: {
+		batch: tokenBatchSQL(`state = 'completed', result = l.a1, error = NULL, lease_expires_at = NULL,
+			completed_at = now(), expires_at = now() + r.retention`, "bytea"),
+		arrays: func(batch []*tokenBatchCall) []any {
+			results := make([][]byte, len(batch))
+			for i, c := range batch {
+				results[i] = c.params.Args[0].([]byte)
+			}
+			return []any{results}
+		},
+	},
+	store.CallFail: {
+		batch: tokenBatchSQL(`state = CASE WHEN l.a2 THEN 'released' ELSE 'failed' END, error = l.a1, result = NULL,
+			lease_expires_at = NULL, completed_at = CASE WHEN l.a2 THEN NULL ELSE now() END,
+			expires_at = now() + r.retention`, "text", "boolean"),
+		arrays: func(batch []*tokenBatchCall) []any {
+			errs, retryable := make([]string, len(batch)), make([]bool, len(batch))
+			for i, c := range batch {
+				errs[i], retryable[i] = c.params.Args[0].(string), c.params.Args[1].(bool)
+			}
+			return []any{errs, retryable}
+		},
+	},
+	store.CallHeartbeat: {
+		batch: tokenBatchSQL(`state = 'processing', lease_expires_at = now() + l.a1 * interval '1 microsecond',
+			expires_at = NULL`, "bigint"),
+		arrays: func(batch []*tokenBatchCall) []any {
+			leases := make([]int64, len(batch))
+			for i, c := range batch {
+				leases[i] = c.params.Args[0].(int64)
+			}
+			return []any{leases}
+		},
+	},
+}
+
+// runTokens returns the batch runner of one kind of token call.
+func (s *Store) runTokens(kind *tokenKind) func(ctx context.Context, batch []*tokenBatchCall) {
+	return func(ctx context.Context, batch []*tokenBatchCall) {
+		if len(batch) == 1 && !s.alwaysBatchSQL {
+			c := batch[0]
+			c.res.rec, c.res.settled, c.err = tokenCallOnce(ctx, s.db, c.params)
+			if c.err != nil && c.err != store.ErrNotFound {
+				c.err = batchError(c.err)
+			}
+			return
+		}
+		n := len(batch)
+		tenants, namespaces, keys, tokens := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+		for i, c := range batch {
+			tenants[i], namespaces[i], keys[i], tokens[i] = c.id.Tenant, c.id.Namespace, c.id.Key, c.params.Token
+		}
+		args := append([]any{tenants, namespaces, keys, tokens}, kind.arrays(batch)...)
+		rows, err := s.db.Query(ctx, kind.batch, args...)
+		if err != nil {
+			failBatch(batch, batchError(err))
+			return
+		}
+		defer rows.Close()
+		answered := make([]bool, n)
+		var changed bool
+		for rows.Next() {
+			rec, err := scanRecord(rows, &changed)
+			if err != nil {
+				rows.Close()
+				failBatch(batch, batchError(err))
+				return
+			}
+			i := findCall(batch, rec.RecordID)
+			if i < 0 || answered[i] {
+				continue
+			}
+			answered[i] = true
+			c := batch[i]
+			c.res.rec, c.res.settled, c.err = settleTokenCall(c.params, rec, changed)
+		}
+		if err := rows.Err(); err != nil {
+			failBatch(batch, batchError(err))
+			return
+		}
+		for i, c := range batch {
+			if !answered[i] {
+				// No row: there is no such record (the lock skips a row
+				// deleted under the statement, as a single read misses it).
+				c.res.settled, c.err = true, store.ErrNotFound
+			}
+		}
+	}
+}
+
+// findCall is the index of the call of a sorted batch that addresses id, or
+// -1.
+func findCall[P, R any](batch []*pending[P, R], id store.RecordID) int {
+	lo, hi := 0, len(batch)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if compareIDs(batch[m].id, id) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(batch) && batch[lo].id == id {
+		return lo
+	}
+	return -1
+}
+
+// failBatch gives every call of a batch the same error, replacing any
+// answer a row had given: a statement that failed committed nothing.
+func failBatch[P, R any](batch []*pending[P, R], err error) {
+	var zero R
+	for _, c := range batch {
+		c.res, c.err = zero, err
+	}
+}

@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/idemhq/idem/store"
+)
+
+// NewBatching returns a Store on pool that sends every Claim, Complete, Fail
+// and Heartbeat as the multi-row batch statement, even a batch of one, with
+// at most maxInFlight statements of a kind at once.
+func NewBatching(db dbtx, maxInFlight int) *Store {
+	s := newStore(db, maxInFlight, defaultMaxRows)
+	s.alwaysBatchSQL = true
+	return s
+}
+
+// ClaimBatch sends calls, whose keys must be distinct, as one Claim batch
+// statement and returns each call's answer in the order of calls. A call the
+// statement could not settle (a concurrent insert its snapshot missed) gets
+// a nil result and no error.
+func (s *Store) ClaimBatch(calls []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	batch := make([]*claimCall, len(calls))
+	for i, p := range calls {
+		batch[i] = &pending[*store.ClaimParams, claimOutcome]{id: p.RecordID, params: p}
+	}
+	sorted := sortedCopy(batch)
+	s.runClaims(context.Background(), sorted)
+	res, errs := make([]*store.ClaimResult, len(calls)), make([]error, len(calls))
+	for i, c := range batch {
+		res[i], errs[i] = c.res.res, c.err
+	}
+	return res, errs
+}
+
+// CompleteBatch sends calls, whose keys must be distinct, as one Complete
+// batch statement and returns each call's answer in the order of calls.
+func (s *Store) CompleteBatch(ctx context.Context, calls []*store.CompleteParams) ([]*store.Record, []error) {
+	batch := make([]*tokenBatchCall, len(calls))
+	for i, p := range calls {
+		batch[i] = &pending[*store.TokenCall, tokenOutcome]{id: p.RecordID, params: p.Call()}
+	}
+	s.runTokens(tokenKinds[store.CallComplete])(ctx, sortedCopy(batch))
+	recs, errs := make([]*store.Record, len(calls)), make([]error, len(calls))
+	for i, c := range batch {
+		recs[i], errs[i] = c.res.rec, c.err
+	}
+	return recs, errs
+}
+
+// sortedCopy is batch in primary-key order, as a coalescer hands it over.
+func sortedCopy[P, R any](batch []*pending[P, R]) []*pending[P, R] {
+	c := &coalescer[P, R]{maxRows: len(batch), queue: append([]*pending[P, R](nil), batch...)}
+	return c.take()
+}
+
+// Queued is how many Claims wait in the store's coalescer for a statement.
+func (s *Store) Queued() int {
+	s.claims.mu.Lock()
+	defer s.claims.mu.Unlock()
+	return len(s.claims.queue)
+}
