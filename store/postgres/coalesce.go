@@ -25,6 +25,10 @@ import (
 // kind is busy queue, and the first slot to come free takes them all (up to
 // maxRows) into its next statement. The batch size therefore follows the
 // load: one at low concurrency, tens when the database is the bottleneck.
+// Calls a batch cannot take (a second call for a key it holds, or more than
+// maxRows) start a statement of their own beside it, up to maxOverflow more,
+// so that workers polling one held key are not answered one statement after
+// another.
 //
 // Rules that keep every guarantee of a single-row call:
 //   - A batch's rows are sorted by primary key and locked in that order by
@@ -56,6 +60,9 @@ const (
 	// near 10 rows, so the bound is rarely reached; 16 and 64 measured the
 	// same.
 	defaultMaxRows = 64
+	// maxOverflow is how many statements of one kind may run beyond
+	// maxInFlight for calls that the running batches could not take.
+	maxOverflow = 7
 )
 
 // pending is one caller's call waiting in a coalescer. The batch runner
@@ -118,7 +125,19 @@ func (c *coalescer[P, R]) drain() {
 			c.mu.Unlock()
 			return
 		}
+		// Calls this batch could not take (a key it already holds, or past
+		// maxRows) do not wait for it: they go in a statement of their own
+		// beside it, up to maxOverflow more than maxInFlight. Without that,
+		// N workers polling one held key would take N statements one after
+		// another.
+		spawn := len(c.queue) > 0 && c.inFlight < c.maxInFlight+maxOverflow
+		if spawn {
+			c.inFlight++
+		}
 		c.mu.Unlock()
+		if spawn {
+			go c.drain()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), statementDeadline)
 		c.run(ctx, batch)
 		cancel()
