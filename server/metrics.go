@@ -21,6 +21,7 @@ type Metrics struct {
 	GRPC *grpcprom.ServerMetrics
 
 	claims        *prometheus.CounterVec
+	namespaces    *namespaceLabels
 	takeovers     prometheus.Counter
 	leaseLost     prometheus.Counter
 	sweptExpired  prometheus.Counter
@@ -38,8 +39,9 @@ func NewMetrics() *Metrics {
 			grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}))),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_claims_total",
-			Help: "Claims answered, by namespace and outcome (acquired, in_progress, completed, failed).",
+			Help: "Claims answered, by namespace and outcome (acquired, in_progress, completed, failed). Namespaces beyond the labelled ones count as _other.",
 		}, []string{"namespace", "outcome"}),
+		namespaces: newNamespaceLabels(),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_takeovers_total",
 			Help: "Claims that acquired a record an earlier attempt had held (lapsed lease, EXPIRED or RELEASED).",
@@ -83,7 +85,7 @@ func (m *Metrics) observeClaim(namespace string, res *store.ClaimResult) {
 	if m == nil {
 		return
 	}
-	m.claims.WithLabelValues(namespace, res.Outcome.String()).Inc()
+	m.claims.WithLabelValues(m.namespaces.label(namespace), res.Outcome.String()).Inc()
 	if res.Takeover {
 		m.takeovers.Inc()
 	}
@@ -117,4 +119,18 @@ func (m *Metrics) SetRecordCounts(counts map[store.State]int64) {
 	for _, st := range []store.State{store.StateProcessing, store.StateCompleted, store.StateFailed, store.StateReleased, store.StateExpired} {
 		m.records.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
+}
+
+// LimitNamespaceLabels sets how many namespaces idem_claims_total labels
+// besides those the tenants' allow-lists name literally (which NewService
+// adds): the first n that Claims use. Claims in any other namespace count
+// as OtherNamespace, so no caller can add series without bound. It
+// defaults to DefaultNamespaceLabels; call it before serving.
+func (m *Metrics) LimitNamespaceLabels(n int) {
+	if m == nil {
+		return
+	}
+	m.namespaces.mu.Lock()
+	m.namespaces.max = max(n, 0)
+	m.namespaces.mu.Unlock()
 }

@@ -73,6 +73,13 @@ func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Metrics != nil && cfg.Tenants != nil {
+		// Namespaces the config names literally keep their own label,
+		// whatever else is claimed first.
+		for _, t := range cfg.Tenants.byName {
+			cfg.Metrics.namespaces.addLiteral(t.namespaces)
+		}
+	}
 	return &Service{store: st, cfg: cfg.withDefaults(), logger: logger}
 }
 
