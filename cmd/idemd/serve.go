@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/idemhq/idem/server"
 )
@@ -115,48 +118,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, securityOpts...)
 
-	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
-	sweeperDone := make(chan struct{})
-	go func() {
-		defer close(sweeperDone)
-		if c.SweepInterval == 0 {
-			return
-		}
-		sw := server.NewSweeper(st, logger)
-		sw.Interval = c.SweepInterval
-		sw.Metrics = metrics
-		sw.CountEvery = c.CountInterval
-		sw.Run(sweepCtx)
-	}()
-	healthDone := make(chan struct{})
-	go func() {
-		defer close(healthDone)
-		server.WatchHealth(sweepCtx, st, healthServer, c.HealthInterval, logger)
-	}()
 	var httpServer *http.Server
-	if httpLis != nil {
-		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := httpServer.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error("HTTP listener stopped", "error", err)
-			}
-		}()
-	}
-	stopBackground := func() {
-		stopSweeper()
-		<-sweeperDone
-		<-healthDone
-		if httpServer != nil {
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = httpServer.Shutdown(shutdownCtx)
-			cancel()
-		}
-	}
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- grpcServer.Serve(lis) }()
 	httpAddr := ""
 	if httpLis != nil {
+		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		httpAddr = httpLis.Addr().String()
 	}
 	logger.Info("idemd serving", "listen", lis.Addr().String(), "http_listen", httpAddr, "version", buildVersion(),
@@ -165,13 +130,58 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		logger.Warn(w)
 	}
 
-	select {
-	case err := <-serveErr:
-		stopBackground()
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+	// Everything runs until a signal ends ctx or the gRPC server fails. The
+	// sweeper and the health watcher have a context of their own that ends
+	// only once the gRPC server has drained, so they keep working meanwhile.
+	g, gctx := errgroup.WithContext(ctx)
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	g.Go(func() error {
+		if err := grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	if httpServer != nil {
+		g.Go(func() error {
+			if err := httpServer.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("HTTP listener stopped", "error", err) // the gRPC API goes on
+			}
+			return nil
+		})
 	}
+	if c.SweepInterval > 0 {
+		sw := server.NewSweeper(st, logger)
+		sw.Interval = c.SweepInterval
+		sw.Metrics = metrics
+		sw.CountEvery = c.CountInterval
+		g.Go(func() error { sw.Run(background); return nil })
+	}
+	g.Go(func() error {
+		server.WatchHealth(background, st, healthServer, c.HealthInterval, logger)
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		c.drain(grpcServer, healthServer, logger)
+		stopBackground()
+		if httpServer != nil {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = httpServer.Shutdown(shutdownCtx)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	logger.Info("idemd stopped")
+	return nil
+}
 
+// drain stops the gRPC server: health answers NOT_SERVING at once, in-flight
+// RPCs get --shutdown-timeout to finish, and whatever is left is cut off.
+func (c *serveCmd) drain(grpcServer *grpc.Server, healthServer *health.Server, logger *slog.Logger) {
 	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
 	healthServer.Shutdown() // NOT_SERVING from now on, whatever the watcher last saw
 	stopped := make(chan struct{})
@@ -186,12 +196,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		grpcServer.Stop()
 		<-stopped
 	}
-	stopBackground()
-	if err := <-serveErr; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Info("idemd stopped")
-	return nil
 }
 
 // redactURL hides a password in a database URL before it is logged.
