@@ -563,14 +563,16 @@ func (wk *worker) job(ctx context.Context) {
 			// Wake just before the holder's lease runs out and ask every
 			// few milliseconds, to take over at the first moment allowed.
 			sleep(ctx, retryAfter-time.Duration(rng.IntN(30))*time.Millisecond)
-			for try := 0; try < 20 && ctx.Err() == nil; try++ {
-				o, _ := wk.claim(ctx, key, claimant, ttl)
-				if o.Code != CodeOK || o.Outcome != OutcomeInProgress {
-					break
+			for try := 0; try < 20 && ctx.Err() == nil && out.Code == CodeOK && out.Outcome == OutcomeInProgress; try++ {
+				out, _ = wk.claim(ctx, key, claimant, ttl)
+				if out.Outcome == OutcomeInProgress {
+					sleep(ctx, 5*time.Millisecond)
 				}
-				sleep(ctx, 5*time.Millisecond)
 			}
-			return
+			if out.Code != CodeOK || out.Outcome != OutcomeAcquired {
+				return // someone else took over, or the key is finished
+			}
+			break // took over: hold it like any holder
 		}
 		sleep(ctx, time.Duration(10+rng.IntN(90))*time.Millisecond)
 		return
