@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,14 +91,19 @@ func (ts *Tenants) authenticate(ctx context.Context) (context.Context, error) {
 // tenant's flood empties its own bucket only.
 func (ts *Tenants) rateLimit(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if t := ts.lookup(TenantFromContext(ctx)); t != nil && t.limiter != nil && !t.limiter.Allow() {
-		return nil, rateLimited(t)
+		wait, err := rateLimited(t)
+		// The wait also as a response header in whole seconds, rounded up:
+		// the HTTP/JSON API's callers read it as Retry-After. Only refused
+		// calls pay for it.
+		_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10)))
+		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 // rateLimited is RESOURCE_EXHAUSTED with the time until the bucket holds a
-// token again as a RetryInfo.
-func rateLimited(t *tenant) error {
+// token again as a RetryInfo; it returns that wait too.
+func rateLimited(t *tenant) (time.Duration, error) {
 	lim := t.limiter
 	secs := (1 - lim.Tokens()) / float64(lim.Limit())
 	wait := time.Millisecond
@@ -113,7 +119,7 @@ func rateLimited(t *tenant) error {
 	); err == nil {
 		st = withDetails
 	}
-	return st.Err()
+	return wait, st.Err()
 }
 
 // verifiedClientCert returns the client's certificate when TLS verified it

@@ -64,7 +64,7 @@ func startIdemd(ctx context.Context, o idemdOptions) (_ *localIdemd, err error) 
 	if d.httpAddr, err = freeLoopbackAddr(); err != nil {
 		return d, err
 	}
-	args := []string{"serve", "--listen", d.addr, "--http-listen", d.httpAddr, "--pprof",
+	args := []string{"serve", "--listen", d.addr, "--http-listen", d.httpAddr, "--json-listen", "", "--pprof",
 		"--sweep-interval", o.sweepInterval.String(), "--log-level", o.logLevel}
 	env := environWithoutIdem()
 	if o.sqlite {

@@ -148,7 +148,7 @@ func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, testdb.Unmigrated())
 	addr := freeAddr(t)
-	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--sweep-interval", "50ms", "--log-format", "json")
+	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+db.URL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

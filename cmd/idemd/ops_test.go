@@ -50,7 +50,7 @@ func startOpsServer(t *testing.T) *opsServer {
 	u.RawQuery = q.Encode()
 
 	s := &opsServer{addr: freeAddr(t), httpAddr: freeAddr(t), proxy: proxy, db: db}
-	cmd := exec.Command(idemdBinary, "serve", "--listen", s.addr, "--http-listen", s.httpAddr,
+	cmd := exec.Command(idemdBinary, "serve", "--listen", s.addr, "--http-listen", s.httpAddr, "--json-listen", "",
 		"--sweep-interval", "100ms", "--count-interval", "100ms", "--health-interval", "100ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+u.String())
 	stderr, err := cmd.StderrPipe()

@@ -162,7 +162,7 @@ func startIdemd(t *testing.T, args ...string) string {
 	t.Helper()
 	db := testdb.New(t, testdb.Unmigrated())
 	addr := freeAddr(t)
-	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", addr, "--http-listen", "", "--log-format", "json", "--sweep-interval", "0"}, args...)...)
+	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", addr, "--http-listen", "", "--json-listen", "", "--log-format", "json", "--sweep-interval", "0"}, args...)...)
 	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), "IDEM_DATABASE_URL="+db.URL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

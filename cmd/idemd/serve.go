@@ -22,6 +22,7 @@ type serveCmd struct {
 	databaseFlags
 	logFlags
 	securityFlags
+	jsonFlags
 	Listen            string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
 	SweepInterval     time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
 	CountInterval     time.Duration `default:"1m" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
@@ -57,6 +58,9 @@ func (c *serveCmd) validate() error {
 	}
 	if c.SweepInterval < 0 {
 		return fmt.Errorf("--sweep-interval is %s; it must be 0 (off) or positive", c.SweepInterval)
+	}
+	if err := c.jsonFlags.validate(&c.securityFlags); err != nil {
+		return err
 	}
 	return c.securityFlags.validate(c.Listen)
 }
@@ -105,6 +109,15 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 	}
 
+	jsonAPI, err := c.listenJSON()
+	if err != nil {
+		lis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return err
+	}
+
 	st := db.Backend
 	metrics := server.NewMetrics()
 	metrics.LimitNamespaceLabels(c.MetricsNamespaces)
@@ -117,6 +130,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Tenants:          tenants,
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, securityOpts...)
+	if err := jsonAPI.serve(svc, grpcServer, &c.securityFlags, logger); err != nil {
+		lis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return err
+	}
 
 	var httpServer *http.Server
 	httpAddr := ""
@@ -124,7 +144,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		httpAddr = httpLis.Addr().String()
 	}
-	logger.Info("idemd serving", "listen", lis.Addr().String(), "http_listen", httpAddr, "version", buildVersion(),
+	logger.Info("idemd serving", "listen", lis.Addr().String(), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", buildVersion(),
 		"database", db.name, "sweep_interval", c.SweepInterval)
 	for _, w := range securityWarnings {
 		logger.Warn(w)
@@ -163,7 +183,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		c.drain(grpcServer, healthServer, logger)
+		c.drain(grpcServer, healthServer, jsonAPI, logger)
 		stopBackground()
 		if httpServer != nil {
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -179,14 +199,25 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	return nil
 }
 
-// drain stops the gRPC server: health answers NOT_SERVING at once, in-flight
-// RPCs get --shutdown-timeout to finish, and whatever is left is cut off.
-func (c *serveCmd) drain(grpcServer *grpc.Server, healthServer *health.Server, logger *slog.Logger) {
+// drain stops the gRPC server and the JSON API in front of it: health
+// answers NOT_SERVING at once, in-flight RPCs get --shutdown-timeout to
+// finish, and whatever is left is cut off.
+func (c *serveCmd) drain(grpcServer *grpc.Server, healthServer *health.Server, api *jsonAPI, logger *slog.Logger) {
 	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
 	healthServer.Shutdown() // NOT_SERVING from now on, whatever the watcher last saw
 	stopped := make(chan struct{})
 	go func() {
+		// The JSON API's calls run inside grpcServer: stop taking new ones
+		// while those in flight drain with the gRPC calls.
+		jsonCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+		defer cancel()
+		jsonDone := make(chan struct{})
+		go func() {
+			api.shutdown(jsonCtx)
+			close(jsonDone)
+		}()
 		grpcServer.GracefulStop()
+		<-jsonDone
 		close(stopped)
 	}()
 	select {

@@ -47,7 +47,7 @@ func startServe(t *testing.T, dir string, args ...string) *idemdProc {
 	p := &idemdProc{addr: freeAddr(t), httpAddr: freeAddr(t), ended: make(chan struct{})}
 	p.cmd = exec.Command(idemdBinary, append([]string{"serve"}, args...)...)
 	p.cmd.Dir = dir
-	p.cmd.Env = append(environWithoutIdem(), "IDEM_LISTEN="+p.addr, "IDEM_HTTP_LISTEN="+p.httpAddr, "IDEM_LOG_FORMAT=json")
+	p.cmd.Env = append(environWithoutIdem(), "IDEM_LISTEN="+p.addr, "IDEM_HTTP_LISTEN="+p.httpAddr, "IDEM_JSON_LISTEN=", "IDEM_LOG_FORMAT=json")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestSecondIdemdOnOneSQLiteFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	first := startServe(t, dir, "--data-dir", "shared")
 	for _, args := range [][]string{
-		{"serve", "--listen", "127.0.0.1:0", "--http-listen", ""},
+		{"serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", ""},
 		{"sweep", "--once"},
 		{"migrate"},
 	} {

@@ -57,7 +57,7 @@ func startIdemd(ctx context.Context, bin, databaseURL string, log io.Writer) (st
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--database-url", u.String(), "--sweep-interval", "1s", "--log-format", "json")
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--database-url", u.String(), "--sweep-interval", "1s", "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		dropSchema()

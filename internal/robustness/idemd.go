@@ -49,7 +49,7 @@ func (d *Idemd) Start() error {
 		return err
 	}
 	defer logf.Close()
-	args := append([]string{"serve", "--listen", d.Addr, "--http-listen", "", "--log-level", "warn"}, d.Args...)
+	args := append([]string{"serve", "--listen", d.Addr, "--http-listen", "", "--json-listen", "", "--log-level", "warn"}, d.Args...)
 	cmd := exec.Command(d.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()

@@ -6,6 +6,7 @@ package testserver
 import (
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -35,6 +36,9 @@ type Server struct {
 	Admin idemv1.AdminServiceClient
 	// GRPC is the server itself.
 	GRPC *grpc.Server
+	// JSONURL is the base URL (http://127.0.0.1:port) of the HTTP/JSON API
+	// in front of GRPC, when Options.JSON asked for it.
+	JSONURL string
 }
 
 // Options change the test server.
@@ -55,6 +59,9 @@ type Options struct {
 	ClientCreds credentials.TransportCredentials
 	// DialOptions are appended to Conn's options (per-RPC credentials, …).
 	DialOptions []grpc.DialOption
+	// JSON also serves the HTTP/JSON API (server.NewJSONHandler) on a
+	// loopback port of its own, plaintext, at JSONURL.
+	JSON bool
 }
 
 // Start starts a server with default options.
@@ -87,13 +94,24 @@ func StartWith(t testing.TB, opts Options) *Server {
 		t.Fatalf("dial test server: %v", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	var jsonURL string
+	if opts.JSON {
+		h, err := server.NewJSONHandler(svc, srv)
+		if err != nil {
+			t.Fatalf("NewJSONHandler: %v", err)
+		}
+		hs := httptest.NewServer(h)
+		t.Cleanup(hs.Close)
+		jsonURL = hs.URL
+	}
 	return &Server{
-		Addr:   lis.Addr().String(),
-		DB:     db,
-		Store:  pgStore,
-		Conn:   conn,
-		Client: idemv1.NewIdempotencyServiceClient(conn),
-		Admin:  idemv1.NewAdminServiceClient(conn),
-		GRPC:   srv,
+		JSONURL: jsonURL,
+		Addr:    lis.Addr().String(),
+		DB:      db,
+		Store:   pgStore,
+		Conn:    conn,
+		Client:  idemv1.NewIdempotencyServiceClient(conn),
+		Admin:   idemv1.NewAdminServiceClient(conn),
+		GRPC:    srv,
 	}
 }

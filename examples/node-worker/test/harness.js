@@ -90,7 +90,7 @@ async function startIdem() {
     delete env.IDEM_DATABASE_URL; // a developer's own setting must not leak in
     idemd = spawn(
       idemdBin,
-      ['serve', '--listen', '127.0.0.1:0', '--http-listen', '', '--database-url', withSearchPath(base, schema), '--sweep-interval', '1s', '--log-format', 'json'],
+      ['serve', '--listen', '127.0.0.1:0', '--http-listen', '', '--json-listen', '', '--database-url', withSearchPath(base, schema), '--sweep-interval', '1s', '--log-format', 'json'],
       { env, stdio: ['ignore', 'inherit', 'pipe'] },
     );
     const addr = await new Promise((resolve, reject) => {

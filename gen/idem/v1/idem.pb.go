@@ -59,6 +59,7 @@
 package idemv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -1023,7 +1024,7 @@ var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
-	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x04\n" +
+	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x04\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
@@ -1094,13 +1095,13 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x10OUTCOME_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_COMPLETED\x10\x03\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x042\xc1\x02\n" +
-	"\x12IdempotencyService\x126\n" +
-	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\x12?\n" +
-	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\x123\n" +
-	"\x04Fail\x12\x14.idem.v1.FailRequest\x1a\x15.idem.v1.FailResponse\x12B\n" +
-	"\tHeartbeat\x12\x19.idem.v1.HeartbeatRequest\x1a\x1a.idem.v1.HeartbeatResponse\x129\n" +
-	"\x06Lookup\x12\x16.idem.v1.LookupRequest\x1a\x17.idem.v1.LookupResponseB\x80\x01\n" +
+	"\x0eOUTCOME_FAILED\x10\x042\xe6\x04\n" +
+	"\x12IdempotencyService\x12q\n" +
+	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./v1/namespaces/{namespace}/records/{key}:claim\x12}\n" +
+	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/namespaces/{namespace}/records/{key}:complete\x12m\n" +
+	"\x04Fail\x12\x14.idem.v1.FailRequest\x1a\x15.idem.v1.FailResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/namespaces/{namespace}/records/{key}:fail\x12\x81\x01\n" +
+	"\tHeartbeat\x12\x19.idem.v1.HeartbeatRequest\x1a\x1a.idem.v1.HeartbeatResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/namespaces/{namespace}/records/{key}:heartbeat\x12k\n" +
+	"\x06Lookup\x12\x16.idem.v1.LookupRequest\x1a\x17.idem.v1.LookupResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/namespaces/{namespace}/records/{key}B\x80\x01\n" +
 	"\vcom.idem.v1B\tIdemProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (
