@@ -58,9 +58,12 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		// A Complete carries at most MaxResultBytes of result; grpc-go's own
 		// default (4 MiB) would let a caller make the server buffer far more.
 		grpc.MaxRecvMsgSize(svc.cfg.MaxResultBytes + messageHeadroom),
+	}
+	base = append(base, svc.cfg.ConnLimits.serverOptions()...)
+	base = append(base,
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	}
+	)
 	srv := grpc.NewServer(append(base, opts...)...)
 	idemv1.RegisterIdempotencyServiceServer(srv, svc)
 	admin := NewAdminService(svc.store, logger)

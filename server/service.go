@@ -31,6 +31,9 @@ type Config struct {
 	// rate limit and result limit. Nil (the default) serves one tenant,
 	// DefaultTenant, without authentication.
 	Tenants *Tenants
+	// ConnLimits bound what one client connection can make the server
+	// hold; zero fields take DefaultConnLimits.
+	ConnLimits ConnLimits
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.

@@ -23,6 +23,7 @@ type serveCmd struct {
 	logFlags
 	securityFlags
 	jsonFlags
+	connFlags
 	Listen            string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
 	SweepInterval     time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
 	CountInterval     time.Duration `default:"1m" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
@@ -60,6 +61,9 @@ func (c *serveCmd) validate() error {
 		return fmt.Errorf("--sweep-interval is %s; it must be 0 (off) or positive", c.SweepInterval)
 	}
 	if err := c.jsonFlags.validate(&c.securityFlags); err != nil {
+		return err
+	}
+	if err := c.connFlags.validate(); err != nil {
 		return err
 	}
 	return c.securityFlags.validate(c.Listen)
@@ -128,6 +132,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		DefaultRetention: c.DefaultRetention,
 		MaxResultBytes:   c.MaxResultBytes,
 		Tenants:          tenants,
+		ConnLimits:       c.connFlags.limits(),
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, securityOpts...)
 	if err := jsonAPI.serve(svc, grpcServer, &c.securityFlags, logger); err != nil {
