@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -51,9 +50,9 @@ const deleteSQL = `DELETE FROM idem_records WHERE tenant = ?1 AND namespace = ?2
 // RecordDelete implements store.Store.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	var rec *store.Record
-	err := s.inWriteTx(ctx, func(tx *sql.Tx, _ time.Time) error {
+	err := s.inWriteTx(ctx, func(tx *writeTx, _ time.Time) error {
 		var err error
-		rec, err = scanRecord(s.inTx(ctx, tx, deleteSQL).QueryRowContext(ctx, id.Tenant, id.Namespace, id.Key))
+		rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key))
 		return err // sql.ErrNoRows becomes store.ErrNotFound
 	})
 	if err != nil {

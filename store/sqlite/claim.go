@@ -54,8 +54,8 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// Otherwise decide again under the write lock: the row may have changed
 	// since the read.
 	var res *store.ClaimResult
-	err = s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
-		rec, err := getRecord(ctx, s.inTx(ctx, tx, getSQL), p.RecordID)
+	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		rec, err := scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key))
 		switch {
 		case err == nil:
 			r, settled, err := report(rec, p, now)
@@ -69,14 +69,14 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 			return err
 		}
 		var token int64
-		if err := s.inTx(ctx, tx, nextTokenSQL).QueryRowContext(ctx).Scan(&token); err != nil {
+		if err := tx.QueryRow(nextTokenSQL).Scan(&token); err != nil {
 			return err
 		}
 		if rec == nil {
-			rec, err = scanRecord(s.inTx(ctx, tx, insertSQL).QueryRowContext(ctx, p.Tenant, p.Namespace, p.Key, token,
+			rec, err = scanRecord(tx.QueryRow(insertSQL, p.Tenant, p.Namespace, p.Key, token,
 				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds()))
 		} else {
-			rec, err = scanRecord(s.inTx(ctx, tx, takeoverSQL).QueryRowContext(ctx, p.Tenant, p.Namespace, p.Key, token,
+			rec, err = scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
 				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds()))
 		}
 		if err != nil {

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"log/slog"
 	"time"
@@ -37,7 +36,7 @@ func (s *Store) migrate(ctx context.Context, logger *slog.Logger) ([]int, error)
 		return nil, err
 	}
 	var applied []int
-	err = s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
+	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
 		applied, err = migrate.Up(ctx, migrationTx{tx: tx, now: now}, ms, migrate.RefuseNewer, logger)
 		return err
 	})
@@ -60,27 +59,27 @@ func (s *Store) Collectors() []prometheus.Collector { return nil }
 
 // migrationTx is the migrate.Tx of SQLite.
 type migrationTx struct {
-	tx  *sql.Tx
+	tx  *writeTx
 	now time.Time
 }
 
 func (m migrationTx) Version(ctx context.Context) (int, error) {
-	if _, err := m.tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+	if _, err := m.tx.ExecScript(`CREATE TABLE IF NOT EXISTS idem_schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL) STRICT`); err != nil {
 		return 0, err
 	}
 	var current int
-	err := m.tx.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&current)
+	err := m.tx.QueryRow("SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&current)
 	return current, err
 }
 
 func (m migrationTx) Apply(ctx context.Context, mig migrate.Migration) error {
-	if _, err := m.tx.ExecContext(ctx, mig.SQL); err != nil {
+	if _, err := m.tx.ExecScript(mig.SQL); err != nil {
 		return err
 	}
-	_, err := m.tx.ExecContext(ctx, "INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+	_, err := m.tx.Exec("INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
 		mig.Version, mig.Name, m.now.UnixMicro())
 	return err
 }

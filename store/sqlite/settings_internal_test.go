@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestConnectionSettings pins the durability and locking settings the
@@ -31,7 +32,15 @@ func TestConnectionSettings(t *testing.T) {
 		"synchronous":  "2", // FULL
 		"busy_timeout": "5000",
 	} {
-		if got := pragma(s.write, name); got != want {
+		// The writer holds the write connection: ask it there.
+		var got string
+		err := s.inWriteTx(t.Context(), func(tx *writeTx, _ time.Time) error {
+			return tx.QueryRow("PRAGMA " + name).Scan(&got)
+		})
+		if err != nil {
+			t.Fatalf("PRAGMA %s on the write connection: %v", name, err)
+		}
+		if got != want {
 			t.Errorf("write connection: %s = %s, want %s", name, got, want)
 		}
 	}
@@ -69,14 +78,24 @@ func TestWriteTransactionsAreImmediate(t *testing.T) {
 	}
 	defer other.Close()
 
-	tx, err := s.write.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err == nil {
+	// A call that runs no statement of its own, inside the writer's
+	// transaction.
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.inWriteTx(t.Context(), func(*writeTx, time.Time) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	_, err = other.ExecContext(t.Context(), "BEGIN IMMEDIATE")
+	close(release)
+	if err == nil {
 		t.Fatal("another connection took the write lock while a write transaction of the store was open")
 	}
-	if err := tx.Rollback(); err != nil {
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.ExecContext(t.Context(), "BEGIN IMMEDIATE; ROLLBACK"); err != nil {

@@ -1,11 +1,13 @@
 // Package sqlite is idem's single-node store: the state machine of DESIGN §1
 // on one SQLite file, through the pure-Go driver modernc.org/sqlite (no cgo).
 //
-// One connection writes and a few read. Every write is a BEGIN IMMEDIATE
-// transaction on the one write connection, so the writes of a Store queue in
-// Go for that connection instead of polling SQLite's busy handler, and no
-// transaction ever has to upgrade a read lock to a write lock (which WAL mode
-// may refuse at once with SQLITE_BUSY). The journal is WAL, so readers never
+// One connection writes and a few read. Every write is a call queued for the
+// one write connection, so the writes of a Store queue in Go for that
+// connection instead of polling SQLite's busy handler. The writer runs the
+// calls queued together as one BEGIN IMMEDIATE transaction, a savepoint per
+// call, and answers them once it has committed: group commit, one fsync for
+// all of them (writer.go). No transaction ever has to upgrade a read lock to
+// a write lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is WAL, so readers never
 // wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
 // reads a committed snapshot and takes no write lock at all.
 //
@@ -14,7 +16,8 @@
 // a power cut alike. NORMAL would survive kill -9 too (the WAL is in the
 // operating system's page cache by then) but could lose the last commits in a
 // power cut, and a lost Complete is the one failure idem exists to prevent.
-// The price is one fsync per write transaction.
+// The price is one fsync per write transaction, which group commit shares
+// among the calls of a batch; no call is answered before its batch commits.
 //
 // Time: SQLite has no server clock and one file has one host, so the process
 // clock (UTC, to the microsecond) stands in for the database clock of DESIGN
@@ -64,27 +67,22 @@ const readConns = 4
 // use.
 type Store struct {
 	store.TokenCalls
-	// write has exactly one connection: every write transaction runs on it,
-	// BEGIN IMMEDIATE (the DSN's _txlock), one at a time.
+	// write has exactly one connection, which the writer holds: every
+	// write runs on it, in the writer's batches (writer.go).
 	write *sql.DB
+	w     *writer
 	// read serves statements that change nothing; in WAL mode they run
 	// beside the writer and see the last committed transaction.
 	read *sql.DB
-	// writeStmts and readStmts are every statement the store runs, by
-	// their text, prepared on each connection once rather than on every
-	// call. They are not changed after Open.
-	writeStmts map[string]*sql.Stmt
-	readStmts  map[string]*sql.Stmt
-	closed     atomic.Bool
+	// readStmts are the statements the read connections run, by their
+	// text, prepared once rather than on every call. They are not changed
+	// after Open.
+	readStmts map[string]*sql.Stmt
+	closed    atomic.Bool
 }
 
-// writeQueries and readQueries are the statements Open prepares on the write
-// and the read connections.
-var (
-	writeQueries = []string{getSQL, nextTokenSQL, insertSQL, takeoverSQL,
-		tokenCalls[store.CallComplete], tokenCalls[store.CallFail], tokenCalls[store.CallHeartbeat], sweepExpireSQL, sweepPurgeSQL, deleteSQL}
-	readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL}
-)
+// readQueries are the statements Open prepares on the read connections.
+var readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL}
 
 // errClosed is what every call returns once Close has run.
 var errClosed = fmt.Errorf("%w: the SQLite store is closed", store.ErrUnavailable)
@@ -109,7 +107,6 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// file, so a connection opened later finds it.
 	write, err := sql.Open("sqlite", dsn(path, url.Values{
 		"_pragma": {busy, "synchronous(FULL)"},
-		"_txlock": {"immediate"},
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -118,14 +115,19 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
-	s := &Store{write: write}
-	s.TokenCalls = s.runTokenCall
 	if err := useWAL(ctx, write); err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	if _, err := s.migrate(ctx, slog.Default()); err != nil {
+	conn, err := write.Conn(ctx)
+	if err != nil {
 		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err))
+	}
+	s := &Store{write: write, w: startWriter(conn)}
+	s.TokenCalls = s.runTokenCall
+	if _, err := s.migrate(ctx, slog.Default()); err != nil {
+		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 
@@ -133,7 +135,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		"_pragma": {busy, "query_only(1)"},
 	}))
 	if err != nil {
-		_ = write.Close()
+		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	read.SetMaxOpenConns(readConns)
@@ -141,10 +143,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	read.SetConnMaxLifetime(0)
 	read.SetConnMaxIdleTime(0)
 	s.read = read
-	if s.writeStmts, err = prepare(ctx, write, writeQueries); err == nil {
-		s.readStmts, err = prepare(ctx, read, readQueries)
-	}
-	if err != nil {
+	if s.readStmts, err = prepare(ctx, read, readQueries); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -209,11 +208,6 @@ func prepare(ctx context.Context, db *sql.DB, queries []string) (map[string]*sql
 	return stmts, nil
 }
 
-// inTx returns the prepared statement query for use in tx.
-func (s *Store) inTx(ctx context.Context, tx *sql.Tx, query string) *sql.Stmt {
-	return tx.StmtContext(ctx, s.writeStmts[query])
-}
-
 // dsn is path with the driver's parameters. The driver cuts the path at the
 // first '?', which is why Open refuses paths that contain one.
 func dsn(path string, params url.Values) string {
@@ -226,6 +220,7 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	s.w.stop()
 	var errs []error
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
@@ -251,23 +246,17 @@ func now() time.Time {
 	return time.Now().UTC().Truncate(time.Microsecond)
 }
 
-// inWriteTx runs fn in a write transaction and commits it when fn returns
-// nil. The transaction is BEGIN IMMEDIATE: it holds the database's write lock
-// from its first statement, so what fn reads cannot change before it writes.
-// now is read after the lock is held.
-func (s *Store) inWriteTx(ctx context.Context, fn func(tx *sql.Tx, now time.Time) error) error {
+// inWriteTx runs fn in a write transaction, in the writer's next batch
+// (writer.go), and returns once that batch has committed (fn's own error, or
+// nil) or failed (store.ErrUnavailable), or ctx has ended (ctx's error; fn
+// may still commit). The transaction is BEGIN IMMEDIATE: it holds the
+// database's write lock from its start, so what fn reads cannot change before
+// it writes. now is read when fn starts, under the lock.
+func (s *Store) inWriteTx(ctx context.Context, fn writeFunc) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if err := fn(tx, now()); err != nil {
-		_ = tx.Rollback()
-		return interpretError(ctx, err)
-	}
-	return interpretError(ctx, tx.Commit())
+	return s.w.do(ctx, fn)
 }
 
 // interpretError is the store's one boundary for database errors: nothing

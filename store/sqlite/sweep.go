@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"time"
 )
 
@@ -40,8 +39,8 @@ func (s *Store) sweep(ctx context.Context, query string, limit int) (int, error)
 	// SQLite reads a negative LIMIT as no limit at all.
 	limit = max(limit, 0)
 	var n int64
-	err := s.inWriteTx(ctx, func(tx *sql.Tx, now time.Time) error {
-		res, err := s.inTx(ctx, tx, query).ExecContext(ctx, now.UnixMicro(), limit)
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		res, err := tx.Exec(query, now.UnixMicro(), limit)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,359 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Group commit. Every write of a Store (Claims that acquire, Completes,
+// Fails, Heartbeats, the sweeper's statements, deletes, migrations) is a call
+// queued for one writer goroutine, which owns the write connection. The
+// writer takes everything queued, at most maxBatch calls, and runs it as one
+// batch:
+//
+//	BEGIN IMMEDIATE
+//	SAVEPOINT call; <call 1's statements>; RELEASE call   (or ROLLBACK TO call on its error)
+//	SAVEPOINT call; <call 2's statements>; RELEASE call
+//	…
+//	COMMIT                                                 (one fsync of the WAL)
+//
+// and answers every call of the batch only once COMMIT has returned. There is
+// no timer: a call that finds the writer idle runs at once in a batch of its
+// own, and calls that arrive while a batch runs or commits go together in the
+// next one, so batches grow with the load and the fsync is shared by all of
+// them.
+//
+// Durability is that of one call per transaction: synchronous=FULL makes
+// COMMIT fsync the WAL before it returns, and no call is answered before the
+// COMMIT of its batch, so an answered call is on disk, and after a crash a
+// batch is there whole or not at all.
+//
+// One call's own error (a fingerprint mismatch, a lost lease, an already
+// terminal record, a failed constraint) rolls back that call's savepoint
+// only; the others go on. A failure of the transaction itself (BEGIN, a
+// savepoint or COMMIT that fails, a disk that is full or fails, a lock held
+// past the busy timeout, the transaction rolled back under the batch) answers
+// every call of the batch store.ErrUnavailable: its outcome is unknown, and
+// no answer that an earlier call of the batch computed is given, since it may
+// rest on writes that are not committed.
+//
+// The calls of a batch run one after another, in the order they were queued,
+// each with the store's clock read when it starts, under the write lock. A
+// call sees what the calls before it in the batch wrote, so two calls of one
+// key in one batch are answered as if they had run in two transactions.
+
+// maxBatch bounds the calls of one batch: a batch holds the write lock, and
+// its calls wait for the slowest of them, for as long as it runs.
+const maxBatch = 128
+
+// writeFunc is one call's work: it runs in the batch's transaction with now,
+// the store's clock when the call started. An error it returns rolls back
+// what it wrote, and only that.
+type writeFunc func(tx *writeTx, now time.Time) error
+
+// writeCall is one queued call.
+type writeCall struct {
+	ctx context.Context
+	fn  writeFunc
+	err error
+	// panicked is what fn panicked with, if it did: do panics with it in
+	// the caller's goroutine, where the server's recovery sees it.
+	panicked any
+	done     chan struct{} // closed once err is set
+}
+
+// writer runs the queued calls of a Store in batches on the write connection.
+type writer struct {
+	// conn is the write connection, held for the writer's life; only run's
+	// goroutine uses it, and stmts, once the writer has started.
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+
+	mu      sync.Mutex
+	queued  sync.Cond // signalled when a call is queued or the writer stops
+	queue   []*writeCall
+	stopped bool
+	exited  chan struct{}
+
+	// batches and batched count the batches committed and the calls they
+	// held, for tests and benchmarks.
+	batches, batched int64
+}
+
+// startWriter starts the writer on conn.
+func startWriter(conn *sql.Conn) *writer {
+	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, exited: make(chan struct{})}
+	w.queued.L = &w.mu
+	go w.run()
+	return w
+}
+
+// do queues fn and waits until its batch is committed or has failed, or ctx
+// ends. When ctx ends first, do returns ctx's error at once; the call may
+// still run and commit (or, when its batch had not started, it is dropped).
+func (w *writer) do(ctx context.Context, fn writeFunc) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := &writeCall{ctx: ctx, fn: fn, done: make(chan struct{})}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return errClosed
+	}
+	w.queue = append(w.queue, c)
+	if len(w.queue) == 1 {
+		w.queued.Signal()
+	}
+	w.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		select {
+		case <-c.done: // answered as ctx ended: give the answer
+		default:
+			return ctx.Err()
+		}
+	}
+	if c.panicked != nil {
+		panic(c.panicked)
+	}
+	return c.err
+}
+
+// stop stops the writer once the batch it is running has been answered, and
+// answers every call still queued errClosed. It returns once the writer has
+// released the write connection.
+func (w *writer) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.queued.Signal()
+	w.mu.Unlock()
+	<-w.exited
+}
+
+// stats returns how many batches the writer committed and how many calls
+// they held.
+func (w *writer) stats() (batches, calls int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.batches, w.batched
+}
+
+func (w *writer) run() {
+	defer close(w.exited)
+	defer func() {
+		for _, stmt := range w.stmts {
+			_ = stmt.Close()
+		}
+		_ = w.conn.Close()
+	}()
+	var batch []*writeCall
+	for {
+		w.mu.Lock()
+		for len(w.queue) == 0 && !w.stopped {
+			w.queued.Wait()
+		}
+		if w.stopped {
+			queued := w.queue
+			w.queue = nil
+			w.mu.Unlock()
+			for _, c := range queued {
+				c.answer(errClosed)
+			}
+			return
+		}
+		n := min(len(w.queue), maxBatch)
+		batch = append(batch[:0], w.queue[:n]...)
+		clear(w.queue[:n])
+		w.queue = w.queue[n:]
+		if len(w.queue) == 0 {
+			w.queue = w.queue[:0:0] // let the old array go once drained
+		}
+		w.mu.Unlock()
+
+		w.runBatch(batch)
+		clear(batch)
+	}
+}
+
+// batchCtx is the context of a batch's statements. It is not any caller's:
+// a caller that stops waiting must not interrupt the statements of the
+// others, and a COMMIT is never interrupted.
+var batchCtx = context.Background()
+
+// runBatch runs batch as one transaction and answers every call in it.
+func (w *writer) runBatch(batch []*writeCall) {
+	// A call whose caller has stopped waiting before its batch began is
+	// dropped: nothing of it is written.
+	live := batch[:0:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.answer(err)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if _, err := w.conn.ExecContext(batchCtx, "BEGIN IMMEDIATE"); err != nil {
+		w.fail(live, "begin", err)
+		return
+	}
+	tx := &writeTx{w: w}
+	ran := live[:0:0]
+	for _, c := range live {
+		if err := c.ctx.Err(); err != nil { // gave up while BEGIN waited for the lock
+			c.answer(err)
+			continue
+		}
+		if _, err := w.exec(savepointSQL); err != nil {
+			w.fail(live, "savepoint", err)
+			return
+		}
+		err := c.run(tx)
+		if c.panicked != nil {
+			w.fail(live, "call", fmt.Errorf("a call panicked: %v", c.panicked))
+			return
+		}
+		if err == nil {
+			if _, err := w.exec(releaseSQL); err != nil {
+				w.fail(live, "release savepoint", err)
+				return
+			}
+			ran = append(ran, c)
+			continue
+		}
+		if errors.Is(interpretError(batchCtx, err), store.ErrUnavailable) {
+			// The disk, the lock or the connection failed: SQLite may have
+			// rolled back the whole transaction already.
+			w.fail(live, "call", err)
+			return
+		}
+		c.err = err
+		if _, err := w.exec(rollbackToSQL); err != nil {
+			w.fail(live, "roll back to savepoint", err)
+			return
+		}
+		if _, err := w.exec(releaseSQL); err != nil {
+			w.fail(live, "release savepoint", err)
+			return
+		}
+		ran = append(ran, c)
+	}
+	if _, err := w.conn.ExecContext(batchCtx, "COMMIT"); err != nil {
+		w.fail(live, "commit", err)
+		return
+	}
+	// Counted before the answers, so that a caller sees its own batch in
+	// the counts.
+	w.mu.Lock()
+	w.batches++
+	w.batched += int64(len(ran))
+	w.mu.Unlock()
+	for _, c := range ran {
+		c.answer(interpretError(batchCtx, c.err))
+	}
+}
+
+const (
+	savepointSQL  = `SAVEPOINT call`
+	releaseSQL    = `RELEASE call`
+	rollbackToSQL = `ROLLBACK TO call`
+)
+
+// fail ends a batch whose transaction failed: it rolls back what is left of
+// the transaction and answers every call of the batch store.ErrUnavailable
+// (those already answered keep their answer).
+func (w *writer) fail(batch []*writeCall, step string, cause error) {
+	// The transaction may be open (a failed COMMIT can leave it so) or
+	// already rolled back by SQLite, in which case ROLLBACK fails harmlessly.
+	_, _ = w.conn.ExecContext(batchCtx, "ROLLBACK")
+	err := interpretError(batchCtx, cause)
+	if !errors.Is(err, store.ErrUnavailable) {
+		err = fmt.Errorf("%w: the write transaction failed at %s: %w", store.ErrUnavailable, step, err)
+	}
+	for _, c := range batch {
+		c.answer(err)
+	}
+}
+
+// run runs c's function in tx, recovering a panic into c.panicked.
+func (c *writeCall) run(tx *writeTx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.panicked = p
+		}
+	}()
+	return c.fn(tx, now())
+}
+
+// answer gives c its answer, once.
+func (c *writeCall) answer(err error) {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	c.err = err
+	close(c.done)
+}
+
+// stmt returns query prepared on the write connection, preparing it the
+// first time.
+func (w *writer) stmt(query string) (*sql.Stmt, error) {
+	if stmt, ok := w.stmts[query]; ok {
+		return stmt, nil
+	}
+	stmt, err := w.conn.PrepareContext(batchCtx, query)
+	if err != nil {
+		return nil, err
+	}
+	w.stmts[query] = stmt
+	return stmt, nil
+}
+
+// exec runs query, prepared, on the write connection.
+func (w *writer) exec(query string, args ...any) (sql.Result, error) {
+	stmt, err := w.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return stmt.ExecContext(batchCtx, args...)
+}
+
+// writeTx is the batch's transaction as a call sees it: statements on the
+// write connection, inside the call's savepoint. Each statement is prepared
+// once per Store and reused.
+type writeTx struct {
+	w *writer
+}
+
+// QueryRow runs query, which returns at most one row.
+func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
+	stmt, err := tx.w.stmt(query)
+	if err != nil {
+		// Unprepared, the statement fails again, and the row carries
+		// the error to Scan.
+		return tx.w.conn.QueryRowContext(batchCtx, query, args...)
+	}
+	return stmt.QueryRowContext(batchCtx, args...)
+}
+
+// Exec runs query.
+func (tx *writeTx) Exec(query string, args ...any) (sql.Result, error) {
+	return tx.w.exec(query, args...)
+}
+
+// ExecScript runs query, which may hold several statements, without
+// preparing it: for statements that run once, such as a migration.
+func (tx *writeTx) ExecScript(query string, args ...any) (sql.Result, error) {
+	return tx.w.conn.ExecContext(batchCtx, query, args...)
+}
