@@ -124,7 +124,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err))
 	}
-	s := &Store{write: write, w: startWriter(conn)}
+	s := &Store{write: write, w: startWriter(conn, path)}
 	s.TokenCalls = s.runTokenCall
 	if _, err := s.migrate(ctx, slog.Default()); err != nil {
 		_ = s.Close()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -74,6 +75,9 @@ type writer struct {
 	// goroutine uses it, and stmts, once the writer has started.
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
+	// turn is shared by the writers of every Store on the same file in this
+	// process; a batch holds it from BEGIN to COMMIT (fileTurn).
+	turn *fileTurn
 
 	mu      sync.Mutex
 	queued  sync.Cond // signalled when a call is queued or the writer stops
@@ -86,9 +90,9 @@ type writer struct {
 	batches, batched int64
 }
 
-// startWriter starts the writer on conn.
-func startWriter(conn *sql.Conn) *writer {
-	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, exited: make(chan struct{})}
+// startWriter starts the writer on conn, the write connection to path.
+func startWriter(conn *sql.Conn, path string) *writer {
+	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, turn: takeTurns(path), exited: make(chan struct{})}
 	w.queued.L = &w.mu
 	go w.run()
 	return w
@@ -148,6 +152,7 @@ func (w *writer) stats() (batches, calls int64) {
 
 func (w *writer) run() {
 	defer close(w.exited)
+	defer w.turn.release()
 	defer func() {
 		for _, stmt := range w.stmts {
 			_ = stmt.Close()
@@ -203,6 +208,11 @@ func (w *writer) runBatch(batch []*writeCall) {
 	if len(live) == 0 {
 		return
 	}
+	if err := w.turn.wait(); err != nil {
+		w.fail(live, "begin", err)
+		return
+	}
+	defer w.turn.done()
 	if _, err := w.conn.ExecContext(batchCtx, "BEGIN IMMEDIATE"); err != nil {
 		w.fail(live, "begin", err)
 		return
@@ -357,3 +367,65 @@ func (tx *writeTx) Exec(query string, args ...any) (sql.Result, error) {
 func (tx *writeTx) ExecScript(query string, args ...any) (sql.Result, error) {
 	return tx.w.conn.ExecContext(batchCtx, query, args...)
 }
+
+// fileTurn makes the writers of the Stores that one process opens on one file
+// take turns, first come first served. SQLite's own lock is not fair: a
+// writer that waits for it sleeps and polls, and a writer that commits batch
+// after batch takes it again at once, so without turns one Store could keep
+// another from writing past the busy timeout. A Go channel hands its slot to
+// the writers waiting for it in order.
+type fileTurn struct {
+	slot chan struct{}
+	path string
+	refs int // guarded by fileTurnsMu
+}
+
+var (
+	fileTurnsMu sync.Mutex
+	fileTurns   = map[string]*fileTurn{}
+)
+
+// takeTurns returns the turn of the file at path, shared with the other
+// writers of the process on that file; release gives it back.
+func takeTurns(path string) *fileTurn {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	fileTurnsMu.Lock()
+	defer fileTurnsMu.Unlock()
+	t, ok := fileTurns[path]
+	if !ok {
+		t = &fileTurn{slot: make(chan struct{}, 1), path: path}
+		fileTurns[path] = t
+	}
+	t.refs++
+	return t
+}
+
+func (t *fileTurn) release() {
+	fileTurnsMu.Lock()
+	defer fileTurnsMu.Unlock()
+	if t.refs--; t.refs == 0 {
+		delete(fileTurns, t.path)
+	}
+}
+
+// wait waits for the file's turn, as long as SQLite would wait for its lock.
+func (t *fileTurn) wait() error {
+	select {
+	case t.slot <- struct{}{}:
+		return nil
+	default:
+	}
+	timer := time.NewTimer(BusyTimeout)
+	defer timer.Stop()
+	select {
+	case t.slot <- struct{}{}:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%w: another Store of this process held the file's write turn for %v", store.ErrUnavailable, BusyTimeout)
+	}
+}
+
+// done ends the turn.
+func (t *fileTurn) done() { <-t.slot }
