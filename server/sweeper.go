@@ -17,16 +17,28 @@ type SweepStats struct {
 	Duration time.Duration
 }
 
+// The sweeper's defaults, used by NewSweeper, by a Sweeper whose fields are
+// zero, and by idemd's flags.
+const (
+	DefaultSweepInterval  = 10 * time.Second
+	DefaultSweepBatchSize = 2000
+	// DefaultCountEvery: the count reads the whole table, which a 10 s sweep
+	// interval on every replica would repeat far more often than a gauge
+	// needs.
+	DefaultCountEvery = time.Minute
+)
+
 // Sweeper expires PROCESSING records whose lease ran out and purges records
 // past their retention (DESIGN §3). Correctness never waits for it: Claim
 // takes over a lapsed lease by itself. Any number of replicas may sweep at
 // once.
 type Sweeper struct {
 	store store.Store
-	// Interval is the time between passes. It defaults to 10 seconds.
+	// Interval is the time between passes. It defaults to
+	// DefaultSweepInterval, 10 seconds.
 	Interval time.Duration
 	// BatchSize bounds the rows one statement (one short transaction)
-	// touches. It defaults to 2000.
+	// touches. It defaults to DefaultSweepBatchSize, 2000.
 	BatchSize int
 	// OnPass, when set, is called after every pass, for tests.
 	OnPass func(SweepStats, error)
@@ -34,9 +46,7 @@ type Sweeper struct {
 	// records per state (idem_records), so a scrape never runs a full count.
 	Metrics *Metrics
 	// CountEvery bounds how often a pass counts the records per state for
-	// Metrics: the count reads the whole table, which a 10 s sweep interval on
-	// every replica would repeat far more often than a gauge needs. It
-	// defaults to 1 minute.
+	// Metrics. It defaults to DefaultCountEvery, 1 minute.
 	CountEvery time.Duration
 	logger     *slog.Logger
 	lastCount  atomic.Int64 // UnixNano of the last count
@@ -48,7 +58,8 @@ func NewSweeper(st store.Store, logger *slog.Logger) *Sweeper {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sweeper{store: st, Interval: 10 * time.Second, BatchSize: 2000, CountEvery: time.Minute, logger: logger}
+	return &Sweeper{store: st, Interval: DefaultSweepInterval, BatchSize: DefaultSweepBatchSize,
+		CountEvery: DefaultCountEvery, logger: logger}
 }
 
 // Run sweeps every Interval (with up to 10% jitter, so replicas started
@@ -93,7 +104,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 	}()
 	batch := s.BatchSize
 	if batch <= 0 {
-		batch = 2000
+		batch = DefaultSweepBatchSize
 	}
 	for {
 		n, err := s.store.SweepExpire(ctx, batch)
@@ -123,7 +134,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 func (s *Sweeper) countDue() bool {
 	every := s.CountEvery
 	if every <= 0 {
-		every = time.Minute
+		every = DefaultCountEvery
 	}
 	now := time.Now().UnixNano()
 	last := s.lastCount.Load()

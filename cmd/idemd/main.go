@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/idemhq/idem/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -90,6 +93,11 @@ func main() {
 	parser := kong.Must(&c,
 		kong.Name("idemd"),
 		kong.Description("idem makes a job's side effect happen once: workers Claim before it and Complete or Fail after it."),
+		kong.Vars{
+			"sweep_interval":   server.DefaultSweepInterval.String(),
+			"sweep_batch_size": strconv.Itoa(server.DefaultSweepBatchSize),
+			"count_interval":   server.DefaultCountEvery.String(),
+		},
 	)
 	kctx, err := parser.Parse(os.Args[1:])
 	parser.FatalIfErrorf(err)

@@ -13,8 +13,8 @@ type sweepCmd struct {
 	databaseFlags
 	logFlags
 	Once      bool          `help:"Run one pass and exit, printing what it did."`
-	Interval  time.Duration `default:"10s" env:"IDEM_SWEEP_INTERVAL" help:"Time between passes, without --once."`
-	BatchSize int           `default:"2000" help:"Rows one statement touches at most (1 to 100000)."`
+	Interval  time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between passes, without --once."`
+	BatchSize int           `default:"${sweep_batch_size}" help:"Rows one statement touches at most (1 to 100000)."`
 }
 
 func (c *sweepCmd) Run(ctx context.Context) error {
