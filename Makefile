@@ -25,11 +25,22 @@ check-generate: ## Fail if gen/ differs from what `make generate` would write.
 	go tool buf generate --output "$$tmp" && \
 	diff -r "$$tmp/gen" gen && echo "gen/ is up to date"
 
-lint: ## gofmt check, go vet and buf lint.
+lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at the merge base with main (the previous commit when on main).
 	@out=$$(gofmt -l .); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go tool buf lint
+	@base=$$(git merge-base HEAD main 2>/dev/null || true); \
+	if [ -z "$$base" ] || [ "$$base" = "$$(git rev-parse HEAD)" ]; then base=$$(git rev-parse -q --verify HEAD~1 || true); fi; \
+	if [ -z "$$base" ]; then \
+		if [ "$$(git rev-parse --is-shallow-repository 2>/dev/null)" = "true" ]; then \
+			echo "buf breaking: this clone is shallow and has no earlier commit; fetch more history (git fetch --deepen=1) to check the API" >&2; exit 1; \
+		fi; \
+		echo "buf breaking: the first commit has nothing to compare with; skipped"; \
+	else \
+		echo "go tool buf breaking --against .git#ref=$$base"; \
+		go tool buf breaking --against ".git#ref=$$base"; \
+	fi
 
 test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), then the Node worker's tests.
 	go test $(GO_TEST_FLAGS) ./...
