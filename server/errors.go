@@ -67,6 +67,14 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrContention):
 		return newError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_CONTENTION, "the record changed concurrently on every try; retry with backoff", nil)
 	}
+	// The server checks every text field before the store does, so this is
+	// a field it missed: still the caller's input, never INTERNAL.
+	var textErr *store.TextError
+	if errors.As(err, &textErr) {
+		if reason, ok := textReasons[textErr.Field]; ok {
+			return invalidText(reason, textErr)
+		}
+	}
 	logger.ErrorContext(ctx, "internal error", "error", err)
 	return newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 }

@@ -152,7 +152,7 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 	if err := validateToken(req.GetToken()); err != nil {
 		return nil, err
 	}
-	if err := validateMaxBytes("error", idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR, len(req.GetError()), MaxErrorBytes); err != nil {
+	if err := validateErrorText(req.GetError()); err != nil {
 		return nil, err
 	}
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {

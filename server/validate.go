@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/store"
 )
 
 // Bounds of DESIGN §2.
@@ -33,7 +35,39 @@ func invalid(field string, reason idemv1.ErrorReason, format string, args ...any
 	return newError(codes.InvalidArgument, reason, fmt.Sprintf(format, args...), map[string]string{"field": field})
 }
 
+// textReasons are the ErrorInfo reasons of the request's text fields.
+var textReasons = map[string]idemv1.ErrorReason{
+	"namespace": idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE,
+	"key":       idemv1.ErrorReason_ERROR_REASON_INVALID_KEY,
+	"claimant":  idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT,
+	"error":     idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
+}
+
+// validateText applies the rule every text field of a request meets before
+// the rules of its own: UTF-8 without U+0000. store.CheckText defines it, and
+// the stores apply it too, so the server refuses exactly what no store keeps.
+func validateText(field, value string) error {
+	if err := store.CheckText(field, value); err != nil {
+		var textErr *store.TextError
+		if errors.As(err, &textErr) {
+			return invalidText(textReasons[field], textErr)
+		}
+		return err
+	}
+	return nil
+}
+
+// invalidText is the INVALID_ARGUMENT status of a text field that breaks the
+// text rule: the field's reason, and the field and the problem in the
+// ErrorInfo's metadata.
+func invalidText(reason idemv1.ErrorReason, e *store.TextError) error {
+	return newError(codes.InvalidArgument, reason, e.Error(), map[string]string{"field": e.Field, "problem": string(e.Problem)})
+}
+
 func validateNamespace(ns string) error {
+	if err := validateText("namespace", ns); err != nil {
+		return err
+	}
 	if !namespacePattern.MatchString(ns) {
 		if ns == "" {
 			return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE, "namespace is empty; it must match %s", namespacePattern)
@@ -51,8 +85,9 @@ func validateKey(key string) error {
 		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is empty; it must be 1 to %d bytes", MaxKeyBytes)
 	case len(key) > MaxKeyBytes:
 		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
-	case !utf8.ValidString(key):
-		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is not valid UTF-8")
+	}
+	if err := validateText("key", key); err != nil {
+		return err
 	}
 	for i, r := range key {
 		if unicode.IsControl(r) {
@@ -83,6 +118,21 @@ func validateMaxBytes(field string, reason idemv1.ErrorReason, n, limit int) err
 	return nil
 }
 
+func validateClaimant(claimant string) error {
+	if err := validateMaxBytes("claimant", idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT, len(claimant), MaxClaimantBytes); err != nil {
+		return err
+	}
+	return validateText("claimant", claimant)
+}
+
+// validateErrorText checks Fail's error.
+func validateErrorText(text string) error {
+	if err := validateMaxBytes("error", idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR, len(text), MaxErrorBytes); err != nil {
+		return err
+	}
+	return validateText("error", text)
+}
+
 // duration returns d, or def when d is unset, checked against [min, max].
 func duration(field string, reason idemv1.ErrorReason, d *durationpb.Duration, def, min, max time.Duration) (time.Duration, error) {
 	if d == nil {
@@ -108,7 +158,7 @@ func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention ti
 	if err := validateMaxBytes("fingerprint", idemv1.ErrorReason_ERROR_REASON_INVALID_FINGERPRINT, len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
 		return 0, 0, err
 	}
-	if err := validateMaxBytes("claimant", idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT, len(req.GetClaimant()), MaxClaimantBytes); err != nil {
+	if err := validateClaimant(req.GetClaimant()); err != nil {
 		return 0, 0, err
 	}
 	leaseTTL, err = duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)

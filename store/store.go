@@ -16,6 +16,10 @@ import (
 // Store is the storage behind idem. Every method touches one record addressed
 // by its full primary key (tenant, namespace, key), except the sweeper's.
 // Implementations must be safe for concurrent use.
+//
+// Every method that takes text (tenant, namespace, key, claimant, error)
+// first checks it with the params' CheckText and returns its ErrInvalidText,
+// reading and writing nothing, when a field is not UTF-8 or holds U+0000.
 type Store interface {
 	// RecordClaim inserts the record, takes over a RELEASED or EXPIRED record
 	// or one whose lease ran out, or reports the existing record, atomically.
@@ -230,4 +234,10 @@ var (
 	// ErrContention: the record changed under the call every time it was
 	// tried. Retrying later is safe.
 	ErrContention = errors.New("record changed concurrently too many times")
+	// ErrInvalidText: a text field holds what no store keeps. Text is UTF-8
+	// without the character U+0000 (NUL): PostgreSQL's text type holds
+	// neither invalid UTF-8 nor NUL, so every store refuses both, before it
+	// reads or writes anything, and the stores agree. The error is a
+	// *TextError (see CheckText), which names the field.
+	ErrInvalidText = errors.New("text is not valid UTF-8 without NUL characters")
 )

@@ -87,20 +87,30 @@ func (c *TokenCall) repeats(s State) bool {
 
 // TokenCalls runs TokenCalls. A store embeds it, set to its own runner, and
 // so implements RecordComplete, RecordFail and RecordHeartbeat the same way
-// as every other store: each builds its TokenCall and runs it.
+// as every other store: each checks its text (CheckText), then builds its
+// TokenCall and runs it.
 type TokenCalls func(ctx context.Context, call *TokenCall) (*Record, error)
 
 // RecordComplete implements Store.
 func (run TokenCalls) RecordComplete(ctx context.Context, p *CompleteParams) (*Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	return run(ctx, p.Call())
 }
 
 // RecordFail implements Store.
 func (run TokenCalls) RecordFail(ctx context.Context, p *FailParams) (*Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	return run(ctx, p.Call())
 }
 
 // RecordHeartbeat implements Store.
 func (run TokenCalls) RecordHeartbeat(ctx context.Context, p *HeartbeatParams) (*Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	return run(ctx, p.Call())
 }

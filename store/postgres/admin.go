@@ -22,6 +22,9 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 
 // RecordList implements store.Store.
 func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]*store.Record, error) {
 		rows, err := db.Query(ctx, listSQL, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
 			p.After.Namespace, p.After.Key, p.Limit)
@@ -40,6 +43,9 @@ const deleteSQL = `DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2
 
 // RecordDelete implements store.Store.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
 		rec, err := scanRecord(db.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
 		if err != nil {
@@ -56,6 +62,9 @@ const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
 
 // RecordStats implements store.Store.
 func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]store.StatsRow, error) {
 		rows, err := db.Query(ctx, statsSQL, p.Tenant, p.Namespace)
 		if err != nil {

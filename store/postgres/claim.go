@@ -59,6 +59,9 @@ const maxStatementTries = 5
 // coalescer (coalesce.go), which runs its statements detached from the
 // caller; in a transaction it runs claimSQL itself.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	if s.claims == nil {
 		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
 			for try := 0; try < maxStatementTries; try++ {

@@ -79,6 +79,9 @@ const getSQL = `SELECT ` + recordCols + ` FROM idem_records
 
 // RecordGet reads one record.
 func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
 		r, err := scanRecord(db.QueryRow(ctx, getSQL, id.Tenant, id.Namespace, id.Key))
 		if err != nil {

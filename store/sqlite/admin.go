@@ -22,6 +22,9 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 
 // RecordList implements store.Store.
 func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -49,6 +52,9 @@ const deleteSQL = `DELETE FROM idem_records WHERE tenant = ?1 AND namespace = ?2
 
 // RecordDelete implements store.Store.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
 	var rec *store.Record
 	err := s.inWriteTx(ctx, func(tx *writeTx, _ time.Time) error {
 		var err error
@@ -68,6 +74,9 @@ const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
 
 // RecordStats implements store.Store.
 func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	if s.closed.Load() {
 		return nil, errClosed
 	}

@@ -33,6 +33,9 @@ const (
 
 // RecordClaim implements store.Store.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
 	if s.closed.Load() {
 		return nil, errClosed
 	}

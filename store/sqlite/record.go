@@ -64,6 +64,9 @@ func getRecord(ctx context.Context, stmt *sql.Stmt, id store.RecordID) (*store.R
 
 // RecordGet implements store.Store.
 func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
 	if s.closed.Load() {
 		return nil, errClosed
 	}

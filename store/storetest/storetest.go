@@ -63,7 +63,7 @@ func Run(t *testing.T, h Harness) {
 
 // tests is the suite, in the order of DESIGN: the state table, claimants and
 // fingerprints, the token-bearing calls, concurrency, the sweeper, the admin
-// methods, errors.
+// methods, text, errors.
 var tests = []struct {
 	name string
 	fn   func(t *testing.T, h Harness)
@@ -114,6 +114,9 @@ var tests = []struct {
 	{"DeleteReturnsOldRecord", testDeleteReturnsOldRecord},
 	{"Stats", testStats},
 	{"CountByState", testCountByState},
+
+	{"InvalidTextIsRefused", testInvalidTextIsRefused},
+	{"TextRoundTrips", testTextRoundTrips},
 
 	{"CanceledContextPassesThrough", testCanceledContextPassesThrough},
 	{"ClosedStoreIsUnavailable", testClosedStoreIsUnavailable},
