@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,7 +15,7 @@ import (
 // claimed record tells it: the server's documented default.
 const defaultLeaseTTL = 5 * time.Minute
 
-// maxErrorBytes is the server's bound on Fail's error text.
+// maxErrorBytes is the server's bound on Fail's error text, in bytes.
 const maxErrorBytes = 4096
 
 // Job identifies one unit of work and how to hold it.
@@ -93,8 +94,11 @@ func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait =
 //
 // When fn returns a value, Do records it with Complete and returns it. When
 // fn returns an error, Do records a retryable failure, or a permanent one if
-// the error is wrapped with Permanent, and returns fn's error. When fn panics,
-// Do records a retryable failure and panics again with the same value.
+// the error is wrapped with Permanent, and returns fn's error; the text it
+// records is the error's made storable (bytes that are not UTF-8 and NULs
+// become U+FFFD, and it is cut to 4 KiB on a rune boundary), so the failure
+// is recorded whatever the text holds. When fn panics, Do records a
+// retryable failure and panics again with the same value.
 // Complete and Fail are retried on transient errors with the same token, and
 // are sent even if ctx is cancelled after fn returned (for at most one lease),
 // because they record what already happened.
@@ -182,7 +186,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, fn func(context.C
 	defer cancelFinish()
 	fail := func(msg string, retryable bool) (Record, error) {
 		return retry(finishCtx, c.retry, func(ctx context.Context) (Record, error) {
-			return c.Fail(ctx, FailRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Error: truncate(msg, maxErrorBytes), Retryable: retryable})
+			return c.Fail(ctx, FailRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Error: storableText(msg, maxErrorBytes), Retryable: retryable})
 		})
 	}
 
@@ -251,13 +255,24 @@ func callFn(ctx context.Context, fn func(context.Context, Attempt) ([]byte, erro
 	return value, nil, err
 }
 
-// truncate shortens s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
+// storableText returns s as text idem stores, for an error message that
+// must be recorded whatever it holds: every byte that is not UTF-8 and every
+// NUL (U+0000) becomes U+FFFD, and the text is cut to at most n bytes on a
+// rune boundary. Text that is already fine comes back unchanged.
+func storableText(s string, n int) string {
+	if len(s) <= n && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	var b strings.Builder
+	b.Grow(min(len(s), n))
+	for _, r := range s { // an invalid byte is utf8.RuneError, one at a time
+		if r == 0 {
+			r = utf8.RuneError
+		}
+		if b.Len()+utf8.RuneLen(r) > n {
+			break
+		}
+		b.WriteRune(r)
 	}
-	return s[:n]
+	return b.String()
 }

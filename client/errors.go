@@ -168,7 +168,8 @@ func (e *CompletionUnknownError) Unwrap() error { return e.Err }
 
 // Permanent marks err as a permanent failure: when fn returns it, Do records
 // the failure with retryable=false, and every later Do for the key returns a
-// *JobFailedError with err's message without running fn. Errors not marked
+// *JobFailedError with err's message (made storable: see Do) without running
+// fn. Errors not marked
 // release the record (retryable=true) so that the next delivery runs fn
 // again. Permanent(nil) is nil.
 func Permanent(err error) error {

@@ -9,3 +9,6 @@ var CanonicalJSON = canonicalJSON
 
 // IsLocal exposes the loopback check that guards WithToken.
 var IsLocal = isLocal
+
+// StorableText exposes what Do makes of an error text before it sends it.
+var StorableText = storableText
