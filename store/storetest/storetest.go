@@ -126,7 +126,7 @@ var tests = []struct {
 // lapses on its own while a test runs. Tests that need a lapsed lease use the
 // harness's Lapse instead of sleeping.
 const (
-	testLease     = time.Minute
+	testLease     = 5 * time.Minute
 	testRetention = time.Hour
 )
 
