@@ -6,24 +6,17 @@
 package config
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"math"
 	"os"
 	"path"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // File is the configuration file.
@@ -116,44 +109,6 @@ func Load(name string) (*File, error) {
 	return f, nil
 }
 
-// Parse decodes a configuration strictly (an unknown field is an error) and
-// validates it.
-func Parse(data []byte) (*File, error) {
-	// First pass: the node tree, to name fields by their path (tenants[1].
-	// rate_limit) rather than by a line and a Go type.
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, oneLine(err)
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return nil, errors.New("the file is empty; it needs a tenants list")
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("line %d: the file must be a mapping with a tenants list", root.Line)
-	}
-	walk := newFieldWalk()
-	if err := walk.check(root, "", fileFields); err != nil {
-		return nil, err
-	}
-
-	// Second pass: the strict decode itself.
-	var f File
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		return nil, withPath(err, walk.paths)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("the file holds more than one YAML document; keep one")
-	}
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	return &f, nil
-}
-
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // CheckTenantName checks a tenant's name: 1 to 64 characters of a-z, 0-9,
@@ -169,10 +124,10 @@ func CheckTenantName(name string) error {
 }
 
 // Validate checks every rule of the file and returns the first broken one as
-// "<path>: <what is wrong>".
+// "<path>: <what is wrong>". Parse adds the line the field is on.
 func (f *File) Validate() error {
 	if f == nil || len(f.Tenants) == 0 {
-		return errors.New("tenants: empty; list at least one tenant")
+		return fieldErrorf("tenants", "empty; list at least one tenant")
 	}
 	names := map[string]int{}
 	tokens := map[[sha256.Size]byte]string{}
@@ -181,54 +136,54 @@ func (f *File) Validate() error {
 		t := &f.Tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
 		if err := CheckTenantName(t.Name); err != nil {
-			return fmt.Errorf("%s.name: %w", p, err)
+			return fieldErrorf(p+".name", "%w", err)
 		}
 		if j, dup := names[t.Name]; dup {
-			return fmt.Errorf("%s.name: %q is also the name of tenants[%d]", p, t.Name, j)
+			return fieldErrorf(p+".name", "%q is also the name of tenants[%d]", t.Name, j)
 		}
 		names[t.Name] = i
 		if len(t.Tokens) == 0 && len(t.ClientCertSubjects) == 0 {
-			return fmt.Errorf("%s: tenant %q has no tokens and no client_cert_subjects, so nobody can authenticate as it", p, t.Name)
+			return fieldErrorf(p, "tenant %q has no tokens and no client_cert_subjects, so nobody can authenticate as it", t.Name)
 		}
 		for j, tok := range t.Tokens {
 			sum, ok := ParseTokenHash(tok)
 			if !ok {
 				// Never echo the value: it may be a token pasted by mistake.
-				return fmt.Errorf("%s.tokens[%d]: want %q (the hash `idemd token new` prints, never the token itself)", p, j, TokenHashPrefix+"<64 hex digits>")
+				return fieldErrorf(fmt.Sprintf("%s.tokens[%d]", p, j), "want %q (the hash `idemd token new` prints, never the token itself)", TokenHashPrefix+"<64 hex digits>")
 			}
 			if other, dup := tokens[sum]; dup {
-				return fmt.Errorf("%s.tokens[%d]: duplicate token hash; %s has it too", p, j, other)
+				return fieldErrorf(fmt.Sprintf("%s.tokens[%d]", p, j), "duplicate token hash; %s has it too", other)
 			}
 			tokens[sum] = fmt.Sprintf("%s.tokens[%d]", p, j)
 		}
 		for j, subj := range t.ClientCertSubjects {
 			q := fmt.Sprintf("%s.client_cert_subjects[%d]", p, j)
 			if err := checkSubject(subj); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
+				return fieldErrorf(q, "%w", err)
 			}
 			if other, dup := subjects[subj]; dup {
-				return fmt.Errorf("%s: duplicate subject %q; %s has it too", q, subj, other)
+				return fieldErrorf(q, "duplicate subject %q; %s has it too", subj, other)
 			}
 			subjects[subj] = q
 		}
 		if t.Namespaces != nil && len(t.Namespaces) == 0 {
-			return fmt.Errorf("%s.namespaces: empty, which would allow nothing; list globs, or leave it out to allow every namespace", p)
+			return fieldErrorf(p+".namespaces", "empty, which would allow nothing; list globs, or leave it out to allow every namespace")
 		}
 		for j, pattern := range t.Namespaces {
 			if err := checkGlob(pattern); err != nil {
-				return fmt.Errorf("%s.namespaces[%d]: %w", p, j, err)
+				return fieldErrorf(fmt.Sprintf("%s.namespaces[%d]", p, j), "%w", err)
 			}
 		}
 		if rl := t.RateLimit; rl != nil {
 			if !(rl.PerSecond > 0) || math.IsInf(rl.PerSecond, 0) {
-				return fmt.Errorf("%s.rate_limit.per_second: %v; it must be a number above 0", p, rl.PerSecond)
+				return fieldErrorf(p+".rate_limit.per_second", "%v; it must be a number above 0", rl.PerSecond)
 			}
 			if rl.Burst < 1 {
-				return fmt.Errorf("%s.rate_limit.burst: %d; it must be at least 1", p, rl.Burst)
+				return fieldErrorf(p+".rate_limit.burst", "%d; it must be at least 1", rl.Burst)
 			}
 		}
 		if t.MaxResultBytes < 0 {
-			return fmt.Errorf("%s.max_result_bytes: %d; it must be positive, or left out for the server's limit", p, t.MaxResultBytes)
+			return fieldErrorf(p+".max_result_bytes", "%d; it must be positive, or left out for the server's limit", t.MaxResultBytes)
 		}
 	}
 	return nil
@@ -301,166 +256,6 @@ func hasSpacedComma(subj string) bool {
 		}
 	}
 	return false
-}
-
-// ---- field paths for YAML errors ----
-
-// fields maps a mapping's known keys to the fields of the mapping inside
-// them (nil for a scalar or a list of scalars).
-type fields map[string]fieldsOf
-
-type fieldsOf struct {
-	list   bool // the value is a list of mappings with these fields
-	fields fields
-}
-
-var (
-	rateLimitFields = fields{"per_second": {}, "burst": {}}
-	tenantFields    = fields{
-		"name": {}, "tokens": {}, "client_cert_subjects": {}, "namespaces": {},
-		"rate_limit": {fields: rateLimitFields}, "max_result_bytes": {}, "admin": {},
-	}
-	fileFields = fields{"tenants": {list: true, fields: tenantFields}}
-)
-
-// fieldWalk checks a file's keys against the known fields.
-type fieldWalk struct {
-	// paths maps a line to the path of the field on it, for withPath.
-	paths map[int]string
-	// active holds the mappings being walked, so that a mapping merging
-	// itself in ("&a {<<: *a}") ends the walk instead of recursing forever;
-	// the strict decode then reports it.
-	active map[*yaml.Node]bool
-	// budget bounds the mappings walked, which merge keys over aliases
-	// could otherwise make exponential.
-	budget int
-}
-
-func newFieldWalk() *fieldWalk {
-	return &fieldWalk{paths: map[int]string{}, active: map[*yaml.Node]bool{}, budget: 10000}
-}
-
-// check walks a mapping node and reports an unknown key by its path.
-func (w *fieldWalk) check(n *yaml.Node, prefix string, known fields) error {
-	if n.Kind != yaml.MappingNode || w.active[n] {
-		return nil // the strict decode reports the wrong kind, with withPath's help
-	}
-	if w.budget--; w.budget < 0 {
-		return errors.New("the file merges mappings (<<) too many times over")
-	}
-	w.active[n] = true
-	defer delete(w.active, n)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Tag == "!!merge" { // "<<: *defaults" merges another mapping in
-			for _, m := range mergedMappings(v) {
-				if err := w.check(m, prefix, known); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		p := k.Value
-		if prefix != "" {
-			p = prefix + "." + k.Value
-		}
-		sub, ok := known[k.Value]
-		if !ok {
-			return fmt.Errorf("%s: unknown field (line %d); known fields here: %s", p, k.Line, keys(known))
-		}
-		recordPath(w.paths, k.Line, p)
-		recordPath(w.paths, v.Line, p)
-		switch {
-		case sub.list && v.Kind == yaml.SequenceNode:
-			for j, item := range v.Content {
-				ip := fmt.Sprintf("%s[%d]", p, j)
-				recordPath(w.paths, item.Line, ip)
-				if err := w.check(item, ip, sub.fields); err != nil {
-					return err
-				}
-			}
-		case sub.fields != nil:
-			if err := w.check(v, p, sub.fields); err != nil {
-				return err
-			}
-		case v.Kind == yaml.SequenceNode:
-			for j, item := range v.Content {
-				recordPath(w.paths, item.Line, fmt.Sprintf("%s[%d]", p, j))
-			}
-		}
-	}
-	return nil
-}
-
-// mergedMappings are the mappings a merge key's value names: one alias, or
-// a list of them.
-func mergedMappings(v *yaml.Node) []*yaml.Node {
-	var out []*yaml.Node
-	items := []*yaml.Node{v}
-	if v.Kind == yaml.SequenceNode {
-		items = v.Content
-	}
-	for _, n := range items {
-		if n.Kind == yaml.AliasNode && n.Alias != nil {
-			n = n.Alias
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// recordPath keeps the deepest path seen on a line.
-func recordPath(paths map[int]string, line int, p string) {
-	if old, ok := paths[line]; !ok || len(p) > len(old) {
-		paths[line] = p
-	}
-}
-
-func keys(f fields) string {
-	return strings.Join(slices.Sorted(maps.Keys(f)), ", ")
-}
-
-var linePrefix = regexp.MustCompile(`^line (\d+): (.*)$`)
-
-// goTypes names the decoder's Go types the way the file's reader knows them.
-var goTypes = strings.NewReplacer(
-	"into []config.Tenant", "into a list of tenants",
-	"into config.Tenant", "into a tenant (a mapping with name, tokens, …)",
-	"into *config.RateLimit", "into a rate limit ({per_second: N, burst: N})",
-	"into config.RateLimit", "into a rate limit ({per_second: N, burst: N})",
-	"into config.File", "into the file (a mapping with a tenants list)",
-	"into []string", "into a list of strings",
-	"into float64", "into a number",
-	"into int", "into an integer",
-	"into bool", "into true or false",
-)
-
-// withPath turns the decoder's errors ("line 7: cannot unmarshal !!str …")
-// into one line led by the field's path.
-func withPath(err error, paths map[int]string) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) || len(te.Errors) == 0 {
-		return oneLine(err)
-	}
-	parts := make([]string, 0, len(te.Errors))
-	for _, e := range te.Errors {
-		e = goTypes.Replace(e)
-		if m := linePrefix.FindStringSubmatch(e); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			if p, ok := paths[line]; ok {
-				parts = append(parts, fmt.Sprintf("%s: %s (line %d)", p, m[2], line))
-				continue
-			}
-		}
-		parts = append(parts, e)
-	}
-	return errors.New(strings.Join(parts, "; "))
-}
-
-// oneLine flattens a YAML error to one line without its "yaml: " prefix.
-func oneLine(err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return errors.New(strings.Join(strings.Fields(msg), " "))
 }
 
 func truncate(s string, n int) string {
