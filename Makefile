@@ -71,6 +71,24 @@ demo: ## Exactly-once payments over NATS JetStream with workers killed at random
 run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
 	go run -ldflags "$(LDFLAGS)" ./cmd/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
 
+.PHONY: release
+release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, into DIST (dist/) with SHA256SUMS.
+	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
+	$(foreach p,$(RELEASE_PLATFORMS),$(foreach c,idemd idem,$(call release-build,$(p),$(c))))
+	cd "$(DIST)" && $(SHA256SUM) idem* > SHA256SUMS
+	@echo "$(DIST)/: $$(ls "$(DIST)" | wc -l | tr -d ' ') files; verify with: cd $(DIST) && $(SHA256SUM) -c SHA256SUMS"
+
+# release-build builds the command $(2) for the platform $(1) (os/arch) as
+# $(DIST)/$(2)_$(VERSION)_os_arch. The blank line ends each command, so that
+# `make -n release` lists one build per line.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST ?= dist
+SHA256SUM := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || echo "shasum -a 256")
+define release-build
+CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o "$(DIST)/$(2)_$(VERSION)_$(subst /,_,$(1))" ./cmd/$(2)
+
+endef
+
 .PHONY: bench
 bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL and a Redis lock, interleaved, C=32, CPU per job by process and WAL per job, in about two minutes (docs/BENCHMARKS.md); BENCH_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
