@@ -1,0 +1,730 @@
+// Package deploy_test checks the files in deploy/ against the idemd they
+// deploy: the binaries that `make release` builds (static, stamped, with
+// checksums) are the ones the tests run; the Dockerfile, the systemd unit and
+// the Kubernetes manifests name only flags, environment variables, ports and
+// endpoints idemd has; and every metric the dashboard and the alerts read is
+// one a running idemd exports.
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// testVersion is the version the test release is stamped with.
+const testVersion = "v0.0.0-deploytest"
+
+// release is what TestMain's `make release` for this machine's platform
+// built: the binaries every test that runs idemd uses.
+var release struct {
+	dir          string
+	idemd, idem  string
+	output       string
+	err          error
+	flagsOnce    sync.Once
+	flags, envs  map[string]bool
+	valueFlags   map[string]bool
+	flagsErr     error
+	helpOutput   string
+	hostPlatform string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-release-test")
+	if err != nil {
+		panic(err)
+	}
+	release.dir = dir
+	release.hostPlatform = runtime.GOOS + "_" + runtime.GOARCH
+	release.idemd = filepath.Join(dir, "idemd_"+testVersion+"_"+release.hostPlatform)
+	release.idem = filepath.Join(dir, "idem_"+testVersion+"_"+release.hostPlatform)
+	cmd := exec.Command("make", "-C", "..", "--no-print-directory", "release",
+		"RELEASE_PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH, "DIST="+dir, "VERSION="+testVersion)
+	out, err := cmd.CombinedOutput()
+	release.output, release.err = string(out), err
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// needRelease fails the test when TestMain's `make release` did.
+func needRelease(t *testing.T) {
+	t.Helper()
+	if release.err != nil {
+		t.Fatalf("make release for %s: %v\n%s", release.hostPlatform, release.err, release.output)
+	}
+}
+
+// serveFlags returns the flags and environment variables `idemd serve`
+// accepts, read from its --help, and which of the flags take a value.
+func serveFlags(t *testing.T) (flags, envs, valueFlags map[string]bool) {
+	t.Helper()
+	needRelease(t)
+	release.flagsOnce.Do(func() {
+		out, err := exec.Command(release.idemd, "serve", "--help").CombinedOutput()
+		if err != nil {
+			release.flagsErr = fmt.Errorf("idemd serve --help: %v\n%s", err, out)
+			return
+		}
+		release.helpOutput = string(out)
+		release.flags, release.envs, release.valueFlags = map[string]bool{}, map[string]bool{}, map[string]bool{}
+		// "      --listen="127.0.0.1:7070"  Address …", "  --[no-]migrate", "  --pprof"
+		flagRE := regexp.MustCompile(`(?m)^\s+(?:-\w, )?--(\[no-\])?([a-z0-9-]+)(=)?`)
+		for _, m := range flagRE.FindAllStringSubmatch(release.helpOutput, -1) {
+			release.flags[m[2]] = true
+			if m[1] != "" {
+				release.flags["no-"+m[2]] = true
+			}
+			if m[3] != "" {
+				release.valueFlags[m[2]] = true
+			}
+		}
+		for _, m := range regexp.MustCompile(`\(\$(IDEM_[A-Z0-9_]+)\)`).FindAllStringSubmatch(release.helpOutput, -1) {
+			release.envs[m[1]] = true
+		}
+	})
+	if release.flagsErr != nil {
+		t.Fatal(release.flagsErr)
+	}
+	for _, want := range []string{"listen", "http-listen", "config", "database-url"} {
+		if !release.flags[want] || !release.valueFlags[want] {
+			t.Fatalf("reading idemd serve --help found no --%s=…; the parser is out of date:\n%s", want, release.helpOutput)
+		}
+	}
+	if !release.envs["IDEM_LISTEN"] {
+		t.Fatalf("reading idemd serve --help found no $IDEM_LISTEN; the parser is out of date:\n%s", release.helpOutput)
+	}
+	return release.flags, release.envs, release.valueFlags
+}
+
+// checkServeArgs checks that args (what follows `idemd`) run `serve` with
+// flags idemd accepts, and returns the flags' values.
+func checkServeArgs(t *testing.T, where string, args []string) map[string]string {
+	t.Helper()
+	flags, _, valueFlags := serveFlags(t)
+	if len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("%s: idemd's arguments %q do not start with serve", where, args)
+	}
+	values := map[string]string{}
+	for i := 1; i < len(args); i++ {
+		name, ok := strings.CutPrefix(args[i], "--")
+		if !ok {
+			t.Errorf("%s: %q is not a flag; serve takes no arguments", where, args[i])
+			continue
+		}
+		name, value, hasValue := strings.Cut(name, "=")
+		if !flags[name] {
+			t.Errorf("%s: idemd serve has no flag --%s", where, name)
+			continue
+		}
+		if valueFlags[name] && !hasValue {
+			if i+1 >= len(args) {
+				t.Errorf("%s: --%s needs a value", where, name)
+				continue
+			}
+			i++
+			value = args[i]
+		}
+		values[name] = value
+	}
+	return values
+}
+
+// checkEnv checks that name is an environment variable idemd serve reads.
+func checkEnv(t *testing.T, where, name string) {
+	t.Helper()
+	_, envs, _ := serveFlags(t)
+	if !envs[name] {
+		t.Errorf("%s: idemd serve reads no environment variable %s", where, name)
+	}
+}
+
+// port returns the port of a listen address such as ":7070".
+func port(t *testing.T, where, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%s: listen address %q: %v", where, addr, err)
+	}
+	return p
+}
+
+func TestReleaseBuildsStaticStampedBinariesWithChecksums(t *testing.T) {
+	needRelease(t)
+	entries, err := os.ReadDir(release.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"SHA256SUMS", filepath.Base(release.idem), filepath.Base(release.idemd)}
+	if !slices.Equal(names, want) {
+		t.Fatalf("dist holds %q, want %q", names, want)
+	}
+
+	sums, err := os.ReadFile(filepath.Join(release.dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS line %q is not \"<sha256>  <file>\"", line)
+		}
+		listed[name] = sum
+	}
+	for _, bin := range []string{release.idemd, release.idem} {
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sha256.Sum256(data)
+		if sum := listed[filepath.Base(bin)]; sum != hex.EncodeToString(got[:]) {
+			t.Errorf("SHA256SUMS has %q for %s; its SHA-256 is %x", sum, filepath.Base(bin), got)
+		}
+		if runtime.GOOS == "linux" {
+			checkStatic(t, bin)
+		}
+	}
+	if len(listed) != 2 {
+		t.Errorf("SHA256SUMS lists %d files, want the 2 binaries:\n%s", len(listed), sums)
+	}
+
+	out, err := exec.Command(release.idemd, "version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "idemd "+testVersion {
+		t.Errorf("idemd version: %q, %v; want %q", out, err, "idemd "+testVersion)
+	}
+	if out, err := exec.Command(release.idem, "--help").CombinedOutput(); err != nil {
+		t.Errorf("idem --help: %v\n%s", err, out)
+	}
+}
+
+// checkStatic fails unless the ELF binary at path is statically linked: no
+// program interpreter and no shared libraries, so it runs on an image with
+// no libc.
+func checkStatic(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has a program interpreter: it is linked dynamically (built without CGO_ENABLED=0?)", filepath.Base(path))
+		}
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(libs) > 0 {
+		t.Errorf("%s needs shared libraries %v", filepath.Base(path), libs)
+	}
+}
+
+// TestReleaseCoversEveryPlatform reads what `make release` would run: a
+// static, stamped build of both binaries for linux and darwin, amd64 and
+// arm64, and the checksums.
+func TestReleaseCoversEveryPlatform(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("make", "-C", "..", "--no-print-directory", "-n", "release", "VERSION=v1.2.3", "DIST=out")
+	// The Makefile's defaults, not the caller's.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RELEASE_PLATFORMS=") && !strings.HasPrefix(kv, "DIST=") && !strings.HasPrefix(kv, "VERSION=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n release: %v\n%s", err, out)
+	}
+	buildRE := regexp.MustCompile(`^CGO_ENABLED=0 GOOS=(\w+) GOARCH=(\w+) go build -trimpath -ldflags "[^"]*-X main\.version=v1\.2\.3[^"]*" -o "out/(\w+)_v1\.2\.3_(\w+)" \./cmd/(\w+)$`)
+	built := map[string]bool{}
+	var checksums bool
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "go build") {
+			m := buildRE.FindStringSubmatch(line)
+			if m == nil {
+				t.Errorf("make release runs %q; want a CGO_ENABLED=0 -trimpath build stamped with VERSION into DIST", line)
+				continue
+			}
+			if m[3] != m[5] || m[4] != m[1]+"_"+m[2] {
+				t.Errorf("make release builds ./cmd/%s for %s/%s as %s_%s", m[5], m[1], m[2], m[3], m[4])
+			}
+			built[m[5]+" "+m[1]+"/"+m[2]] = true
+		}
+		if strings.Contains(line, "SHA256SUMS") && strings.Contains(line, "sha") {
+			checksums = true
+		}
+	}
+	for _, cmd := range []string{"idemd", "idem"} {
+		for _, platform := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"} {
+			if !built[cmd+" "+platform] {
+				t.Errorf("make release does not build %s for %s:\n%s", cmd, platform, out)
+			}
+		}
+	}
+	if len(built) != 8 {
+		t.Errorf("make release runs %d builds, want 8:\n%s", len(built), out)
+	}
+	if !checksums {
+		t.Errorf("make release writes no SHA256SUMS:\n%s", out)
+	}
+}
+
+// dockerInstruction is one instruction of a Dockerfile, continuation lines
+// joined.
+type dockerInstruction struct {
+	cmd, args string
+}
+
+func readDockerfile(t *testing.T) [][]dockerInstruction {
+	t.Helper()
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages [][]dockerInstruction
+	var cur strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	flush := func() {
+		line := strings.TrimSpace(cur.String())
+		cur.Reset()
+		if line == "" {
+			return
+		}
+		cmd, args, _ := strings.Cut(line, " ")
+		in := dockerInstruction{strings.ToUpper(cmd), strings.TrimSpace(args)}
+		if in.cmd == "FROM" {
+			stages = append(stages, nil)
+		}
+		if len(stages) == 0 {
+			if in.cmd != "ARG" {
+				t.Fatalf("Dockerfile: %s before the first FROM", in.cmd)
+			}
+			return
+		}
+		stages[len(stages)-1] = append(stages[len(stages)-1], in)
+	}
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if rest, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(rest + " ")
+			continue
+		}
+		cur.WriteString(line)
+		flush()
+	}
+	flush()
+	return stages
+}
+
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	stages := readDockerfile(t)
+	if len(stages) != 2 {
+		t.Fatalf("Dockerfile has %d stages, want a build stage and the image", len(stages))
+	}
+
+	goMod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(goMod)
+	if goVersion == nil {
+		t.Fatal("go.mod has no go directive")
+	}
+	var builds int
+	for _, in := range stages[0] {
+		switch {
+		case in.cmd == "FROM":
+			if !strings.Contains(in.args, "golang:"+string(goVersion[1])+"-") && !strings.Contains(in.args, "golang:"+string(goVersion[1])+" ") {
+				t.Errorf("the build stage is FROM %s; go.mod asks for Go %s", in.args, goVersion[1])
+			}
+		case in.cmd == "RUN" && strings.Contains(in.args, "go build"):
+			builds++
+			if !strings.Contains(in.args, "CGO_ENABLED=0 ") {
+				t.Errorf("the Dockerfile builds without CGO_ENABLED=0, so the binaries need a libc the image does not have: %s", in.args)
+			}
+			for _, pkg := range []string{"./cmd/idemd", "./cmd/idem"} {
+				if !slices.Contains(strings.Fields(in.args), pkg) {
+					t.Errorf("the Dockerfile's build leaves out %s: %s", pkg, in.args)
+				}
+			}
+			if !strings.Contains(in.args, "-X main.version=") {
+				t.Errorf("the Dockerfile's build does not stamp the version: %s", in.args)
+			}
+		}
+	}
+	if builds != 1 {
+		t.Errorf("the build stage runs go build %d times, want once", builds)
+	}
+
+	var entrypoint, command []string
+	var user string
+	env := map[string]string{}
+	var exposed []string
+	for _, in := range stages[1] {
+		switch in.cmd {
+		case "RUN":
+			t.Errorf("the image stage runs %q: the image has no shell", in.args)
+		case "USER":
+			user = in.args
+		case "ENTRYPOINT", "CMD":
+			var list []string
+			if err := yaml.Unmarshal([]byte(in.args), &list); err != nil || !strings.HasPrefix(in.args, "[") {
+				t.Errorf("%s %s is not in exec form (a JSON array): the image has no shell to run it", in.cmd, in.args)
+			}
+			if in.cmd == "ENTRYPOINT" {
+				entrypoint = list
+			} else {
+				command = list
+			}
+		case "ENV":
+			for _, kv := range strings.Fields(in.args) {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					t.Errorf("ENV %s: write NAME=value", in.args)
+				}
+				env[k] = v
+			}
+		case "EXPOSE":
+			exposed = append(exposed, strings.Fields(in.args)...)
+		}
+	}
+	if uid, _, _ := strings.Cut(user, ":"); uid == "" || uid == "0" || uid == "root" {
+		t.Errorf("the image runs as user %q; want a non-root user", user)
+	}
+	if len(entrypoint) != 1 || filepath.Base(entrypoint[0]) != "idemd" {
+		t.Errorf("ENTRYPOINT is %q, want idemd", entrypoint)
+	}
+	checkServeArgs(t, "Dockerfile CMD", command)
+	for k := range env {
+		checkEnv(t, "Dockerfile ENV", k)
+	}
+	var ports []string
+	for _, name := range []string{"IDEM_LISTEN", "IDEM_HTTP_LISTEN", "IDEM_JSON_LISTEN"} {
+		addr, ok := env[name]
+		if !ok {
+			t.Errorf("the image leaves %s at its loopback default, which nothing outside the container reaches", name)
+			continue
+		}
+		ports = append(ports, port(t, "Dockerfile ENV "+name, addr))
+	}
+	slices.Sort(ports)
+	slices.Sort(exposed)
+	if !slices.Equal(ports, exposed) {
+		t.Errorf("the image EXPOSEs %v; idemd listens on %v", exposed, ports)
+	}
+}
+
+func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("systemd/idemd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]map[string][]string{}
+	var section string
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = strings.Trim(line, "[]")
+			sections[section] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || section == "" {
+				t.Fatalf("idemd.service:%d: %q is neither a [Section] nor Key=value in one", n+1, line)
+			}
+			sections[section][k] = append(sections[section][k], v)
+		}
+	}
+	for _, s := range []string{"Unit", "Service", "Install"} {
+		if sections[s] == nil {
+			t.Errorf("idemd.service has no [%s] section", s)
+		}
+	}
+	svc := sections["Service"]
+	if len(svc["ExecStart"]) != 1 {
+		t.Fatalf("idemd.service has %d ExecStart lines, want 1", len(svc["ExecStart"]))
+	}
+	fields := strings.Fields(svc["ExecStart"][0])
+	if !filepath.IsAbs(fields[0]) || filepath.Base(fields[0]) != "idemd" {
+		t.Errorf("ExecStart runs %s, want idemd by its absolute path", fields[0])
+	}
+	flags := checkServeArgs(t, "idemd.service ExecStart", fields[1:])
+	for _, name := range []string{"listen", "http-listen"} {
+		if addr, ok := flags[name]; ok {
+			port(t, "idemd.service --"+name, addr)
+		}
+	}
+	if !strings.HasPrefix(flags["config"], "${CREDENTIALS_DIRECTORY}/") {
+		t.Errorf("--config is %q; the unit loads the config file as a credential", flags["config"])
+	}
+	for _, kv := range svc["Environment"] {
+		for _, f := range strings.Fields(kv) {
+			name, _, _ := strings.Cut(strings.Trim(f, `"`), "=")
+			checkEnv(t, "idemd.service Environment", name)
+		}
+	}
+	if svc["User"] == nil && (len(svc["DynamicUser"]) == 0 || svc["DynamicUser"][0] != "yes") {
+		t.Error("idemd.service runs idemd as root: set User= or DynamicUser=yes")
+	}
+}
+
+// manifest is one Kubernetes object, as generic YAML.
+type manifest map[string]any
+
+func (m manifest) kind() string { s, _ := m["kind"].(string); return s }
+
+// get walks a path of map keys and list indexes.
+func (m manifest) get(path ...any) any {
+	var v any = map[string]any(m)
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			mm, _ := v.(map[string]any)
+			v = mm[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func readManifests(t *testing.T) map[string]manifest {
+	t.Helper()
+	files, err := filepath.Glob("kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in kubernetes/: %v", err)
+	}
+	objects := map[string]manifest{}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			// Into a plain map: decoding into manifest would make every
+			// nested map a manifest too.
+			var raw map[string]any
+			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s does not parse: %v", file, err)
+			}
+			if raw == nil {
+				continue
+			}
+			m := manifest(raw)
+			name, _ := m.get("metadata", "name").(string)
+			api, _ := m["apiVersion"].(string)
+			if m.kind() == "" || api == "" || (name == "" && m.kind() != "Kustomization") {
+				t.Errorf("%s: an object without apiVersion, kind or metadata.name", file)
+				continue
+			}
+			key := m.kind() + "/" + name
+			if _, dup := objects[key]; dup {
+				t.Errorf("%s: %s twice", file, key)
+			}
+			objects[key] = m
+			if m.kind() == "Kustomization" {
+				for _, r := range m["resources"].([]any) {
+					if _, err := os.Stat(filepath.Join("kubernetes", r.(string))); err != nil {
+						t.Errorf("kustomization.yaml names %s: %v", r, err)
+					}
+				}
+			}
+		}
+	}
+	return objects
+}
+
+// container is what the tests read of the Deployment's idemd container.
+type container struct {
+	args  []string
+	env   map[string]string // literal values; "" for valueFrom
+	ports map[string]int    // by name
+	probe map[string]manifest
+}
+
+func idemdContainer(t *testing.T, objects map[string]manifest) container {
+	t.Helper()
+	dep := objects["Deployment/idemd"]
+	if dep == nil {
+		t.Fatal("kubernetes/ has no Deployment idemd")
+	}
+	c, _ := dep.get("spec", "template", "spec", "containers", 0).(map[string]any)
+	if c == nil {
+		t.Fatal("the Deployment has no container")
+	}
+	cm := manifest(c)
+	out := container{env: map[string]string{}, ports: map[string]int{}, probe: map[string]manifest{}}
+	for _, a := range cm["args"].([]any) {
+		out.args = append(out.args, a.(string))
+	}
+	for _, e := range cm["env"].([]any) {
+		em := manifest(e.(map[string]any))
+		v, _ := em["value"].(string)
+		out.env[em["name"].(string)] = v
+	}
+	for _, p := range cm["ports"].([]any) {
+		pm := manifest(p.(map[string]any))
+		out.ports[pm["name"].(string)] = pm["containerPort"].(int)
+	}
+	for _, kind := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+		if p, ok := cm[kind].(map[string]any); ok {
+			out.probe[kind] = manifest(p)
+		}
+	}
+	return out
+}
+
+// servedPaths are the paths idemd serves on --http-listen (cmd/idemd/http.go).
+var servedPaths = []string{"/metrics", "/healthz", "/readyz"}
+
+func TestKubernetesManifests(t *testing.T) {
+	t.Parallel()
+	objects := readManifests(t)
+	for _, want := range []string{"Deployment/idemd", "Service/idemd", "ServiceMonitor/idemd"} {
+		if objects[want] == nil {
+			t.Errorf("kubernetes/ has no %s", want)
+		}
+	}
+	dep := objects["Deployment/idemd"]
+	c := idemdContainer(t, objects)
+	checkServeArgs(t, "Deployment args", c.args)
+	for name := range c.env {
+		checkEnv(t, "Deployment env", name)
+	}
+
+	// Each listener's port is the container port of that name.
+	listeners := map[string]string{"grpc": "IDEM_LISTEN", "http": "IDEM_HTTP_LISTEN", "json": "IDEM_JSON_LISTEN"}
+	for portName, env := range listeners {
+		addr, ok := c.env[env]
+		if !ok {
+			t.Errorf("the Deployment leaves %s at its loopback default, which no probe or Service reaches", env)
+			continue
+		}
+		if p := port(t, "Deployment "+env, addr); fmt.Sprint(c.ports[portName]) != p {
+			t.Errorf("container port %s is %d; %s listens on %s", portName, c.ports[portName], env, p)
+		}
+	}
+	if c.env["IDEM_CONFIG"] == "" {
+		t.Error("the Deployment sets no IDEM_CONFIG: on a non-loopback address idemd refuses to start without one")
+	}
+
+	// Probes: HTTP ones on the http port at a path idemd serves, the gRPC one
+	// on the gRPC port for a service idemd's health service reports.
+	var httpProbes, grpcProbes int
+	for kind, p := range c.probe {
+		if hg, ok := p["httpGet"].(map[string]any); ok {
+			httpProbes++
+			if path, _ := hg["path"].(string); !slices.Contains(servedPaths, path) {
+				t.Errorf("%s asks for %v; idemd serves %v", kind, hg["path"], servedPaths)
+			}
+			if hg["port"] != "http" && hg["port"] != c.ports["http"] {
+				t.Errorf("%s asks port %v, not the http port", kind, hg["port"])
+			}
+		}
+		if g, ok := p["grpc"].(map[string]any); ok {
+			grpcProbes++
+			if g["port"] != c.ports["grpc"] {
+				t.Errorf("%s asks port %v; gRPC is on %d (a gRPC probe takes a number, not a port name)", kind, g["port"], c.ports["grpc"])
+			}
+			if s, _ := g["service"].(string); s != "" && s != "idem.v1.IdempotencyService" {
+				t.Errorf("%s asks for health of %q; idemd reports \"\" and idem.v1.IdempotencyService", kind, s)
+			}
+		}
+	}
+	if httpProbes == 0 || grpcProbes == 0 {
+		t.Errorf("the Deployment has %d HTTP and %d gRPC probes; want both kinds", httpProbes, grpcProbes)
+	}
+	if path, _ := c.probe["livenessProbe"].get("httpGet", "path").(string); path != "/healthz" {
+		t.Errorf("the liveness probe asks %q; /healthz is the one that does not restart pods for a database outage", path)
+	}
+
+	// The Deployment's selector picks its pods; the Service's selects them too
+	// and forwards to ports they have; the ServiceMonitor scrapes /metrics
+	// through the Service's port for the http container port.
+	podLabels, _ := dep.get("spec", "template", "metadata", "labels").(map[string]any)
+	if !subset(dep.get("spec", "selector", "matchLabels"), podLabels) {
+		t.Error("the Deployment's selector does not match its pod template's labels")
+	}
+	svc := objects["Service/idemd"]
+	if !subset(svc.get("spec", "selector"), podLabels) {
+		t.Error("the Service's selector does not match the pods' labels")
+	}
+	svcTarget := map[string]any{}
+	for _, p := range svc.get("spec", "ports").([]any) {
+		pm := p.(map[string]any)
+		target := pm["targetPort"]
+		if name, ok := target.(string); ok {
+			if _, ok := c.ports[name]; !ok {
+				t.Errorf("Service port %v targets %q, which the container does not have", pm["name"], name)
+			}
+		}
+		svcTarget[pm["name"].(string)] = target
+	}
+	sm := objects["ServiceMonitor/idemd"]
+	svcLabels, _ := svc.get("metadata", "labels").(map[string]any)
+	if !subset(sm.get("spec", "selector", "matchLabels"), svcLabels) {
+		t.Error("the ServiceMonitor's selector does not match the Service's labels")
+	}
+	for _, e := range sm.get("spec", "endpoints").([]any) {
+		em := e.(map[string]any)
+		if target := svcTarget[fmt.Sprint(em["port"])]; target != "http" && target != c.ports["http"] {
+			t.Errorf("the ServiceMonitor scrapes Service port %v, which leads to %v, not the http port", em["port"], target)
+		}
+		if path, ok := em["path"]; ok && path != "/metrics" {
+			t.Errorf("the ServiceMonitor scrapes %v, not /metrics", path)
+		}
+	}
+}
+
+// subset reports whether the map sel is non-empty and each of its entries
+// is in labels.
+func subset(sel any, labels map[string]any) bool {
+	m, _ := sel.(map[string]any)
+	if len(m) == 0 {
+		return false
+	}
+	for k, v := range m {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
