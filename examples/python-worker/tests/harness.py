@@ -149,7 +149,8 @@ class Worker:
         self.args = args
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, text=True)
-        self.lines = []
+        self.lines = []  # the JSON lines it printed
+        self.text = []  # the other lines
         self._eof = False
         self._cond = threading.Condition()
         if stdin is not None:
@@ -158,13 +159,19 @@ class Worker:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
-        for line in self.proc.stdout:
+        try:
+            for line in self.proc.stdout:
+                with self._cond:
+                    try:
+                        self.lines.append(json.loads(line))
+                    except ValueError:
+                        self.text.append(line)  # --help
+                    self._cond.notify_all()
+        finally:
+            self.proc.stdout.close()
             with self._cond:
-                self.lines.append(json.loads(line))
+                self._eof = True
                 self._cond.notify_all()
-        with self._cond:
-            self._eof = True
-            self._cond.notify_all()
 
     def wait_for(self, pred, timeout=RESULT_TIMEOUT):
         """Returns the first printed line that pred accepts."""
