@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -X main.version=$(VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help build generate check-generate lint test run test-node demo
+.PHONY: help build generate check-generate lint test run test-node test-python demo
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,9 +42,10 @@ lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at th
 		go tool buf breaking --against ".git#ref=$$base"; \
 	fi
 
-test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), then the Node worker's tests.
+test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), then the Node and Python workers' tests.
 	go test $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory test-node
+	@$(MAKE) --no-print-directory test-python
 
 test-node: ## Run the Node.js worker's tests (examples/node-worker). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
 	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
@@ -63,6 +64,23 @@ test-node: ## Run the Node.js worker's tests (examples/node-worker). Without nod
 	cd examples/node-worker && \
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
 	go run ../../internal/testdb/withpg npm test
+
+test-python: ## Run the Python worker's tests (examples/python-worker) against a real idemd. Without python3 (>= 3.8) they are skipped with a notice; in CI (CI=true) that is an error.
+	@if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then \
+		if [ "$$CI" = "true" ]; then \
+			echo "test-python: python3 >= 3.8 is required in CI (CI=true) to run the tests of examples/python-worker" >&2; \
+			exit 1; \
+		fi; \
+		echo ""; \
+		echo "########################################################################"; \
+		echo "##  NOTICE: python3 >= 3.8 not found: the Python worker tests DID NOT  ##"; \
+		echo "##  RUN. Install Python 3 and run 'make test-python' before you push. ##"; \
+		echo "########################################################################"; \
+		echo ""; \
+		exit 0; \
+	fi; \
+	cd examples/python-worker && \
+	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v
 
 demo: ## Exactly-once payments over NATS JetStream with workers killed at random (examples/payments); DEMO_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
