@@ -1,8 +1,9 @@
 // Command withpg runs a command with IDEM_TEST_DATABASE_URL set to the
 // PostgreSQL the Go tests would use (see package testdb): the one named by
 // IDEM_TEST_DATABASE_URL, the local one, or the shared throwaway cluster,
-// which it keeps in use until the command exits. `make test-node` runs the
-// Node worker's tests under it, so they too need no Postgres running.
+// which it keeps in use until the command exits. `make test-node` and `make
+// test-python` run the Node and Python workers' tests under it, so they too
+// need no Postgres running.
 //
 //	go run ./internal/testdb/withpg npm test
 package main
