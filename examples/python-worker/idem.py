@@ -500,7 +500,17 @@ class Client:
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"{}")
+                text = resp.read()
+            try:
+                answer = json.loads(text or b"{}")
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict):
+                # Not idemd (a proxy's page?): an error, not a crash of the
+                # heartbeat thread.
+                raise IdemError(f"HTTP {resp.status} with a body that is not a JSON object: {text[:200]!r}",
+                                code="UNKNOWN", http_status=resp.status, rpc=rpc)
+            return answer
         except urllib.error.HTTPError as err:
             with err:
                 raise _decode_error(rpc, err.code, err.headers, err.read()) from None

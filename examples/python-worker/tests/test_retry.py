@@ -116,6 +116,12 @@ class RetryTest(unittest.TestCase):
         self.assertTrue(cm.exception.transient)
         self.assertLess(time.monotonic() - start, 30)
 
+    def test_an_answer_that_is_not_json_is_an_error(self):
+        s = self.serve((200, {}, ["not", "an", "object"]))
+        with self.assertRaises(idem.IdemError) as cm:
+            idem.Client(s.url, retry=FAST).lookup("ns", "k")
+        self.assertEqual((cm.exception.code, cm.exception.transient), ("UNKNOWN", False))
+
     def test_keys_are_one_path_segment(self):
         s = self.serve((200, {}, {"record": {}}))
         idem.Client(s.url, retry=FAST).lookup("ns", "invoice/2024:17 100% ключ")
