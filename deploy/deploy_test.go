@@ -250,9 +250,12 @@ func checkStatic(t *testing.T, path string) {
 func TestReleaseCoversEveryPlatform(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command("make", "-C", "..", "--no-print-directory", "-n", "release", "VERSION=v1.2.3", "DIST=out")
-	// The Makefile's defaults, not the caller's.
+	// The Makefile's defaults, not the caller's: neither from the
+	// environment nor from the variables an outer make (make test) passes
+	// down in MAKEFLAGS.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RELEASE_PLATFORMS=") && !strings.HasPrefix(kv, "DIST=") && !strings.HasPrefix(kv, "VERSION=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"RELEASE_PLATFORMS", "DIST", "VERSION", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, name) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
