@@ -58,6 +58,7 @@ func (b *Backend) Collectors() []prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(pool.Stat()) })
 	}
 	return []prometheus.Collector{
+		b.batchRows,
 		gauge("idem_db_pool_max_conns", "Largest number of connections the pool opens.",
 			func(s *pgxpool.Stat) float64 { return float64(s.MaxConns()) }),
 		gauge("idem_db_pool_total_conns", "Connections open now.",

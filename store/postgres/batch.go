@@ -198,6 +198,7 @@ type tokenBatchCall = pending[*store.TokenCall, tokenOutcome]
 
 // tokenKind is the batch statement of one kind of token call.
 type tokenKind struct {
+	name  string // the kind's label in idem_db_batch_calls
 	batch string
 	// arrays turns a batch's own arguments (store.TokenCall.Args) into the
 	// arrays bound from $5.
@@ -208,6 +209,7 @@ type tokenKind struct {
 // store.TokenCallKind.
 var tokenKinds = [...]*tokenKind{
 	store.CallComplete: {
+		name: "complete",
 		batch: tokenBatchSQL(`state = 'completed', result = l.a1, error = NULL, lease_expires_at = NULL,
 			completed_at = now(), expires_at = now() + r.retention`, "bytea"),
 		arrays: func(batch []*tokenBatchCall) []any {
@@ -219,6 +221,7 @@ var tokenKinds = [...]*tokenKind{
 		},
 	},
 	store.CallFail: {
+		name: "fail",
 		batch: tokenBatchSQL(`state = CASE WHEN l.a2 THEN 'released' ELSE 'failed' END, error = l.a1, result = NULL,
 			lease_expires_at = NULL, completed_at = CASE WHEN l.a2 THEN NULL ELSE now() END,
 			expires_at = now() + r.retention`, "text", "boolean"),
@@ -231,6 +234,7 @@ var tokenKinds = [...]*tokenKind{
 		},
 	},
 	store.CallHeartbeat: {
+		name: "heartbeat",
 		batch: tokenBatchSQL(`state = 'processing', lease_expires_at = now() + l.a1 * interval '1 microsecond',
 			expires_at = NULL`, "bigint"),
 		arrays: func(batch []*tokenBatchCall) []any {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemhq/idem/store"
 )
 
@@ -35,7 +37,8 @@ import (
 //     every batch statement of every kind, so two batches that share keys
 //     wait for each other but never deadlock.
 //   - A key appears at most once in a statement: a second call for a key
-//     already in the batch waits in the queue for the next one.
+//     already in the batch goes in another statement (see drain), and
+//     Postgres orders the two as it orders any two concurrent Claims.
 //   - Each row gets its own answer (a fingerprint mismatch, a lost lease, a
 //     row that must be read again), never its neighbours'.
 //   - A statement that fails as a whole (connection lost, its time bound
@@ -65,6 +68,16 @@ const (
 	maxOverflow = 7
 )
 
+// newBatchRows is the histogram of the calls per statement, by kind: how
+// well the coalescers batch under the load they see.
+func newBatchRows() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "idem_db_batch_calls",
+		Help:    "Calls carried by one statement of the coalescer, by kind (claim, complete, fail, heartbeat): 1 when calls do not overlap, more under load.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	}, []string{"kind"})
+}
+
 // pending is one caller's call waiting in a coalescer. The batch runner
 // writes res and err, then done is closed.
 type pending[P, R any] struct {
@@ -83,6 +96,7 @@ type coalescer[P, R any] struct {
 	run         func(ctx context.Context, batch []*pending[P, R])
 	maxInFlight int
 	maxRows     int
+	rows        prometheus.Observer // each statement's number of calls
 
 	mu       sync.Mutex
 	queue    []*pending[P, R]
@@ -138,6 +152,7 @@ func (c *coalescer[P, R]) drain() {
 		if spawn {
 			go c.drain()
 		}
+		c.rows.Observe(float64(len(batch)))
 		ctx, cancel := context.WithTimeout(context.Background(), statementDeadline)
 		c.run(ctx, batch)
 		cancel()

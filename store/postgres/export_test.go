@@ -3,6 +3,9 @@ package postgres
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/idemhq/idem/store"
 )
 
@@ -59,4 +62,14 @@ func (s *Store) Queued() int {
 	s.claims.mu.Lock()
 	defer s.claims.mu.Unlock()
 	return len(s.claims.queue)
+}
+
+// BatchCalls is what idem_db_batch_calls holds for kind: the statements
+// observed and the calls they carried.
+func (s *Store) BatchCalls(kind string) (statements uint64, calls float64) {
+	m := &dto.Metric{}
+	if err := s.batchRows.WithLabelValues(kind).(prometheus.Metric).Write(m); err != nil {
+		panic(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
