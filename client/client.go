@@ -21,15 +21,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
-	"net/url"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/grpctarget"
 )
 
 // Client talks to one idem service. It is thin: every typed call is one RPC,
@@ -110,7 +108,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if o.token != "" {
-		if o.insecure && !isLocal(target) {
+		if o.insecure && !grpctarget.IsLoopback(target) {
 			return nil, fmt.Errorf("idem: refusing to send the token in plaintext to %q: use WithTLS, or a loopback target", target)
 		}
 		// gRPC itself enforces RequireTransportSecurity, so a dial option
@@ -139,13 +137,6 @@ func (c *Client) Close() error { return c.conn.Close() }
 // idemd runs with tenants, only tenants with admin: true may call it.
 func (c *Client) Admin() idemv1.AdminServiceClient { return c.admin }
 
-// IsLoopback reports whether target names this machine: a loopback IP,
-// "localhost", or a Unix socket. Plaintext to such a target never crosses a
-// network, which is why New lets WithToken go with WithInsecure only for
-// these targets; tools can apply the same rule before they choose
-// plaintext.
-func IsLoopback(target string) bool { return isLocal(target) }
-
 type bearerToken struct {
 	token      string
 	requireTLS bool
@@ -156,28 +147,3 @@ func (b bearerToken) GetRequestMetadata(_ context.Context, _ ...string) (map[str
 }
 
 func (b bearerToken) RequireTransportSecurity() bool { return b.requireTLS }
-
-// isLocal reports whether target names this machine: a loopback IP,
-// "localhost", or a Unix socket. Plaintext to it never crosses a network.
-func isLocal(target string) bool {
-	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
-		return true
-	}
-	hostPort := target
-	if strings.Contains(target, "://") { // dns:///host:port, passthrough:///host:port
-		u, err := url.Parse(target)
-		if err != nil {
-			return false
-		}
-		hostPort = strings.TrimPrefix(u.Path, "/")
-	}
-	host, _, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		host = strings.Trim(hostPort, "[]") // no port
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

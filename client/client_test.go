@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/grpctarget"
 	"github.com/idemhq/idem/internal/testserver"
 )
 
@@ -321,8 +322,8 @@ func TestAdminSharesTheConnection(t *testing.T) {
 func TestIsLoopbackMatchesTheTokenGuard(t *testing.T) {
 	t.Parallel()
 	for _, target := range []string{"127.0.0.1:7070", "[::1]:1", "localhost:7070", "unix:///run/idem.sock", "idem.example.com:7070", "10.0.0.1:7070"} {
-		if client.IsLoopback(target) != client.IsLocal(target) {
-			t.Errorf("IsLoopback(%q) = %v, but the token guard says %v", target, client.IsLoopback(target), client.IsLocal(target))
+		if grpctarget.IsLoopback(target) != client.IsLocal(target) {
+			t.Errorf("IsLoopback(%q) = %v, but the token guard says %v", target, grpctarget.IsLoopback(target), client.IsLocal(target))
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package client
 
+import "github.com/idemhq/idem/internal/grpctarget"
+
 // WithoutHeartbeat makes Do send no heartbeats, so that a test can let the
 // lease run out while fn runs.
 func WithoutHeartbeat() DoOption { return func(o *doOptions) { o.noHeartbeat = true } }
@@ -8,7 +10,7 @@ func WithoutHeartbeat() DoOption { return func(o *doOptions) { o.noHeartbeat = t
 var CanonicalJSON = canonicalJSON
 
 // IsLocal exposes the loopback check that guards WithToken.
-var IsLocal = isLocal
+var IsLocal = grpctarget.IsLoopback
 
 // StorableText exposes what Do makes of an error text before it sends it.
 var StorableText = storableText

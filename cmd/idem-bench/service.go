@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/client"
+	"github.com/idemhq/idem/internal/grpctarget"
 )
 
 // serviceTarget does a job through idem: Claim, then Complete, with the Go
@@ -25,7 +26,7 @@ type serviceTarget struct {
 }
 
 func (c *cli) dialService(addr string) (*client.Client, error) {
-	loopback := client.IsLoopback(addr)
+	loopback := grpctarget.IsLoopback(addr)
 	var opts []client.Option
 	switch {
 	case c.TLS:
