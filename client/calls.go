@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -150,15 +151,15 @@ type ClaimResult struct {
 // the error can never run a side effect that another worker is running.
 // ErrFingerprintMismatch is returned when the key was claimed with another
 // fingerprint.
-func (c *Client) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	resp, err := c.IdempotencyServiceClient.Claim(ctx, &idemv1.ClaimRequest{
+func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallOption) (ClaimResult, error) {
+	resp, err := c.service.Claim(ctx, &idemv1.ClaimRequest{
 		Namespace:   req.Namespace,
 		Key:         req.Key,
 		Fingerprint: req.Fingerprint,
 		LeaseTtl:    durationToProto(req.LeaseTTL),
 		Claimant:    req.Claimant,
 		Retention:   durationToProto(req.Retention),
-	})
+	}, opts...)
 	if err != nil {
 		return ClaimResult{}, decodeError(ctx, err)
 	}
@@ -191,13 +192,13 @@ type CompleteRequest struct {
 // without retries. Repeating it after a lost response returns the stored
 // record. Errors: ErrLeaseLost (another worker took over), ErrAlreadyTerminal,
 // ErrNotFound.
-func (c *Client) Complete(ctx context.Context, req CompleteRequest) (Record, error) {
-	resp, err := c.IdempotencyServiceClient.Complete(ctx, &idemv1.CompleteRequest{
+func (c *Client) Complete(ctx context.Context, req CompleteRequest, opts ...grpc.CallOption) (Record, error) {
+	resp, err := c.service.Complete(ctx, &idemv1.CompleteRequest{
 		Namespace: req.Namespace,
 		Key:       req.Key,
 		Token:     req.Token,
 		Result:    req.Result,
-	})
+	}, opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
@@ -221,14 +222,14 @@ type FailRequest struct {
 // Fail records a job's failure with the acquired token, in one RPC without
 // retries. Repeating it after a lost response returns the stored record.
 // Errors: ErrLeaseLost, ErrAlreadyTerminal, ErrNotFound.
-func (c *Client) Fail(ctx context.Context, req FailRequest) (Record, error) {
-	resp, err := c.IdempotencyServiceClient.Fail(ctx, &idemv1.FailRequest{
+func (c *Client) Fail(ctx context.Context, req FailRequest, opts ...grpc.CallOption) (Record, error) {
+	resp, err := c.service.Fail(ctx, &idemv1.FailRequest{
 		Namespace: req.Namespace,
 		Key:       req.Key,
 		Token:     req.Token,
 		Error:     req.Error,
 		Retryable: req.Retryable,
-	})
+	}, opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
@@ -249,23 +250,29 @@ type HeartbeatRequest struct {
 // Heartbeat extends the lease held with the token, in one RPC without
 // retries; it returns the record with its new LeaseExpiresAt. Errors:
 // ErrLeaseLost, ErrAlreadyTerminal, ErrNotFound.
-func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (Record, error) {
-	resp, err := c.IdempotencyServiceClient.Heartbeat(ctx, &idemv1.HeartbeatRequest{
+func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest, opts ...grpc.CallOption) (Record, error) {
+	resp, err := c.service.Heartbeat(ctx, &idemv1.HeartbeatRequest{
 		Namespace: req.Namespace,
 		Key:       req.Key,
 		Token:     req.Token,
 		LeaseTtl:  durationToProto(req.LeaseTTL),
-	})
+	}, opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
 	return recordFromProto(resp.GetRecord()), nil
 }
 
+// LookupRequest reads a record.
+type LookupRequest struct {
+	Namespace string
+	Key       string
+}
+
 // Lookup reads a record without changing it, in one RPC without retries.
 // Errors: ErrNotFound.
-func (c *Client) Lookup(ctx context.Context, namespace, key string) (Record, error) {
-	resp, err := c.IdempotencyServiceClient.Lookup(ctx, &idemv1.LookupRequest{Namespace: namespace, Key: key})
+func (c *Client) Lookup(ctx context.Context, req LookupRequest, opts ...grpc.CallOption) (Record, error) {
+	resp, err := c.service.Lookup(ctx, &idemv1.LookupRequest{Namespace: req.Namespace, Key: req.Key}, opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}

@@ -14,6 +14,21 @@
 // ErrAlreadyTerminal, *InProgressError, *JobFailedError and
 // *CompletionUnknownError. Reason returns the raw reason of any error.
 //
+// # The shape of the API
+//
+// A Client wraps the generated gRPC clients; it does not embed them. Each
+// method name therefore means one thing: c.Claim is the typed call, and there
+// is no second Claim with the generated signature behind it. Every typed
+// call takes a context, one request struct of its own (ClaimRequest, …,
+// LookupRequest) and, as the generated methods do, trailing grpc.CallOptions
+// that reach the RPC unchanged (grpc.Header, grpc.WaitForReady, …).
+//
+// *Client does not implement idemv1.IdempotencyServiceClient. Both
+// generated clients are one method away, on the Client's connection and
+// credentials: IdempotencyService and AdminService. Use them for an RPC
+// that has no typed call yet, or to work with the protobuf messages
+// directly; their errors are plain gRPC statuses (Reason still reads them).
+//
 // A Client is safe for concurrent use; create one per process and share it.
 package client
 
@@ -34,16 +49,10 @@ import (
 // and Do adds the retries and the lease handling around them. It is safe for
 // concurrent use.
 type Client struct {
-	// IdempotencyServiceClient is the generated client on the same
-	// connection. The typed helpers below shadow its methods of the same
-	// name; reach the raw RPCs as c.IdempotencyServiceClient.Claim(...).
-	// It is embedded (as in authzed-go) so that RPCs added to the service
-	// later are callable before they get a typed helper.
-	idemv1.IdempotencyServiceClient
-
-	admin idemv1.AdminServiceClient
-	conn  *grpc.ClientConn
-	retry RetryPolicy
+	service idemv1.IdempotencyServiceClient
+	admin   idemv1.AdminServiceClient
+	conn    *grpc.ClientConn
+	retry   RetryPolicy
 }
 
 // Option configures New.
@@ -120,22 +129,29 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("idem: client for %q: %w", target, err)
 	}
 	return &Client{
-		IdempotencyServiceClient: idemv1.NewIdempotencyServiceClient(conn),
-		admin:                    idemv1.NewAdminServiceClient(conn),
-		conn:                     conn,
-		retry:                    o.retry.withDefaults(),
+		service: idemv1.NewIdempotencyServiceClient(conn),
+		admin:   idemv1.NewAdminServiceClient(conn),
+		conn:    conn,
+		retry:   o.retry.withDefaults(),
 	}, nil
 }
 
 // Close closes the connection. Calls in flight fail with codes.Canceled.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// Admin returns the generated AdminService client (ListRecords,
-// DeleteRecord, Stats) on the client's connection, with the same
+// IdempotencyService returns the generated IdempotencyService client on the
+// Client's connection, with the same credentials. It is for RPCs without a
+// typed call yet and for code that works with the protobuf messages: its
+// errors are plain gRPC statuses, not decoded as the typed calls' are;
+// Reason works on them.
+func (c *Client) IdempotencyService() idemv1.IdempotencyServiceClient { return c.service }
+
+// AdminService returns the generated AdminService client (ListRecords,
+// DeleteRecord, Stats, …) on the Client's connection, with the same
 // credentials. It is for operators' tools: its errors are plain gRPC
 // statuses, not decoded as the typed calls' are; Reason works on them. When
 // idemd runs with tenants, only tenants with admin: true may call it.
-func (c *Client) Admin() idemv1.AdminServiceClient { return c.admin }
+func (c *Client) AdminService() idemv1.AdminServiceClient { return c.admin }
 
 type bearerToken struct {
 	token      string

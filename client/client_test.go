@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,7 +134,7 @@ func TestTokenSentAsBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Lookup(t.Context(), "ns", "k"); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Lookup(t.Context(), client.LookupRequest{Namespace: "ns", Key: "k"}); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("Lookup: %v, want ErrNotFound", err)
 	}
 	if auth := <-got; len(auth) != 1 || auth[0] != "Bearer s3cret" {
@@ -157,7 +158,7 @@ func TestTypedCallErrors(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		_, err := c.Lookup(t.Context(), ns, "missing")
+		_, err := c.Lookup(t.Context(), client.LookupRequest{Namespace: ns, Key: "missing"})
 		if !errors.Is(err, client.ErrNotFound) || status.Code(err) != codes.NotFound || client.Reason(err) != "NOT_FOUND" {
 			t.Errorf("Lookup of a missing key: %v (code %v, reason %q); want ErrNotFound", err, status.Code(err), client.Reason(err))
 		}
@@ -279,8 +280,8 @@ func TestTypedCallErrors(t *testing.T) {
 	})
 }
 
-// TestAdminSharesTheConnection: Admin reaches the AdminService over the same
-// connection and credentials as the typed calls.
+// TestAdminSharesTheConnection: AdminService reaches the AdminService over
+// the same connection and credentials as the typed calls.
 func TestAdminSharesTheConnection(t *testing.T) {
 	t.Parallel()
 	got := make(chan []string, 1)
@@ -300,20 +301,20 @@ func TestAdminSharesTheConnection(t *testing.T) {
 	if _, err := c.Claim(t.Context(), client.ClaimRequest{Namespace: "admin", Key: "k1"}); err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	list, err := c.Admin().ListRecords(t.Context(), &idemv1.ListRecordsRequest{})
+	list, err := c.AdminService().ListRecords(t.Context(), &idemv1.ListRecordsRequest{})
 	if err != nil {
 		t.Fatalf("ListRecords: %v", err)
 	}
 	if len(list.GetRecords()) != 1 || list.GetRecords()[0].GetKey() != "k1" {
 		t.Fatalf("ListRecords = %v; want the one record claimed through the typed client", list.GetRecords())
 	}
-	if _, err := c.Admin().Stats(t.Context(), &idemv1.StatsRequest{}); err != nil {
+	if _, err := c.AdminService().Stats(t.Context(), &idemv1.StatsRequest{}); err != nil {
 		t.Fatalf("Stats: %v", err)
 	}
 	if auth := <-got; len(auth) != 1 || auth[0] != "Bearer s3cret" {
 		t.Errorf("authorization on an admin call = %q, want [Bearer s3cret]", auth)
 	}
-	_, err = c.Admin().DeleteRecord(t.Context(), &idemv1.DeleteRecordRequest{Namespace: "admin", Key: "missing"})
+	_, err = c.AdminService().DeleteRecord(t.Context(), &idemv1.DeleteRecordRequest{Namespace: "admin", Key: "missing"})
 	if client.Reason(err) != "NOT_FOUND" {
 		t.Errorf("DeleteRecord of a missing record: %v; want reason NOT_FOUND", err)
 	}
@@ -325,5 +326,106 @@ func TestIsLoopbackMatchesTheTokenGuard(t *testing.T) {
 		if grpctarget.IsLoopback(target) != client.IsLocal(target) {
 			t.Errorf("IsLoopback(%q) = %v, but the token guard says %v", target, grpctarget.IsLoopback(target), client.IsLocal(target))
 		}
+	}
+}
+
+// callTag is a per-call credential that tags one RPC with x-call metadata.
+type callTag string
+
+func (c callTag) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"x-call": string(c)}, nil
+}
+
+func (callTag) RequireTransportSecurity() bool { return false }
+
+// TestTypedCallsPassCallOptions: every typed call hands its grpc.CallOptions
+// to the RPC, as the generated methods do.
+func TestTypedCallsPassCallOptions(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	tags := map[string][]string{} // full method → x-call values received
+	c := setup(t, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		mu.Lock()
+		tags[info.FullMethod] = append(tags[info.FullMethod], md.Get("x-call")...)
+		mu.Unlock()
+		return handler(ctx, req)
+	})
+	ctx := t.Context()
+	tag := func(s string) grpc.CallOption { return grpc.PerRPCCredentials(callTag(s)) }
+
+	claim, err := c.Claim(ctx, client.ClaimRequest{Namespace: "opts", Key: "k"}, tag("claim"))
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	token := claim.Record.Token
+	if _, err := c.Heartbeat(ctx, client.HeartbeatRequest{Namespace: "opts", Key: "k", Token: token}, tag("heartbeat")); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	if _, err := c.Fail(ctx, client.FailRequest{Namespace: "opts", Key: "k", Token: token, Error: "again", Retryable: true}, tag("fail")); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	again, err := c.Claim(ctx, client.ClaimRequest{Namespace: "opts", Key: "k"})
+	if err != nil {
+		t.Fatalf("second Claim: %v", err)
+	}
+	if _, err := c.Complete(ctx, client.CompleteRequest{Namespace: "opts", Key: "k", Token: again.Record.Token}, tag("complete")); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	var header metadata.MD
+	if _, err := c.Lookup(ctx, client.LookupRequest{Namespace: "opts", Key: "k"}, tag("lookup"), grpc.Header(&header)); err != nil {
+		t.Fatalf("Lookup: %v", err)
+	}
+	if header == nil {
+		t.Error("grpc.Header given to Lookup was not filled in")
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for method, want := range map[string][]string{
+		idemv1.IdempotencyService_Claim_FullMethodName:     {"claim"}, // the second Claim had no option
+		idemv1.IdempotencyService_Heartbeat_FullMethodName: {"heartbeat"},
+		idemv1.IdempotencyService_Fail_FullMethodName:      {"fail"},
+		idemv1.IdempotencyService_Complete_FullMethodName:  {"complete"},
+		idemv1.IdempotencyService_Lookup_FullMethodName:    {"lookup"},
+	} {
+		if got := tags[method]; !slices.Equal(got, want) {
+			t.Errorf("%s received x-call %q, want %q", method, got, want)
+		}
+	}
+}
+
+// TestIdempotencyServiceIsTheGeneratedClient: IdempotencyService reaches the
+// raw RPCs over the same connection and credentials as the typed calls, and
+// its errors are gRPC statuses that Reason reads.
+func TestIdempotencyServiceIsTheGeneratedClient(t *testing.T) {
+	t.Parallel()
+	got := make(chan []string, 1)
+	srv := testserver.StartWith(t, testserver.Options{ServerOptions: []grpc.ServerOption{grpc.ChainUnaryInterceptor(
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if info.FullMethod == idemv1.IdempotencyService_Lookup_FullMethodName {
+				md, _ := metadata.FromIncomingContext(ctx)
+				got <- md.Get("authorization")
+			}
+			return handler(ctx, req)
+		})}})
+	c, err := client.New(srv.Addr, client.WithInsecure(), client.WithToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp, err := c.IdempotencyService().Claim(t.Context(), &idemv1.ClaimRequest{Namespace: "raw", Key: "k1"})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if resp.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("raw Claim = %v, want ACQUIRED", resp.GetOutcome())
+	}
+	_, err = c.IdempotencyService().Lookup(t.Context(), &idemv1.LookupRequest{Namespace: "raw", Key: "missing"})
+	if status.Code(err) != codes.NotFound || client.Reason(err) != "NOT_FOUND" {
+		t.Errorf("raw Lookup of a missing record: %v; want a NotFound status with reason NOT_FOUND", err)
+	}
+	if auth := <-got; len(auth) != 1 || auth[0] != "Bearer s3cret" {
+		t.Errorf("authorization on a raw call = %q, want [Bearer s3cret]", auth)
 	}
 }

@@ -31,7 +31,7 @@ func value(v string) func(context.Context, client.Attempt) ([]byte, error) {
 
 func mustLookup(t *testing.T, c *client.Client, job client.Job) client.Record {
 	t.Helper()
-	rec, err := c.Lookup(t.Context(), job.Namespace, job.Key)
+	rec, err := c.Lookup(t.Context(), client.LookupRequest{Namespace: job.Namespace, Key: job.Key})
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}

@@ -144,7 +144,7 @@ func TestWithConfigAndClientOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer anonymous.Close()
-	if _, err := anonymous.Lookup(ctx, "process_payment", "k"); status.Code(err) != codes.Unauthenticated {
+	if _, err := anonymous.Lookup(ctx, client.LookupRequest{Namespace: "process_payment", Key: "k"}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("Lookup without a token: %v; want UNAUTHENTICATED", err)
 	}
 }

@@ -253,7 +253,7 @@ func TestFillRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	rec, err := cl.Lookup(t.Context(), "ns", "k-0000000500")
+	rec, err := cl.Lookup(t.Context(), client.LookupRequest{Namespace: "ns", Key: "k-0000000500"})
 	if err != nil {
 		t.Fatalf("Lookup of a filled record: %v", err)
 	}

@@ -112,7 +112,7 @@ func (t *serviceTarget) close(ctx context.Context) error {
 func (t *serviceTarget) probe(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := t.client.Lookup(ctx, t.namespace, "idem-bench-probe")
+	_, err := t.client.Lookup(ctx, client.LookupRequest{Namespace: t.namespace, Key: "idem-bench-probe"})
 	if err == nil || errors.Is(err, client.ErrNotFound) {
 		return nil
 	}

@@ -58,7 +58,7 @@ func (c *listCmd) Run(a *app) error {
 	}
 	all := &idemv1.ListRecordsResponse{}
 	for {
-		page, err := call(a, "list", conn.Admin().ListRecords, req)
+		page, err := call(a, "list", conn.AdminService().ListRecords, req)
 		if err != nil {
 			return err
 		}
@@ -107,7 +107,7 @@ func (c *deleteCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "delete "+c.name(), conn.Admin().DeleteRecord, &idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key})
+	resp, err := call(a, "delete "+c.name(), conn.AdminService().DeleteRecord, &idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key})
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (c *statsCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "stats", conn.Admin().Stats, &idemv1.StatsRequest{Namespace: c.Namespace})
+	resp, err := call(a, "stats", conn.AdminService().Stats, &idemv1.StatsRequest{Namespace: c.Namespace})
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func (c *claimCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "claim "+c.name(), conn.IdempotencyServiceClient.Claim, req)
+	resp, err := call(a, "claim "+c.name(), conn.IdempotencyService().Claim, req)
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (c *completeCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "complete "+c.name(), conn.IdempotencyServiceClient.Complete, &idemv1.CompleteRequest{
+	resp, err := call(a, "complete "+c.name(), conn.IdempotencyService().Complete, &idemv1.CompleteRequest{
 		Namespace: c.Namespace, Key: c.Key, Token: c.LeaseToken, Result: result,
 	})
 	if err != nil {
@@ -246,7 +246,7 @@ func (c *failCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "fail "+c.name(), conn.IdempotencyServiceClient.Fail, &idemv1.FailRequest{
+	resp, err := call(a, "fail "+c.name(), conn.IdempotencyService().Fail, &idemv1.FailRequest{
 		Namespace: c.Namespace, Key: c.Key, Token: c.LeaseToken, Error: c.Error, Retryable: c.Retryable,
 	})
 	if err != nil {
@@ -296,7 +296,7 @@ func (c *heartbeatCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "heartbeat "+c.name(), conn.IdempotencyServiceClient.Heartbeat, &idemv1.HeartbeatRequest{
+	resp, err := call(a, "heartbeat "+c.name(), conn.IdempotencyService().Heartbeat, &idemv1.HeartbeatRequest{
 		Namespace: c.Namespace, Key: c.Key, Token: c.LeaseToken, LeaseTtl: durationProto(c.LeaseTTL),
 	})
 	if err != nil {
@@ -341,7 +341,7 @@ func (c *lookupCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "lookup "+c.name(), conn.IdempotencyServiceClient.Lookup, &idemv1.LookupRequest{Namespace: c.Namespace, Key: c.Key})
+	resp, err := call(a, "lookup "+c.name(), conn.IdempotencyService().Lookup, &idemv1.LookupRequest{Namespace: c.Namespace, Key: c.Key})
 	if err != nil {
 		return err
 	}

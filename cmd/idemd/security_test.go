@@ -266,11 +266,11 @@ func TestSDKAgainstServeWithConfig(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_, err := newClient(t, addr, client.WithInsecure(), client.WithToken(token+"x")).Lookup(ctx, "process_payment", "order-1")
+		_, err := newClient(t, addr, client.WithInsecure(), client.WithToken(token+"x")).Lookup(ctx, client.LookupRequest{Namespace: "process_payment", Key: "order-1"})
 		if status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("Lookup with a wrong token: %v; want UNAUTHENTICATED", err)
 		}
-		_, err = newClient(t, addr, client.WithInsecure()).Lookup(ctx, "process_payment", "order-1")
+		_, err = newClient(t, addr, client.WithInsecure()).Lookup(ctx, client.LookupRequest{Namespace: "process_payment", Key: "order-1"})
 		if status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("Lookup without a token: %v; want UNAUTHENTICATED", err)
 		}
@@ -290,7 +290,7 @@ func TestSDKAgainstServeWithConfig(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_, err := newClient(t, addr, client.WithTLS(&tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}), client.WithToken(token)).
-			Lookup(ctx, "process_payment", "order-1")
+			Lookup(ctx, client.LookupRequest{Namespace: "process_payment", Key: "order-1"})
 		if err == nil || errors.Is(err, context.DeadlineExceeded) || status.Code(err) != codes.Unavailable {
 			t.Fatalf("Lookup without a client certificate: %v; want UNAVAILABLE (handshake refused)", err)
 		}

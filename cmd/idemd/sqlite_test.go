@@ -148,7 +148,7 @@ func TestServeWithNoFlagsRunsOnSQLiteAndKeepsCompletesAcrossKill9(t *testing.T) 
 
 	second := startServe(t, dir)
 	c = second.client(t)
-	rec, err := c.Lookup(ctx, "process_payment", "order-1")
+	rec, err := c.Lookup(ctx, client.LookupRequest{Namespace: "process_payment", Key: "order-1"})
 	if err != nil || rec.State != client.StateCompleted || string(rec.Result) != "ch_1" || rec.Token != claim.Record.Token {
 		t.Fatalf("after kill -9 and a restart, Lookup = %+v, %v; want COMPLETED with result ch_1 and token %d", rec, err, claim.Record.Token)
 	}

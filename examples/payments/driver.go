@@ -195,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	final := map[string]int64{}
 	var notCompleted []string
 	for _, j := range jobs {
-		rec, err := idem.Lookup(ctx, namespace, j.OrderID)
+		rec, err := idem.Lookup(ctx, client.LookupRequest{Namespace: namespace, Key: j.OrderID})
 		if err != nil || rec.State != client.StateCompleted {
 			notCompleted = append(notCompleted, fmt.Sprintf("%s (%v, %v)", j.OrderID, rec.State, err))
 			continue
