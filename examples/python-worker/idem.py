@@ -604,10 +604,10 @@ class Client:
                 raise attempt.lost_error from fn_err
             permanent = isinstance(fn_err, Permanent)
             if not isinstance(fn_err, Exception):
-                # KeyboardInterrupt, SystemExit: release the job, best effort.
+                # KeyboardInterrupt, SystemExit: release the job, best effort
+                # and without retrying for long: the process is stopping.
                 try:
-                    self._finish(lambda: self.fail(job.namespace, job.key, rec.token,
-                                                   _storable_text(f"interrupted: {fn_err!r}"), True), lease)
+                    self.fail(job.namespace, job.key, rec.token, _storable_text(f"interrupted: {fn_err!r}"), True)
                 except Error:
                     pass
                 raise

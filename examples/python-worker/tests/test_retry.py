@@ -122,6 +122,18 @@ class RetryTest(unittest.TestCase):
             idem.Client(s.url, retry=FAST).lookup("ns", "k")
         self.assertEqual((cm.exception.code, cm.exception.transient), ("UNKNOWN", False))
 
+    def test_an_interrupt_in_fn_releases_the_job_and_propagates(self):
+        s = self.serve((200, {}, ACQUIRED), (200, {}, {"record": {"state": "STATE_RELEASED"}}))
+
+        def interrupted(attempt):
+            raise KeyboardInterrupt()
+
+        with self.assertRaises(KeyboardInterrupt):
+            idem.Client(s.url, retry=FAST).do(idem.Job("ns", "k", lease_ttl=30), interrupted)
+        self.assertEqual([r[2] for r in s.requests], ["/v1/namespaces/ns/records/k:claim", "/v1/namespaces/ns/records/k:fail"])
+        self.assertEqual(json.loads(s.requests[1][3]),
+                         {"token": "3", "error": "interrupted: KeyboardInterrupt()", "retryable": True})
+
     def test_keys_are_one_path_segment(self):
         s = self.serve((200, {}, {"record": {}}))
         idem.Client(s.url, retry=FAST).lookup("ns", "invoice/2024:17 100% ключ")
