@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/idemhq/idem/internal/clip"
 )
 
 // defaultLeaseTTL is the lease Do assumes when neither the job nor the
@@ -260,19 +262,17 @@ func callFn(ctx context.Context, fn func(context.Context, Attempt) ([]byte, erro
 // NUL (U+0000) becomes U+FFFD, and the text is cut to at most n bytes on a
 // rune boundary. Text that is already fine comes back unchanged.
 func storableText(s string, n int) string {
-	if len(s) <= n && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return clip.Prefix(s, n)
 	}
-	var b strings.Builder
-	b.Grow(min(len(s), n))
-	for _, r := range s { // an invalid byte is utf8.RuneError, one at a time
+	// A replacement is never shorter than what it replaces, so the first n
+	// bytes of the result come from characters that start in the first n
+	// bytes of s: those, and the rest of the last one, are all it needs.
+	s = s[:min(len(s), n+utf8.UTFMax)]
+	return clip.Prefix(strings.Map(func(r rune) rune {
 		if r == 0 {
-			r = utf8.RuneError
+			return utf8.RuneError
 		}
-		if b.Len()+utf8.RuneLen(r) > n {
-			break
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+		return r // strings.Map makes each byte that is not UTF-8 one U+FFFD
+	}, s), n)
 }

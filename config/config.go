@@ -17,6 +17,9 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/idemhq/idem/internal/clip"
+	"github.com/idemhq/idem/internal/namespace"
 )
 
 // File is the configuration file.
@@ -109,7 +112,10 @@ func Load(name string) (*File, error) {
 	return f, nil
 }
 
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+// tenantNamePattern is what a tenant's name matches. It reads like
+// namespace.Pattern but is a rule of its own: a namespace glob is checked
+// against namespace.Pattern, never against this.
+var tenantNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // CheckTenantName checks a tenant's name: 1 to 64 characters of a-z, 0-9,
 // '_', '.', '-', starting with a letter or digit.
@@ -117,8 +123,8 @@ func CheckTenantName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("missing; every tenant needs a name")
-	case !namePattern.MatchString(name):
-		return fmt.Errorf("%q must match %s", truncate(name, 80), namePattern)
+	case !tenantNamePattern.MatchString(name):
+		return fmt.Errorf("%q must match %s", clip.Ellipsis(name, 80), tenantNamePattern)
 	}
 	return nil
 }
@@ -218,10 +224,10 @@ func checkGlob(pattern string) error {
 		return errors.New("empty pattern")
 	}
 	if _, err := path.Match(pattern, ""); err != nil {
-		return fmt.Errorf("%q is not a valid glob (path.Match syntax: * ? [a-z] \\x)", truncate(pattern, 80))
+		return fmt.Errorf("%q is not a valid glob (path.Match syntax: * ? [a-z] \\x)", clip.Ellipsis(pattern, 80))
 	}
-	if !strings.ContainsAny(pattern, `*?[\`) && !namePattern.MatchString(pattern) {
-		return fmt.Errorf("%q can never match: namespaces match %s", truncate(pattern, 80), namePattern)
+	if !strings.ContainsAny(pattern, `*?[\`) && !namespace.Valid(pattern) {
+		return fmt.Errorf("%q can never match: namespaces match %s", clip.Ellipsis(pattern, 80), namespace.Pattern)
 	}
 	return nil
 }
@@ -233,10 +239,10 @@ func checkSubject(subj string) error {
 		return errors.New("empty subject; want e.g. \"CN=payments-worker\"")
 	}
 	if !strings.Contains(subj, "=") || strings.HasPrefix(subj, "=") {
-		return fmt.Errorf("%q is not a subject; want e.g. \"CN=payments-worker\" or \"CN=worker,O=Acme\"", truncate(subj, 80))
+		return fmt.Errorf("%q is not a subject; want e.g. \"CN=payments-worker\" or \"CN=worker,O=Acme\"", clip.Ellipsis(subj, 80))
 	}
 	if hasSpacedComma(subj) || strings.HasPrefix(subj, " ") || strings.HasSuffix(subj, " ") {
-		return fmt.Errorf("%q has spaces around its parts; write it as RFC 2253 prints it (\"CN=worker,O=Acme\"), which is what is compared", truncate(subj, 80))
+		return fmt.Errorf("%q has spaces around its parts; write it as RFC 2253 prints it (\"CN=worker,O=Acme\"), which is what is compared", clip.Ellipsis(subj, 80))
 	}
 	return nil
 }
@@ -256,11 +262,4 @@ func hasSpacedComma(subj string) bool {
 		}
 	}
 	return false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -3,15 +3,15 @@ package server
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/clip"
+	"github.com/idemhq/idem/internal/namespace"
 	"github.com/idemhq/idem/store"
 )
 
@@ -26,8 +26,6 @@ const (
 	MinRetention        = time.Minute
 	MaxRetention        = 90 * 24 * time.Hour
 )
-
-var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // invalid is a request field that failed validation. Its message names the
 // field and the bound; its reason goes into the ErrorInfo.
@@ -68,13 +66,13 @@ func validateNamespace(ns string) error {
 	if err := validateText("namespace", ns); err != nil {
 		return err
 	}
-	if !namespacePattern.MatchString(ns) {
+	if !namespace.Valid(ns) {
 		if ns == "" {
-			return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE, "namespace is empty; it must match %s", namespacePattern)
+			return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE, "namespace is empty; it must match %s", namespace.Pattern)
 		}
 		return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE,
 			"namespace %q must match %s: 1 to 64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit",
-			truncate(ns, 80), namespacePattern)
+			clip.Ellipsis(ns, 80), namespace.Pattern)
 	}
 	return nil
 }
@@ -170,16 +168,4 @@ func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention ti
 		return 0, 0, err
 	}
 	return leaseTTL, retention, nil
-}
-
-// truncate shortens s to at most n bytes for messages and logs, on a rune
-// boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
