@@ -66,10 +66,7 @@ func (a *AdminService) authorize(ctx context.Context) error {
 // allowList returns the caller's tenant when it has a namespace allow-list,
 // nil when every namespace is open to it.
 func (a *AdminService) allowList(ctx context.Context) *tenant {
-	if a.Tenants == nil {
-		return nil
-	}
-	t := a.Tenants.lookup(TenantFromContext(ctx))
+	t := a.Tenants.callerTenant(ctx)
 	if t == nil || t.namespaces == nil {
 		return nil
 	}

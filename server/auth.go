@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/peer"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
@@ -83,14 +82,14 @@ func (ts *Tenants) authenticate(ctx context.Context) (context.Context, error) {
 	// The logging interceptor, outside this one, prints the tenant on the
 	// call's line.
 	logTenant(ctx, t.name)
-	return ContextWithTenant(ctx, t.name), nil
+	return contextWithTenant(ctx, t), nil
 }
 
 // rateLimit refuses a call when its tenant's token bucket is empty. It runs
 // after authenticate, so the bucket is the authenticated tenant's: one
 // tenant's flood empties its own bucket only.
 func (ts *Tenants) rateLimit(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if t := ts.lookup(TenantFromContext(ctx)); t != nil && t.limiter != nil && !t.limiter.Allow() {
+	if t := ts.callerTenant(ctx); t != nil && t.limiter != nil && !t.limiter.Allow() {
 		wait, err := rateLimited(t)
 		// The wait also as a response header in whole seconds, rounded up:
 		// the HTTP/JSON API's callers read it as Retry-After. Only refused
@@ -110,16 +109,11 @@ func rateLimited(t *tenant) (time.Duration, error) {
 	if secs > 0 {
 		wait = time.Duration(math.Min(math.Ceil(secs*1000), float64(24*time.Hour/time.Millisecond))) * time.Millisecond
 	}
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
-		"tenant %q is over its rate limit (%g requests per second, burst %d); retry after %s",
-		t.name, float64(lim.Limit()), lim.Burst(), wait))
-	if withDetails, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: reasonName(idemv1.ErrorReason_ERROR_REASON_RATE_LIMITED), Domain: ErrorDomain, Metadata: map[string]string{"tenant": t.name}},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
-	); err == nil {
-		st = withDetails
-	}
-	return wait, st.Err()
+	return wait, newError(codes.ResourceExhausted, idemv1.ErrorReason_ERROR_REASON_RATE_LIMITED,
+		fmt.Sprintf("tenant %q is over its rate limit (%g requests per second, burst %d); retry after %s",
+			t.name, float64(lim.Limit()), lim.Burst(), wait),
+		map[string]string{"tenant": t.name},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
 }
 
 // verifiedClientCert returns the client's certificate when TLS verified it
@@ -144,15 +138,14 @@ func (s *Service) authorize(ctx context.Context, namespace string) (*tenant, err
 	if s.cfg.Tenants == nil {
 		return nil, nil
 	}
-	name := TenantFromContext(ctx)
-	t := s.cfg.Tenants.lookup(name)
+	t := s.cfg.Tenants.callerTenant(ctx)
 	if t == nil {
 		// Only a Service used without NewGRPCServer's interceptors gets
 		// here; refuse rather than serve a tenant nobody configured.
 		return nil, unauthenticated("the call carries no authenticated tenant")
 	}
 	if !t.allows(namespace) {
-		return nil, namespaceNotAllowed(name, namespace)
+		return nil, namespaceNotAllowed(t.name, namespace)
 	}
 	return t, nil
 }
@@ -209,8 +202,8 @@ func (ts *Tenants) AdminOnly(ctx context.Context) error {
 	if ts == nil {
 		return nil
 	}
-	name := TenantFromContext(ctx)
-	if t := ts.lookup(name); t == nil || !t.admin {
+	if t := ts.callerTenant(ctx); t == nil || !t.admin {
+		name := TenantFromContext(ctx)
 		return newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NOT_ADMIN,
 			fmt.Sprintf("tenant %q may not call operator RPCs: it has no admin: true in idemd's config", name),
 			map[string]string{"tenant": name})

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/store"
@@ -28,10 +29,12 @@ func reasonName(r idemv1.ErrorReason) string {
 	return strings.TrimPrefix(r.String(), reasonPrefix)
 }
 
-// newError builds a status with an ErrorInfo detail.
-func newError(code codes.Code, reason idemv1.ErrorReason, msg string, metadata map[string]string) error {
+// newError builds a status with an ErrorInfo detail, and the extra details
+// after it (a RetryInfo, say).
+func newError(code codes.Code, reason idemv1.ErrorReason, msg string, metadata map[string]string, extra ...protoadapt.MessageV1) error {
 	st := status.New(code, msg)
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reasonName(reason), Domain: ErrorDomain, Metadata: metadata}); err == nil {
+	details := append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reasonName(reason), Domain: ErrorDomain, Metadata: metadata}}, extra...)
+	if withInfo, err := st.WithDetails(details...); err == nil {
 		st = withInfo
 	}
 	return st.Err()
