@@ -73,7 +73,7 @@ func (j *jsonAPI) serve(svc *server.Service, grpcServer *grpc.Server, sec *secur
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	if sec.TLSCert != "" {
-		cfg, err := server.LoadTLSConfig(sec.TLSCert, sec.TLSKey, sec.ClientCA)
+		cfg, err := sec.tlsConfig()
 		if err != nil {
 			j.lis.Close()
 			return err

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -62,7 +64,7 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*server.Tenants
 
 	var opts []grpc.ServerOption
 	if f.TLSCert != "" {
-		cfg, err := server.LoadTLSConfig(f.TLSCert, f.TLSKey, f.ClientCA)
+		cfg, err := f.tlsConfig()
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -79,6 +81,22 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*server.Tenants
 		warnings = append(warnings, "bearer tokens cross the network in plaintext: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
 	}
 	return tenants, opts, warnings, nil
+}
+
+// tlsConfig loads the TLS files the flags name; an error names the flag of
+// the file that failed.
+func (f *securityFlags) tlsConfig() (*tls.Config, error) {
+	cfg, err := server.LoadTLSConfig(f.TLSCert, f.TLSKey, f.ClientCA)
+	var fileErr *server.TLSFileError
+	switch {
+	case errors.As(err, &fileErr) && fileErr.ClientCA:
+		return nil, fmt.Errorf("--client-ca %s: %w", f.ClientCA, fileErr.Err)
+	case errors.As(err, &fileErr):
+		return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", f.TLSCert, f.TLSKey, fileErr.Err)
+	case err != nil:
+		return nil, fmt.Errorf("--tls-cert and --tls-key: %w", err)
+	}
+	return cfg, nil
 }
 
 // isLoopback reports whether a listen address accepts connections from this

@@ -1,0 +1,27 @@
+package server_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem/server"
+)
+
+// TestLoadTLSConfigErrorsNameFilesNotFlags: the server package knows files,
+// not idemd's flags; a *TLSFileError says which file failed so that idemd
+// can name its flag.
+func TestLoadTLSConfigErrorsNameFilesNotFlags(t *testing.T) {
+	t.Parallel()
+	_, err := server.LoadTLSConfig("/nonexistent/c.pem", "/nonexistent/k.pem", "")
+	var fileErr *server.TLSFileError
+	if !errors.As(err, &fileErr) || fileErr.ClientCA {
+		t.Fatalf("LoadTLSConfig = %v; want a *TLSFileError for the certificate and key", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "/nonexistent/c.pem") || strings.Contains(msg, "--") {
+		t.Errorf("error %q; want the file named and no flag", msg)
+	}
+	if _, err := server.LoadTLSConfig("", "k.pem", ""); err == nil || strings.Contains(err.Error(), "--") {
+		t.Errorf("without a certificate: %v; want an error naming no flag", err)
+	}
+}
