@@ -51,7 +51,9 @@ type Tenant struct {
 	// MaxResultBytes, when above 0, lowers the largest result the tenant may
 	// Complete with below the server's --max-result-bytes.
 	MaxResultBytes int `yaml:"max_result_bytes,omitempty"`
-	// Admin is reserved for operator RPCs; no RPC reads it yet.
+	// Admin admits the tenant to AdminService, the operator RPCs that list,
+	// delete and count its own records (ListRecords, DeleteRecord, Stats).
+	// Other tenants get PERMISSION_DENIED / NOT_ADMIN from them.
 	Admin bool `yaml:"admin,omitempty"`
 }
 

@@ -97,7 +97,9 @@ func (m *Metrics) observeTokenCall(err error) {
 	}
 }
 
-// ObserveSweep records one sweeper pass; it fits Sweeper.OnPass.
+// ObserveSweep records one sweeper pass: the records it expired and purged,
+// its duration, and whether it failed. A Sweeper with Metrics set calls it
+// after every pass; a nil Metrics records nothing.
 func (m *Metrics) ObserveSweep(stats SweepStats, err error) {
 	if m == nil {
 		return

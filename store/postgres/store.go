@@ -92,17 +92,11 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 }
 
 // DefaultMaxConns is the size of Connect's pool when the URL does not set
-// pool_max_conns: 16, or the number of CPUs when there are more.
-//
-// pgx's own default, the greater of 4 and the number of CPUs, is too small
-// for idem: every Claim and Complete is a commit that waits for its WAL
-// flush, so a connection spends most of a call waiting on the disk rather
-// than using a CPU, and more connections in flight share each flush (group
-// commit). With 32 workers on 2 cores (docs/BENCHMARKS.md), 4 connections
-// made a Claim wait 5.8 ms on average for a connection and gave 0.29× the
-// throughput of the same statements issued directly; 16 cut the wait to
-// 1 ms and gave 0.38× (+32%). 32 and 64 added a few percent at most, within
-// the noise, and leave fewer of Postgres's connections to other replicas.
+// pool_max_conns: 16, or the number of CPUs when there are more. pgx's own
+// default (the greater of 4 and the CPUs) is too small for idem: a call
+// spends most of its time waiting for its commit's WAL flush, not on a CPU,
+// and more connections in flight share each flush. docs/BENCHMARKS.md has
+// the measurements behind 16.
 func DefaultMaxConns() int32 {
 	return int32(max(16, runtime.NumCPU()))
 }
