@@ -28,7 +28,7 @@ tenants:
     namespaces: ["process_payment", "refund.*"]   # optional allow-list, glob
     rate_limit: {per_second: 500, burst: 1000}     # optional
     max_result_bytes: 16384                        # optional, ≤ the server's
-    admin: false                                   # reserved for operator RPCs
+    admin: false                                   # operator RPCs (AdminService)
   - name: billing
     client_cert_subjects: ["CN=billing-worker,O=Acme"]
   - name: ops
