@@ -33,8 +33,9 @@ func (f *jsonFlags) validate(sec *securityFlags) error {
 
 // jsonAPI is the HTTP/JSON API's listener and server.
 type jsonAPI struct {
-	lis net.Listener
-	srv *http.Server
+	flag string // --json-listen as given, for the log
+	lis  net.Listener
+	srv  *http.Server
 }
 
 // listenJSON opens the JSON listener, nil when --json-listen is empty. It
@@ -47,7 +48,7 @@ func (f *jsonFlags) listenJSON() (*jsonAPI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (--json-listen): %w", f.JSONListen, err)
 	}
-	return &jsonAPI{lis: lis}, nil
+	return &jsonAPI{flag: f.JSONListen, lis: lis}, nil
 }
 
 // serve starts serving the API of grpcServer (and svc) on the listener, with
@@ -99,7 +100,7 @@ func (j *jsonAPI) addr() string {
 	if j == nil {
 		return ""
 	}
-	return j.lis.Addr().String()
+	return listenAddr(j.flag, j.lis)
 }
 
 // shutdown stops accepting calls and waits for those in flight until ctx

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,18 +17,22 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/server"
 )
 
-// version is set at build time with -ldflags "-X main.version=…"; otherwise
-// the module version from the build info is used.
-var version = ""
+// version and commit are set at build time with -ldflags "-X
+// main.version=… -X main.commit=…" (make build does); otherwise the module
+// version and the commit from the build info are used.
+var version, commit string
 
 type cli struct {
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version, the commit and the Go version, and exit."`
+
 	Serve   serveCmd   `cmd:"" help:"Serve the gRPC API and run the sweeper."`
 	Migrate migrateCmd `cmd:"" help:"Apply pending schema migrations and exit."`
 	Sweep   sweepCmd   `cmd:"" help:"Expire lapsed leases and purge old records."`
-	Version versionCmd `cmd:"" help:"Print the version and exit."`
+	Version versionCmd `cmd:"" help:"Print the version, the commit and the Go version, and exit."`
 	Token   tokenCmd   `cmd:"" help:"Make bearer tokens for tenants."`
 }
 
@@ -74,18 +77,8 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 type versionCmd struct{}
 
 func (versionCmd) Run() error {
-	fmt.Println("idemd", buildVersion())
+	fmt.Println(buildinfo.Read(version, commit).Line("idemd"))
 	return nil
-}
-
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
-	}
-	return "(devel)"
 }
 
 func main() {
@@ -94,13 +87,18 @@ func main() {
 		kong.Name("idemd"),
 		kong.Description("idem makes a job's side effect happen once: workers Claim before it and Complete or Fail after it."),
 		kong.Vars{
+			"version":          buildinfo.Read(version, commit).Line("idemd"),
 			"sweep_interval":   server.DefaultSweepInterval.String(),
 			"sweep_batch_size": strconv.Itoa(server.DefaultSweepBatchSize),
 			"count_interval":   server.DefaultCountEvery.String(),
 		},
 	)
 	kctx, err := parser.Parse(os.Args[1:])
-	parser.FatalIfErrorf(err)
+	if err != nil {
+		// The same one line as idem's: what was wrong and where to look.
+		fmt.Fprintf(os.Stderr, "idemd: %v; %s\n", err, helpHint(err))
+		os.Exit(1)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -112,6 +110,17 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// helpHint points at the help of the command that was being parsed.
+func helpHint(err error) string {
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context != nil {
+		if cmd := pe.Context.Selected(); cmd != nil {
+			return fmt.Sprintf(`run "idemd %s --help" for its flags`, cmd.Path())
+		}
+	}
+	return `run "idemd --help" for the commands`
 }
 
 // oneLine flattens an error that pgx spreads over several lines (one per

@@ -37,38 +37,49 @@ func (f *securityFlags) validate(listen string) error {
 	return nil
 }
 
-// load reads the config file and the TLS files and returns the tenants (nil
-// without a config file), the server options they need, and the warnings to
-// log once idemd serves (not before: a start-up error must stay one line).
-func (f *securityFlags) load(listen string, maxResultBytes int) (*server.Tenants, []grpc.ServerOption, []string, error) {
-	var tenants *server.Tenants
+// security is what load read: the tenants (nil without a config file), the
+// server options they need, and what to log once idemd serves (not before:
+// a start-up error must stay one line).
+type security struct {
+	tenants  *server.Tenants
+	opts     []grpc.ServerOption
+	warnings []string
+	// configTenants counts the config file's tenants, for the log line that
+	// says it was loaded.
+	configTenants int
+}
+
+// load reads the config file and the TLS files.
+func (f *securityFlags) load(listen string, maxResultBytes int) (*security, error) {
+	sec := &security{}
 	var tokens bool
 	if f.Config != "" {
 		file, err := config.Load(f.Config)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 		if err := file.CheckMaxResultBytes(maxResultBytes); err != nil {
-			return nil, nil, nil, fmt.Errorf("config %s: %w", f.Config, err)
+			return nil, fmt.Errorf("config %s: %w", f.Config, err)
 		}
 		if file.UsesClientCerts() && f.ClientCA == "" {
-			return nil, nil, nil, fmt.Errorf("config %s: client_cert_subjects need --client-ca, the CA that signs the client certificates", f.Config)
+			return nil, fmt.Errorf("config %s: client_cert_subjects need --client-ca, the CA that signs the client certificates", f.Config)
 		}
 		for _, t := range file.Tenants {
 			tokens = tokens || len(t.Tokens) > 0
 		}
-		if tenants, err = server.NewTenants(file); err != nil {
-			return nil, nil, nil, fmt.Errorf("config %s: %w", f.Config, err)
+		sec.configTenants = len(file.Tenants)
+		if sec.tenants, err = server.NewTenants(file); err != nil {
+			return nil, fmt.Errorf("config %s: %w", f.Config, err)
 		}
 	}
+	tenants := sec.tenants
 
-	var opts []grpc.ServerOption
 	if f.TLSCert != "" {
 		cfg, err := f.tlsConfig()
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+		sec.opts = append(sec.opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 
 	var warnings []string
@@ -80,7 +91,8 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*server.Tenants
 	case tokens && f.TLSCert == "" && !isLoopback(listen):
 		warnings = append(warnings, "bearer tokens cross the network in plaintext: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
 	}
-	return tenants, opts, warnings, nil
+	sec.warnings = warnings
+	return sec, nil
 }
 
 // tlsConfig loads the TLS files the flags name; an error names the flag of

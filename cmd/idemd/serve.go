@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/server"
 )
 
@@ -74,7 +75,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	logger := c.logger(os.Stderr)
-	tenants, securityOpts, securityWarnings, err := c.securityFlags.load(c.Listen, c.MaxResultBytes)
+	sec, err := c.securityFlags.load(c.Listen, c.MaxResultBytes)
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		if len(applied) > 0 {
 			logger.Info("applied migrations", "versions", applied)
 		}
-	} else if err := db.checkSchema(ctx, "run `idemd migrate` or drop --migrate=false"); err != nil {
+	} else if err := db.checkSchema(ctx, "run `idemd migrate` or drop --no-migrate"); err != nil {
 		return err
 	}
 
@@ -131,10 +132,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		DefaultLeaseTTL:  c.DefaultLeaseTTL,
 		DefaultRetention: c.DefaultRetention,
 		MaxResultBytes:   c.MaxResultBytes,
-		Tenants:          tenants,
+		Tenants:          sec.tenants,
 		ConnLimits:       c.connFlags.limits(),
 	}, logger)
-	grpcServer, healthServer := server.NewGRPCServer(svc, logger, securityOpts...)
+	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
 	if err := jsonAPI.serve(svc, grpcServer, &c.securityFlags, logger); err != nil {
 		lis.Close()
 		if httpLis != nil {
@@ -147,11 +148,15 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	httpAddr := ""
 	if httpLis != nil {
 		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
-		httpAddr = httpLis.Addr().String()
+		httpAddr = listenAddr(c.HTTPListen, httpLis)
 	}
-	logger.Info("idemd serving", "listen", lis.Addr().String(), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", buildVersion(),
-		"database", db.name, "sweep_interval", c.SweepInterval)
-	for _, w := range securityWarnings {
+	build := buildinfo.Read(version, commit)
+	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval)
+	if c.Config != "" {
+		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
+	}
+	for _, w := range sec.warnings {
 		logger.Warn(w)
 	}
 
@@ -232,6 +237,18 @@ func (c *serveCmd) drain(grpcServer *grpc.Server, healthServer *health.Server, a
 		grpcServer.Stop()
 		<-stopped
 	}
+}
+
+// listenAddr is the address lis listens on as the flag wrote it, with the
+// port the system chose for port 0: Go reports a listener on 0.0.0.0 as
+// [::], which is not what the operator asked for.
+func listenAddr(flag string, lis net.Listener) string {
+	host, _, err := net.SplitHostPort(flag)
+	_, port, err2 := net.SplitHostPort(lis.Addr().String())
+	if err != nil || err2 != nil {
+		return lis.Addr().String()
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // redactURL hides a password in a database URL before it is logged.

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem/config"
+)
+
+// TestVersionCommandAndFlag: `idemd version` and `idemd --version` print the
+// same one line: the version, the commit and the Go version that built it.
+func TestVersionCommandAndFlag(t *testing.T) {
+	t.Parallel()
+	cmdOut, code := run(t, nil, "version")
+	if code != 0 {
+		t.Fatalf("idemd version: exit %d, output %q", code, cmdOut)
+	}
+	flagOut, code := run(t, nil, "--version")
+	if code != 0 {
+		t.Fatalf("idemd --version: exit %d, output %q", code, flagOut)
+	}
+	if cmdOut != flagOut {
+		t.Errorf("idemd version printed %q, idemd --version %q; want the same", cmdOut, flagOut)
+	}
+	line := strings.TrimSuffix(cmdOut, "\n")
+	if strings.Contains(line, "\n") || !strings.HasPrefix(line, "idemd ") {
+		t.Fatalf("idemd version = %q; want one line that starts with idemd", cmdOut)
+	}
+	for _, want := range []string{"commit ", runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH} {
+		if !strings.Contains(line, want) {
+			t.Errorf("idemd version = %q; want it to name %q", line, want)
+		}
+	}
+}
+
+// TestVersionIsStampedAtBuildTime: the Makefile's -X main.version=… is
+// what version prints.
+func TestVersionIsStampedAtBuildTime(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "idemd")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test -X main.commit=0123456789abcdef0123", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "idemd v9.8.7-test (commit 0123456789ab, ") {
+		t.Fatalf("idemd --version = %q, %v; want the stamped version and commit", out, err)
+	}
+}
+
+// TestFlagErrorsAreOneLineWithAHint: a mistake on idemd's command line is one
+// line in idem's format, with exit code 1 and where to read the flags.
+func TestFlagErrorsAreOneLineWithAHint(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--nope"}, `idemd: unknown flag --nope; run "idemd serve --help" for its flags`},
+		{[]string{"serve", "--log-format", "xml"}, `run "idemd serve --help" for its flags`},
+		{[]string{"nope"}, `; run "idemd --help" for the commands`},
+	}
+	for _, tc := range cases {
+		out, code := run(t, nil, tc.args...)
+		if code != 1 {
+			t.Errorf("idemd %v: exit %d, want 1; output %q", tc.args, code, out)
+		}
+		if !strings.HasPrefix(out, "idemd: ") || strings.Count(out, "\n") != 1 || !strings.Contains(out, tc.want) {
+			t.Errorf("idemd %v printed %q; want one line with %q", tc.args, out, tc.want)
+		}
+		if strings.Contains(out, "error:") {
+			t.Errorf("idemd %v printed %q; want idem's format, without kong's \"error:\"", tc.args, out)
+		}
+	}
+}
+
+// TestStartupLogSaysWhatWasAskedFor: the serving line shows the listen
+// address as given (0.0.0.0, not the [::] Go reports), and a config file is
+// logged with its number of tenants.
+func TestStartupLogSaysWhatWasAskedFor(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	token, err := config.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "idem.yaml")
+	body := "tenants:\n  - name: payments\n    tokens: [\"" + config.HashToken(token) + "\"]\n" +
+		"  - name: billing\n    tokens: [\"" + config.HashToken(token+"2") + "\"]\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(freeAddr(t), ":")
+	p := startServe(t, dir, "--listen", "0.0.0.0:"+port, "--config", cfg)
+
+	var serving, loaded map[string]any
+	for _, line := range strings.Split(p.log(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m["msg"] {
+		case "idemd serving":
+			serving = m
+		case "config loaded":
+			loaded = m
+		}
+	}
+	if serving == nil || serving["listen"] != "0.0.0.0:"+port {
+		t.Errorf("serving line %v; want listen=0.0.0.0:%s", serving, port)
+	}
+	if loaded == nil || loaded["file"] != cfg || loaded["tenants"] != float64(2) {
+		t.Errorf("config line %v; want file=%s tenants=2\n%s", loaded, cfg, p.log())
+	}
+}
