@@ -19,10 +19,17 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/client"
+	"github.com/idemhq/idem/internal/buildinfo"
 )
+
+// version and commit are set at build time with -ldflags "-X
+// main.version=… -X main.commit=…" (make build does); otherwise the module
+// version and the commit from the build info are used.
+var version, commit string
 
 type cli struct {
 	globals
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version, the commit and the Go version, and exit."`
 
 	Claim     claimCmd     `cmd:"" help:"Ask for the right to run a job; print its lease token."`
 	Complete  completeCmd  `cmd:"" help:"Record a job's success and its result."`
@@ -32,6 +39,14 @@ type cli struct {
 	List      listCmd      `cmd:"" help:"List records, e.g. stuck claims (AdminService)."`
 	Delete    deleteCmd    `cmd:"" help:"Evict one record whatever its state (AdminService)."`
 	Stats     statsCmd     `cmd:"" help:"Count records per namespace and state (AdminService)."`
+	Version   versionCmd   `cmd:"" help:"Print the version, the commit and the Go version, and exit."`
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run(a *app) error {
+	_, err := fmt.Fprintln(a.stdout, buildinfo.Read(version, commit).Line("idem"))
+	return err
 }
 
 func (cli) Help() string {
@@ -89,6 +104,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		kong.Name("idem"),
 		kong.Description("idem is the command line of the idem service: it makes a job's side effect happen once."),
 		kong.Writers(stdout, stderr),
+		kong.Vars{"version": buildinfo.Read(version, commit).Line("idem")},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
 		kong.Help(helpPrinter),
 		kong.ExplicitGroups([]kong.Group{{Key: "global", Title: "Global flags (every command):"}}),

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -125,11 +126,22 @@ func (r result) must(t *testing.T, code int, what string) result {
 }
 
 // parseJSON reads idem's -o json output into m with protojson, so that the
-// field names are checked against the proto's.
+// field names are checked against the proto's, and checks its layout: two
+// spaces of indent a level, one space after each colon.
 func parseJSON(t *testing.T, out string, m proto.Message) {
 	t.Helper()
 	if err := protojson.Unmarshal([]byte(out), m); err != nil {
 		t.Fatalf("stdout is not a %T in protobuf JSON: %v\n%s", m, err, out)
+	}
+	var compact, indented bytes.Buffer
+	if err := json.Compact(&compact, []byte(out)); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Indent(&indented, compact.Bytes(), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if indented.String()+"\n" != out {
+		t.Errorf("-o json is not laid out evenly (two spaces a level, one after a colon):\n%s", out)
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -25,18 +27,37 @@ const maxInputBytes = 16 << 20
 // jsonOptions is protojson's default form: the proto's JSON (camelCase)
 // field names, unset and zero fields left out. These names are what scripts
 // parse, so they are stable as long as the proto is.
-var jsonOptions = protojson.MarshalOptions{Multiline: true, Indent: "  "}
+var jsonOptions = protojson.MarshalOptions{}
 
 func (a *app) json() bool { return a.Output == "json" }
 
-// printJSON writes m as protobuf JSON on stdout.
+// printJSON writes m as protobuf JSON on stdout, indented by two spaces.
 func (a *app) printJSON(m proto.Message) error {
-	b, err := jsonOptions.Marshal(m)
+	b, err := marshalJSON(m)
 	if err != nil {
-		return fmt.Errorf("encode the response as JSON: %w", err)
+		return err
 	}
 	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
 	return err
+}
+
+// marshalJSON is m as protobuf JSON, laid out by encoding/json: protojson
+// varies its whitespace on purpose (one space after a colon or two, chosen
+// per build) so that nobody compares its output byte for byte, but people
+// read idem's and diff it, so idem lays it out the same way every time.
+func marshalJSON(m proto.Message) ([]byte, error) {
+	raw, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode the response as JSON: %w", err)
+	}
+	var compact, out bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, fmt.Errorf("encode the response as JSON: %w", err)
+	}
+	if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
+		return nil, fmt.Errorf("encode the response as JSON: %w", err)
+	}
+	return out.Bytes(), nil
 }
 
 // readInput reads name, or stdin when name is "-".
