@@ -28,8 +28,8 @@ var (
 	// key was claimed before for a request with another fingerprint. Reusing
 	// a key for a different request is a bug in the producer.
 	ErrFingerprintMismatch = errors.New("idem: fingerprint mismatch")
-	// ErrNotFound (NOT_FOUND): no such record: never claimed, or purged after
-	// its retention.
+	// ErrNotFound (NOT_FOUND): no such record: never claimed, purged after
+	// its retention, or deleted by an operator.
 	ErrNotFound = errors.New("idem: record not found")
 	// ErrAlreadyTerminal (FAILED_PRECONDITION / ALREADY_TERMINAL): the record
 	// already left PROCESSING, and this call does not repeat the one that

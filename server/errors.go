@@ -57,7 +57,7 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed before the store answered")
 	case errors.Is(err, store.ErrNotFound):
-		return newError(codes.NotFound, idemv1.ErrorReason_ERROR_REASON_NOT_FOUND, "no record with this namespace and key (never claimed, or purged after its retention)", nil)
+		return newError(codes.NotFound, idemv1.ErrorReason_ERROR_REASON_NOT_FOUND, "no record with this namespace and key (never claimed, purged after its retention, or deleted)", nil)
 	case errors.Is(err, store.ErrLeaseLost):
 		return newError(codes.Aborted, idemv1.ErrorReason_ERROR_REASON_LEASE_LOST, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
 	case errors.Is(err, store.ErrAlreadyTerminal):

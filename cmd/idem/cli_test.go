@@ -497,7 +497,10 @@ func TestListDeleteStats(t *testing.T) {
 	if !strings.Contains(r.stderr, "deleted beta/b2; it was COMPLETED with token "+tok) {
 		t.Errorf("delete stderr %q", r.stderr)
 	}
-	f.idem("lookup", "-n", "beta", "-k", "b2").must(t, int(exitNotFound), "lookup after delete")
+	r = f.idem("lookup", "-n", "beta", "-k", "b2").must(t, int(exitNotFound), "lookup after delete")
+	if !strings.Contains(r.stderr, "or deleted") {
+		t.Errorf("lookup after delete: stderr %q; want the reasons to include a delete", r.stderr)
+	}
 	f.idem("delete", "-n", "beta", "-k", "b2").must(t, int(exitNotFound), "delete again")
 	// The key starts afresh with a greater token.
 	r = f.idem("claim", "-n", "beta", "-k", "b2").must(t, 0, "claim after delete")

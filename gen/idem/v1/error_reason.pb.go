@@ -67,8 +67,8 @@ const (
 	// ABORTED: the token is not the record's current token; another worker
 	// took the lease over. Stop and do not retry.
 	ErrorReason_ERROR_REASON_LEASE_LOST ErrorReason = 12
-	// NOT_FOUND: no such record (never claimed, or purged after its
-	// retention).
+	// NOT_FOUND: no such record (never claimed, purged after its retention,
+	// or deleted with AdminService.DeleteRecord).
 	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 13
 	// UNAVAILABLE: the database cannot be reached. Retry with backoff; nothing
 	// is known to have changed.

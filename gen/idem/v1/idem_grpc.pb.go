@@ -26,8 +26,8 @@
 //     ended it.
 //   - ABORTED / LEASE_LOST: the token is not the record's current token; the
 //     lease was taken over by another worker. Stop and do not retry.
-//   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, or
-//     purged after its retention).
+//   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged
+//     after its retention, or deleted with AdminService.DeleteRecord).
 //   - UNAVAILABLE / STORE_UNAVAILABLE: the database cannot be reached. Retry
 //     with backoff; nothing is known to have changed.
 //   - UNAVAILABLE / CONTENTION: the record changed under the call every time
