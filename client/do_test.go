@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -472,8 +473,14 @@ func TestDoFingerprintMismatch(t *testing.T) {
 	}
 	job.Fingerprint = client.Fingerprint([]byte(`{"amount":200}`))
 	var runs atomic.Int64
-	if _, err := c.Do(t.Context(), job, counted(&runs, value("v"))); !errors.Is(err, client.ErrFingerprintMismatch) || runs.Load() != 0 {
-		t.Errorf("Do with another fingerprint = %v; want ErrFingerprintMismatch without running fn", err)
+	_, err := c.Do(t.Context(), job, counted(&runs, value("v")))
+	if !errors.Is(err, client.ErrFingerprintMismatch) || runs.Load() != 0 {
+		t.Fatalf("Do with another fingerprint = %v; want ErrFingerprintMismatch without running fn", err)
+	}
+	// It reads like the SDK's other errors, not like a raw gRPC status.
+	if msg := err.Error(); !strings.HasPrefix(msg, "idem: fingerprint mismatch: ") ||
+		!strings.HasSuffix(msg, " (FAILED_PRECONDITION/FINGERPRINT_MISMATCH)") || strings.Contains(msg, "rpc error") {
+		t.Errorf("Do with another fingerprint: error text %q; want \"idem: fingerprint mismatch: … (FAILED_PRECONDITION/FINGERPRINT_MISMATCH)\"", msg)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -56,7 +57,31 @@ type rpcError struct {
 	cause error // nil when neither applies
 }
 
-func (e *rpcError) Error() string              { return e.st.Err().Error() }
+// Error reads like the SDK's other errors: "idem: ", the server's message
+// (which says what to do), and the code and reason to search for or match:
+//
+//	idem: fingerprint mismatch: this key was claimed … (FAILED_PRECONDITION/FINGERPRINT_MISMATCH)
+func (e *rpcError) Error() string {
+	tag := codeName(e.st.Code())
+	if reason := reasonOf(e.st); reason != "" {
+		tag += "/" + reason
+	}
+	return fmt.Sprintf("idem: %s (%s)", e.st.Message(), tag)
+}
+
+// codeName is a gRPC code's canonical name: DEADLINE_EXCEEDED for
+// DeadlineExceeded.
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
 func (e *rpcError) Unwrap() error              { return e.cause }
 func (e *rpcError) GRPCStatus() *status.Status { return e.st }
 
