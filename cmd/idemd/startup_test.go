@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/config"
+	"github.com/idemhq/idem/internal/testdb"
 )
 
 // TestVersionCommandAndFlag: `idemd version` and `idemd --version` print the
@@ -116,5 +123,38 @@ func TestStartupLogSaysWhatWasAskedFor(t *testing.T) {
 	}
 	if loaded == nil || loaded["file"] != cfg || loaded["tenants"] != float64(2) {
 		t.Errorf("config line %v; want file=%s tenants=2\n%s", loaded, cfg, p.log())
+	}
+}
+
+// TestMigrateCreatesTheSchemaOfSearchPath: `idemd migrate` on a URL whose
+// search_path names a schema that does not exist creates it and migrates
+// into it.
+func TestMigrateCreatesTheSchemaOfSearchPath(t *testing.T) {
+	t.Parallel()
+	base := testdb.BaseURL(t)
+	schema := "idemd_new_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	out, code := run(t, nil, "migrate", "--database-url", u.String())
+	if code != 0 || !strings.Contains(out, "applied migrations") || !strings.Contains(out, `schema=`+schema) {
+		t.Fatalf("idemd migrate with search_path=%s: exit %d, output %q; want the schema created and migrated", schema, code, out)
 	}
 }

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"embed"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,6 +58,9 @@ func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1768187245)"); err != nil {
 			return err
 		}
+		if err := createSchema(ctx, tx, logger); err != nil {
+			return err
+		}
 		applied, err = migrate.Up(ctx, migrationTx{tx}, ms, migrate.WarnNewer, logger)
 		return err
 	})
@@ -63,6 +68,80 @@ func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 		return nil, interpretError(err)
 	}
 	return applied, nil
+}
+
+// createSchema creates the schema the URL's search_path names first when no
+// schema on the search_path exists, so that ?search_path=idem works on a
+// database that has no schema idem yet: Postgres would otherwise refuse the
+// first CREATE TABLE with "no schema has been selected to create in". A
+// search_path naming only schemas that exist, or none at all, is left alone.
+func createSchema(ctx context.Context, tx pgx.Tx, logger *slog.Logger) error {
+	var current *string
+	var searchPath string
+	if err := tx.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &searchPath); err != nil {
+		return err
+	}
+	if current != nil {
+		return nil
+	}
+	name := firstSchema(searchPath)
+	if name == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create the schema %q that search_path names: %w", name, err)
+	}
+	logger.InfoContext(ctx, "created the schema that search_path names", "schema", name)
+	return nil
+}
+
+// firstSchema is the first schema a search_path setting names, unquoted;
+// "" when there is none. "$user" is skipped: it stands for the role's name,
+// which is no schema to create on the user's behalf.
+func firstSchema(searchPath string) string {
+	for _, item := range splitSearchPath(searchPath) {
+		if item != "$user" && item != "" {
+			return item
+		}
+	}
+	return ""
+}
+
+// splitSearchPath splits a search_path setting on the commas outside double
+// quotes, unquoting each item ("My ""x""" is My "x"). An unquoted name is
+// folded to lower case, as Postgres folds it.
+func splitSearchPath(s string) []string {
+	var items []string
+	var b strings.Builder
+	quoted, wasQuoted := false, false
+	flush := func() {
+		item := b.String()
+		if !wasQuoted {
+			item = strings.ToLower(item)
+		}
+		items = append(items, item)
+		b.Reset()
+		wasQuoted = false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quoted && c == '"' && i+1 < len(s) && s[i+1] == '"':
+			b.WriteByte('"')
+			i++
+		case c == '"':
+			quoted = !quoted
+			wasQuoted = true
+		case !quoted && c == ',':
+			flush()
+		case !quoted && (c == ' ' || c == '\t'):
+			// around an item: an unquoted name holds no spaces
+		default:
+			b.WriteByte(c)
+		}
+	}
+	flush()
+	return items
 }
 
 // migrationTx is the migrate.Tx of PostgreSQL.
