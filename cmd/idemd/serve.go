@@ -151,11 +151,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		httpAddr = listenAddr(c.HTTPListen, httpLis)
 	}
 	build := buildinfo.Read(version, commit)
-	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval)
 	if c.Config != "" {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
+	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval)
 	for _, w := range sec.warnings {
 		logger.Warn(w)
 	}
