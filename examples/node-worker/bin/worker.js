@@ -22,28 +22,68 @@
 
 const fs = require('node:fs');
 const { parseArgs } = require('node:util');
-const { Client, IdemError, Reason, run, permanent } = require('../lib/idem');
 
-const { values: opts } = parseArgs({
-  options: {
-    addr: { type: 'string', default: process.env.IDEM_ADDR || '127.0.0.1:7070' },
-    token: { type: 'string', default: process.env.IDEM_TOKEN || '' },
-    tls: { type: 'boolean', default: false },
-    namespace: { type: 'string', default: 'node_worker' },
-    key: { type: 'string' },
-    payload: { type: 'string', default: '{}' },
-    'lease-ms': { type: 'string', default: '2000' },
-    'work-ms': { type: 'string', default: '100' },
-    'effect-file': { type: 'string' },
-    fail: { type: 'string' },
-    wait: { type: 'boolean', default: false },
-    'wait-ms': { type: 'string', default: '30000' },
-  },
-});
-if (!opts.key) {
-  console.error('worker: --key is required');
+const usage = `Usage: node bin/worker.js --key KEY [flags]
+
+Handles one delivery of one job through idem: claims KEY, performs the side
+effect (appends a line to --effect-file after --work-ms), completes the job,
+and prints the outcome as one JSON line on stdout.
+
+Flags:
+  --addr HOST:PORT      idemd's gRPC address (IDEM_ADDR; default 127.0.0.1:7070)
+  --token TOKEN         bearer token of your tenant (IDEM_TOKEN; default none)
+  --tls                 connect over TLS (default plaintext)
+  --namespace NS        the job's namespace (default node_worker)
+  --key KEY             the job's idempotency key (required)
+  --payload JSON        the job's payload, fingerprinted as canonical JSON (default {})
+  --lease-ms N          lease of the claim, in milliseconds (default 2000)
+  --work-ms N           how long the "work" takes before the side effect (default 100)
+  --effect-file FILE    file the side effect appends to (default none: no side effect)
+  --fail MESSAGE        fail the job for good with MESSAGE instead of completing it
+  --wait                poll while another worker holds the job, until done or acquired
+  --wait-ms N           how long --wait polls, in milliseconds (default 30000)
+  -h, --help            print this help
+
+Exit status: 0 for the outcomes ran, replayed, in_progress, failed, fn_failed
+and lease_lost; 1 for any other error; 2 for a mistake in the flags.
+`;
+
+let opts;
+try {
+  ({ values: opts } = parseArgs({
+    options: {
+      addr: { type: 'string', default: process.env.IDEM_ADDR || '127.0.0.1:7070' },
+      token: { type: 'string', default: process.env.IDEM_TOKEN || '' },
+      tls: { type: 'boolean', default: false },
+      namespace: { type: 'string', default: 'node_worker' },
+      key: { type: 'string' },
+      payload: { type: 'string', default: '{}' },
+      'lease-ms': { type: 'string', default: '2000' },
+      'work-ms': { type: 'string', default: '100' },
+      'effect-file': { type: 'string' },
+      fail: { type: 'string' },
+      wait: { type: 'boolean', default: false },
+      'wait-ms': { type: 'string', default: '30000' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  }));
+} catch (err) {
+  // parseArgs throws on an unknown flag or a missing value: one line, no
+  // stack trace.
+  console.error(`worker: ${err.message}; run "node bin/worker.js --help" for the flags`);
   process.exit(2);
 }
+if (opts.help) {
+  process.stdout.write(usage);
+  process.exit(0);
+}
+if (!opts.key) {
+  console.error('worker: --key is required; run "node bin/worker.js --help" for the flags');
+  process.exit(2);
+}
+
+// Loaded after the flags, so that --help works before `npm ci`.
+const { Client, IdemError, Reason, run, permanent } = require('../lib/idem');
 
 const sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
