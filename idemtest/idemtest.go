@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/client"
+	"github.com/idemhq/idem/config"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store/sqlite"
 )
@@ -56,9 +57,10 @@ type Server struct {
 type Option func(*options)
 
 type options struct {
-	config     server.Config
-	clientOpts []client.Option
-	logger     *slog.Logger
+	config      server.Config
+	tenantsYAML *string
+	clientOpts  []client.Option
+	logger      *slog.Logger
 }
 
 // WithConfig sets the service's configuration: default lease and retention,
@@ -66,6 +68,27 @@ type options struct {
 // 24 hours of retention, 64 KiB results, one tenant without authentication),
 // which is also what the server uses without this option.
 func WithConfig(cfg server.Config) Option { return func(o *options) { o.config = cfg } }
+
+// WithTenantsYAML serves the tenants of an idemd config file (the YAML that
+// idemd serve --config reads), parsed and checked as idemd checks it, so a
+// test runs with the tenants, token hashes, namespace allow-lists, rate
+// limits and result limits of production. It takes precedence over the
+// Tenants of WithConfig. Give Server.Client a tenant's token with
+// WithClientOptions(client.WithToken(token)); the config holds its hash,
+// config.HashToken(token). A config that idemd would refuse fails NewServer
+// (and Start) with idemd's message.
+//
+//	srv := idemtest.NewServer(t,
+//		idemtest.WithTenantsYAML(`
+//	tenants:
+//	  - name: payments
+//	    tokens: ["`+config.HashToken("test-token")+`"]
+//	    namespaces: ["process_payment"]
+//	`),
+//		idemtest.WithClientOptions(client.WithToken("test-token")))
+func WithTenantsYAML(yaml string) Option {
+	return func(o *options) { o.tenantsYAML = &yaml }
+}
 
 // WithClientOptions are added to Server.Client's options, after
 // client.WithInsecure: a retry policy, or client.WithToken when WithConfig
@@ -116,6 +139,13 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.tenantsYAML != nil {
+		tenants, err := parseTenants(*o.tenantsYAML, o.config.MaxResultBytes)
+		if err != nil {
+			return nil, err
+		}
+		o.config.Tenants = tenants
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "idem.db"))
@@ -142,6 +172,28 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 		s.removeDir = dir
 	}
 	return s, nil
+}
+
+// parseTenants reads the tenants of a config file as idemd serve does.
+func parseTenants(yaml string, maxResultBytes int) (*server.Tenants, error) {
+	file, err := config.Parse([]byte(yaml))
+	if err != nil {
+		return nil, fmt.Errorf("WithTenantsYAML: %w", err)
+	}
+	if maxResultBytes == 0 {
+		maxResultBytes = server.DefaultConfig().MaxResultBytes
+	}
+	if err := file.CheckMaxResultBytes(maxResultBytes); err != nil {
+		return nil, fmt.Errorf("WithTenantsYAML: %w", err)
+	}
+	if file.UsesClientCerts() {
+		return nil, errors.New("WithTenantsYAML: client_cert_subjects need TLS, and the idemtest server serves plaintext; give the tenant tokens")
+	}
+	tenants, err := server.NewTenants(file)
+	if err != nil {
+		return nil, fmt.Errorf("WithTenantsYAML: %w", err)
+	}
+	return tenants, nil
 }
 
 // Close stops the server at once, cutting off calls in flight, and closes
