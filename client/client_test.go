@@ -17,7 +17,6 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/grpctarget"
 	"github.com/idemhq/idem/internal/testserver"
 )
 
@@ -317,15 +316,6 @@ func TestAdminSharesTheConnection(t *testing.T) {
 	_, err = c.AdminService().DeleteRecord(t.Context(), &idemv1.DeleteRecordRequest{Namespace: "admin", Key: "missing"})
 	if client.Reason(err) != "NOT_FOUND" {
 		t.Errorf("DeleteRecord of a missing record: %v; want reason NOT_FOUND", err)
-	}
-}
-
-func TestIsLoopbackMatchesTheTokenGuard(t *testing.T) {
-	t.Parallel()
-	for _, target := range []string{"127.0.0.1:7070", "[::1]:1", "localhost:7070", "unix:///run/idem.sock", "idem.example.com:7070", "10.0.0.1:7070"} {
-		if grpctarget.IsLoopback(target) != client.IsLocal(target) {
-			t.Errorf("IsLoopback(%q) = %v, but the token guard says %v", target, grpctarget.IsLoopback(target), client.IsLocal(target))
-		}
 	}
 }
 
