@@ -55,21 +55,7 @@ claimed AS (
 			AND NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
 				AND (cur.fingerprint = '' OR i.fingerprint = '' OR cur.fingerprint = i.fingerprint)))
 	ORDER BY i.ord
-	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
-		state = 'processing',
-		token = nextval('idem_token_seq'),
-		attempt = r.attempt + 1,
-		claimant = excluded.claimant,
-		lease_expires_at = excluded.lease_expires_at,
-		retention = excluded.retention,
-		result = NULL,
-		error = NULL,
-		completed_at = NULL,
-		expires_at = NULL,
-		updated_at = now()
-	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now()))
-		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
-	RETURNING ` + recordCols + `
+` + claimTakeoverSQL + `
 )
 SELECT true, now(), claimed.* FROM claimed
 UNION ALL

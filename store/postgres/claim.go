@@ -31,7 +31,17 @@ claimed AS (
 		SELECT 1 FROM cur
 		WHERE NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
 			AND (cur.fingerprint = '' OR $5::bytea = '' OR cur.fingerprint = $5::bytea)))
-	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+` + claimTakeoverSQL + `
+)
+SELECT true, now(), claimed.* FROM claimed
+UNION ALL
+SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
+
+// claimTakeoverSQL ends the INSERT of claimSQL and claimBatchSQL: on
+// conflict, a takeover of a RELEASED or EXPIRED record, or of a PROCESSING
+// one whose lease ran out, unless the fingerprints differ, re-checked under
+// the row lock; the token is drawn after the lock is held.
+const claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		state = 'processing',
 		token = nextval('idem_token_seq'),
 		attempt = r.attempt + 1,
@@ -45,11 +55,7 @@ claimed AS (
 		updated_at = now()
 	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now()))
 		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
-	RETURNING ` + recordCols + `
-)
-SELECT true, now(), claimed.* FROM claimed
-UNION ALL
-SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
+	RETURNING ` + recordCols
 
 // maxStatementTries bounds how often a call re-runs its statement when a
 // concurrent transaction changed the row while the statement ran.
