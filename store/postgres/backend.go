@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
 )
@@ -20,12 +21,27 @@ type Backend struct {
 
 // OpenBackend connects to url (see Connect) and returns the Backend on that
 // pool. The schema is left as it is: Migrate applies what is pending.
-func OpenBackend(ctx context.Context, url string) (*Backend, error) {
-	pool, err := Connect(ctx, url)
+//
+// With a tracer provider, the store makes spans for the calls and
+// statements of traced callers (trace.go); with nil it installs no tracing
+// hook at all.
+func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Backend, error) {
+	cfg, err := parseConfig(url)
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{Store: New(pool), pool: pool}, nil
+	if tp != nil {
+		cfg.ConnConfig.Tracer = newQueryTracer(tp)
+	}
+	pool, err := ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := New(pool)
+	if tp != nil {
+		s.traceWith(tp)
+	}
+	return &Backend{Store: s, pool: pool}, nil
 }
 
 // Migrate implements store.Backend: see MigrateLogged.

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
 )
@@ -87,6 +89,11 @@ type pending[P, R any] struct {
 	err       error
 	done      chan struct{}
 	abandoned atomic.Bool // the caller stopped waiting before the call was sent
+
+	// With tracing on (trace.go): the call's span, and what its batch's
+	// statement was, set before done is closed.
+	span  trace.Span
+	trace *statementTrace
 }
 
 // coalescer gathers concurrent calls of one kind into batches.
@@ -97,6 +104,8 @@ type coalescer[P, R any] struct {
 	maxInFlight int
 	maxRows     int
 	rows        prometheus.Observer // each statement's number of calls
+	kind        string              // claim, complete, fail or heartbeat
+	tracer      trace.Tracer        // nil unless the store is traced (trace.go)
 
 	mu       sync.Mutex
 	queue    []*pending[P, R]
@@ -110,6 +119,9 @@ func (c *coalescer[P, R]) do(ctx context.Context, id store.RecordID, params P) (
 		return zero, err
 	}
 	call := &pending[P, R]{id: id, params: params, done: make(chan struct{})}
+	if c.tracer != nil {
+		call.span = c.startCall(ctx)
+	}
 	c.mu.Lock()
 	c.queue = append(c.queue, call)
 	start := c.inFlight < c.maxInFlight
@@ -122,9 +134,16 @@ func (c *coalescer[P, R]) do(ctx context.Context, id store.RecordID, params P) (
 	}
 	select {
 	case <-call.done:
+		if call.span != nil {
+			endCall(call.span, call)
+		}
 		return call.res, call.err
 	case <-ctx.Done():
 		call.abandoned.Store(true)
+		if call.span != nil {
+			call.span.SetStatus(codes.Error, ctx.Err().Error())
+			call.span.End()
+		}
 		return zero, ctx.Err()
 	}
 }
@@ -154,9 +173,14 @@ func (c *coalescer[P, R]) drain() {
 		}
 		c.rows.Observe(float64(len(batch)))
 		ctx, cancel := context.WithTimeout(context.Background(), statementDeadline)
+		var st *statementTrace
+		if c.tracer != nil {
+			ctx, st = c.traceStatement(ctx, batch)
+		}
 		c.run(ctx, batch)
 		cancel()
 		for _, call := range batch {
+			call.trace = st
 			close(call.done)
 		}
 	}

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -72,4 +74,41 @@ func (s *Store) BatchCalls(kind string) (statements uint64, calls float64) {
 		panic(err)
 	}
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// Traced reports whether the backend's pool has a pgx tracer and whether
+// its coalescers make call spans.
+func (b *Backend) Traced() (pool, calls bool) {
+	return b.pool.Config().ConnConfig.Tracer != nil, b.claims.tracer != nil
+}
+
+// ClaimTogether runs calls, each on its own context, through the Claim
+// coalescer as one batch: the coalescer's statement slots are held while
+// the calls queue, then one drain takes them all. The keys must be distinct
+// and the coalescer idle.
+func (s *Store) ClaimTogether(ctxs []context.Context, calls []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	c := s.claims
+	c.mu.Lock()
+	c.inFlight = c.maxInFlight + maxOverflow // nobody starts a statement
+	c.mu.Unlock()
+	res, errs := make([]*store.ClaimResult, len(calls)), make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, p := range calls {
+		wg.Go(func() { res[i], errs[i] = s.RecordClaim(ctxs[i], p) })
+	}
+	for {
+		c.mu.Lock()
+		queued := len(c.queue)
+		if queued == len(calls) {
+			c.inFlight = 1 // the drain below; it gives the slot back
+		}
+		c.mu.Unlock()
+		if queued == len(calls) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go c.drain()
+	wg.Wait()
+	return res, errs
 }

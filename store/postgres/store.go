@@ -65,11 +65,11 @@ func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 		return s
 	}
 	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, maxInFlight: maxInFlight, maxRows: maxRows,
-		rows: s.batchRows.WithLabelValues("claim")}
+		rows: s.batchRows.WithLabelValues("claim"), kind: "claim"}
 	for k, kind := range tokenKinds {
 		if kind != nil {
 			s.tokens[k] = &coalescer[*store.TokenCall, tokenOutcome]{run: s.runTokens(kind), maxInFlight: maxInFlight, maxRows: maxRows,
-				rows: s.batchRows.WithLabelValues(kind.name)}
+				rows: s.batchRows.WithLabelValues(kind.name), kind: kind.name}
 		}
 	}
 	return s
@@ -81,6 +81,15 @@ func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 // in its own schema. The pool has DefaultMaxConns connections at most unless
 // the URL sets pool_max_conns.
 func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := parseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	return ConnectConfig(ctx, cfg)
+}
+
+// parseConfig is Connect's pool configuration for url.
+func parseConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
@@ -88,7 +97,7 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if !setsMaxConns(url) {
 		cfg.MaxConns = DefaultMaxConns()
 	}
-	return ConnectConfig(ctx, cfg)
+	return cfg, nil
 }
 
 // DefaultMaxConns is the size of Connect's pool when the URL does not set

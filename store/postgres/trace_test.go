@@ -1,0 +1,142 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres"
+)
+
+// TestOpenBackendWithoutTracingInstallsNothing: without a tracer provider
+// the pool has no pgx tracer and the coalescers make no spans, so an
+// untraced idemd does no tracing work per call.
+func TestOpenBackendWithoutTracingInstallsNothing(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	b, err := postgres.OpenBackend(t.Context(), db.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if pool, calls := b.Traced(); pool || calls {
+		t.Fatalf("OpenBackend without a tracer provider: pool tracer %v, call spans %v; want neither", pool, calls)
+	}
+}
+
+// TestTracedBatch: calls coalesced into one statement each get a call span
+// under their caller's span that records the batch's size; the statement's
+// span is a child of one of them and links to the others, which link back
+// to it. A statement without a traced caller makes no span.
+func TestTracedBatch(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b, err := postgres.OpenBackend(t.Context(), db.URL, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if pool, calls := b.Traced(); !pool || !calls {
+		t.Fatalf("OpenBackend with a tracer provider: pool tracer %v, call spans %v; want both", pool, calls)
+	}
+	if err := b.Ping(t.Context()); err != nil { // no caller span: no statement span
+		t.Fatal(err)
+	}
+
+	const n = 3
+	ctxs := make([]context.Context, n)
+	callers := make([]trace.Span, n)
+	calls := make([]*store.ClaimParams, n)
+	for i := range n {
+		ctxs[i], callers[i] = tp.Tracer("test").Start(t.Context(), fmt.Sprint("caller ", i))
+		calls[i] = claimParams(recordID(fmt.Sprint("traced-", i)), "")
+	}
+	_, errs := b.ClaimTogether(ctxs, calls)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		callers[i].End()
+	}
+
+	var callSpans, stmtSpans []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "store claim":
+			callSpans = append(callSpans, s)
+		case "postgres claim":
+			stmtSpans = append(stmtSpans, s)
+		case "caller 0", "caller 1", "caller 2":
+		default:
+			t.Errorf("unexpected span %q (parent %v)", s.Name(), s.Parent().SpanID())
+		}
+	}
+	if len(callSpans) != n || len(stmtSpans) != 1 {
+		t.Fatalf("%d call spans and %d statement spans, want %d and 1", len(callSpans), len(stmtSpans), n)
+	}
+	stmt := stmtSpans[0]
+	if got := intAttribute(stmt.Attributes(), "idem.batch.calls"); got != n {
+		t.Errorf("statement span's idem.batch.calls = %d, want %d", got, n)
+	}
+	parents := 0
+	for _, c := range callSpans {
+		if got := intAttribute(c.Attributes(), "idem.batch.calls"); got != n {
+			t.Errorf("call span's idem.batch.calls = %d, want %d", got, n)
+		}
+		if !isCaller(c.Parent(), callers) {
+			t.Errorf("call span's parent %v is none of the callers' spans", c.Parent().SpanID())
+		}
+		if stmt.Parent().SpanID() == c.SpanContext().SpanID() {
+			parents++
+			if len(c.Links()) != 0 {
+				t.Errorf("the statement's parent call span links to %v", c.Links())
+			}
+			continue
+		}
+		if !linksTo(c.Links(), stmt.SpanContext()) {
+			t.Errorf("call span %v does not link to the statement span", c.SpanContext().SpanID())
+		}
+		if !linksTo(stmt.Links(), c.SpanContext()) {
+			t.Errorf("statement span does not link to call span %v", c.SpanContext().SpanID())
+		}
+	}
+	if parents != 1 {
+		t.Errorf("the statement span is a child of %d call spans, want 1", parents)
+	}
+}
+
+func intAttribute(attrs []attribute.KeyValue, key string) int64 {
+	for _, kv := range attrs {
+		if string(kv.Key) == key {
+			return kv.Value.AsInt64()
+		}
+	}
+	return -1
+}
+
+func isCaller(parent trace.SpanContext, callers []trace.Span) bool {
+	for _, c := range callers {
+		if c.SpanContext().SpanID() == parent.SpanID() {
+			return true
+		}
+	}
+	return false
+}
+
+func linksTo(links []sdktrace.Link, sc trace.SpanContext) bool {
+	for _, l := range links {
+		if l.SpanContext.SpanID() == sc.SpanID() && l.SpanContext.TraceID() == sc.TraceID() {
+			return true
+		}
+	}
+	return false
+}
