@@ -8,6 +8,11 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -46,7 +51,7 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	}
 	// One line per RPC; health probes, which arrive every few seconds from
 	// every load balancer, only at debug.
-	unary = append(unary, logCalls(logger))
+	unary = append(unary, logCalls(logger, svc.cfg.Tracing != nil))
 	// Then authentication and the tenant's rate limit (none without tenants;
 	// health and reflection skip both): a caller without credentials is
 	// refused before it costs a store call, and is still logged and counted.
@@ -58,6 +63,19 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		// A Complete carries at most MaxResultBytes of result; grpc-go's own
 		// default (4 MiB) would let a caller make the server buffer far more.
 		grpc.MaxRecvMsgSize(svc.cfg.MaxResultBytes + messageHeadroom),
+	}
+	if tp := svc.cfg.Tracing; tp != nil {
+		// A stats handler, not an interceptor: its span starts before the
+		// interceptor chain runs, so the log line and the store's spans
+		// find it in the context. Health probes, every few seconds from
+		// every load balancer, would bury the traces worth reading; the
+		// Prometheus metrics already count every call.
+		base = append(base, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithPropagators(propagation.TraceContext{}),
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+		)))
 	}
 	base = append(base, svc.cfg.ConnLimits.serverOptions()...)
 	base = append(base,
@@ -83,8 +101,9 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 // builds the line only when that level is enabled: go-grpc-middleware's
 // logging interceptor built its fields for every call before it knew the
 // level, which cost 5–8% of the CPU of a Claim and Complete and made 22% of
-// the allocations (docs/BENCHMARKS.md).
-func logCalls(logger *slog.Logger) grpc.UnaryServerInterceptor {
+// the allocations (docs/BENCHMARKS.md). With traced, a call whose span is
+// recording has its trace and span ids on the line.
+func logCalls(logger *slog.Logger, traced bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		line := &callLine{}
@@ -98,7 +117,7 @@ func logCalls(logger *slog.Logger) grpc.UnaryServerInterceptor {
 			return resp, err
 		}
 		service, method, _ := strings.Cut(strings.TrimPrefix(info.FullMethod, "/"), "/")
-		attrs := make([]slog.Attr, 0, 9)
+		attrs := make([]slog.Attr, 0, 11)
 		attrs = append(attrs,
 			slog.String("grpc.service", service),
 			slog.String("grpc.method", method),
@@ -115,6 +134,12 @@ func logCalls(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		}
 		if err != nil {
 			attrs = append(attrs, slog.String("grpc.error", err.Error()))
+		}
+		if traced {
+			if span := trace.SpanFromContext(ctx); span.IsRecording() {
+				sc := span.SpanContext()
+				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+			}
 		}
 		logger.LogAttrs(ctx, level, "finished call", attrs...)
 		return resp, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
@@ -34,6 +35,11 @@ type Config struct {
 	// ConnLimits bound what one client connection can make the server
 	// hold; zero fields take DefaultConnLimits.
 	ConnLimits ConnLimits
+	// Tracing, when set, gives every RPC a server span (otelgrpc), its
+	// parent taken from the caller's W3C traceparent, and puts the trace id
+	// on the call's log line. Nil (the default) installs nothing: no stats
+	// handler, no work per call.
+	Tracing trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
