@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/sqlite"
@@ -46,14 +48,16 @@ func (d *database) Close() {
 // open opens the store the flags choose: Postgres for a postgres:// URL,
 // SQLite for a sqlite: URL or no URL at all. Postgres's schema is left as it
 // is (serve and migrate decide what to do about it); SQLite's is migrated by
-// opening it. Errors are one line that says what to check.
-func (f databaseFlags) open(ctx context.Context) (*database, error) {
+// opening it. Errors are one line that says what to check. A tracer
+// provider traces the Postgres store's calls and statements; nil traces
+// nothing. The SQLite store is not traced.
+func (f databaseFlags) open(ctx context.Context, tp trace.TracerProvider) (*database, error) {
 	path, implicit, err := f.sqlitePath()
 	if err != nil {
 		return nil, err
 	}
 	if path == "" {
-		b, err := postgres.OpenBackend(ctx, *f.DatabaseURL)
+		b, err := postgres.OpenBackend(ctx, *f.DatabaseURL, tp)
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach the database at %s: %s", redactURL(*f.DatabaseURL), oneLine(err))
 		}

@@ -57,7 +57,7 @@ type migrateCmd struct {
 }
 
 func (c *migrateCmd) Run(ctx context.Context) error {
-	db, err := c.open(ctx)
+	db, err := c.open(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -9,13 +9,17 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
 	"github.com/idemhq/idem/internal/buildinfo"
+	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/server"
 )
 
@@ -80,7 +84,30 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 
-	db, err := c.open(ctx)
+	// Tracing comes first: the store's pool is made with its hook or
+	// without.
+	tp, err := tracing.FromEnv(ctx, os.Getenv, buildinfo.Read(version, commit).Version)
+	if err != nil {
+		return err
+	}
+	var tracer trace.TracerProvider // stays a nil interface when tracing is off
+	flushTraces := func() {}
+	if tp != nil {
+		tracer = tp
+		var once sync.Once
+		flushTraces = func() {
+			once.Do(func() {
+				flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := tp.Shutdown(flushCtx); err != nil {
+					logger.Warn("could not send the last spans to the trace collector", "error", err)
+				}
+			})
+		}
+		defer flushTraces() // when Run returns before serving
+	}
+
+	db, err := c.open(ctx, tracer)
 	if err != nil {
 		return err
 	}
@@ -134,6 +161,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		MaxResultBytes:   c.MaxResultBytes,
 		Tenants:          sec.tenants,
 		ConnLimits:       c.connFlags.limits(),
+		Tracing:          tracer,
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
 	if err := jsonAPI.serve(svc, grpcServer, &c.securityFlags, logger); err != nil {
@@ -155,7 +183,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
 	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval)
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil)
 	for _, w := range sec.warnings {
 		logger.Warn(w)
 	}
@@ -200,6 +228,9 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			defer cancel()
 			_ = httpServer.Shutdown(shutdownCtx)
 		}
+		// Every RPC has ended, and with it its spans: send what the
+		// exporter still holds.
+		flushTraces()
 		return nil
 	})
 	if err := g.Wait(); err != nil {

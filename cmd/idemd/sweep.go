@@ -25,7 +25,7 @@ func (c *sweepCmd) Run(ctx context.Context) error {
 		return fmt.Errorf("--interval is %s; it must be positive", c.Interval)
 	}
 	logger := c.logger(os.Stderr)
-	db, err := c.open(ctx)
+	db, err := c.open(ctx, nil)
 	if err != nil {
 		return err
 	}

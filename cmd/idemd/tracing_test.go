@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testdb"
+)
+
+// otlpReceiver is a trace collector for one test: it accepts OTLP/HTTP
+// protobuf exports and keeps their spans.
+type otlpReceiver struct {
+	*httptest.Server
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	r := &otlpReceiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if req.URL.Path != "/v1/traces" || err != nil {
+			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+			return
+		}
+		var export collectortrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &export); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range export.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				r.spans = append(r.spans, ss.GetSpans()...)
+			}
+		}
+		r.mu.Unlock()
+		resp, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(resp)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *otlpReceiver) received() []*tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*tracepb.Span(nil), r.spans...)
+}
+
+// environWithoutTelemetry is the environment less every IDEM_ and OTEL_
+// variable, so that a developer's own settings cannot turn tracing on or off.
+func environWithoutTelemetry() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "IDEM_") && !strings.HasPrefix(kv, "OTEL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// claimTraced runs idemd serve with env, makes one Claim whose metadata
+// carries the caller's trace context, stops idemd with SIGTERM and returns
+// its log lines.
+func claimTraced(t *testing.T, env []string, traceparent string) []string {
+	t.Helper()
+	db := testdb.New(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--json-listen", "",
+		"--sweep-interval", "50ms", "--health-interval", "50ms", "--log-format", "json")
+	cmd.Env = append(environWithoutTelemetry(), append(env, "IDEM_DATABASE_URL="+db.URL)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	logs := make(chan string, 1000)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+			select {
+			case logs <- sc.Text():
+			default:
+			}
+		}
+		close(logs)
+	}()
+	waitFor(t, logs, `"msg":"idemd serving"`)
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", traceparent)
+	claim, err := idemv1.NewIdempotencyServiceClient(conn).Claim(ctx, &idemv1.ClaimRequest{Namespace: "jobs", Key: "traced"})
+	if err != nil || claim.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("Claim: %v, %v", claim, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("idemd exited with %v after SIGTERM, want 0", err)
+	}
+	for range logs { // the reader has seen every line
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return lines
+}
+
+// claimLogLine is the "finished call" line of the Claim.
+func claimLogLine(t *testing.T, lines []string) map[string]any {
+	t.Helper()
+	for _, l := range lines {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "finished call" && m["grpc.method"] == "Claim" {
+			return m
+		}
+	}
+	t.Fatalf("no finished-call line for the Claim in:\n%s", strings.Join(lines, "\n"))
+	return nil
+}
+
+const (
+	callerTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	callerSpanID  = "00f067aa0ba902b7"
+	traceparent   = "00-" + callerTraceID + "-" + callerSpanID + "-01"
+)
+
+// TestTracingClaimSpans: with an OTLP endpoint in the environment, a Claim
+// whose metadata carries a traceparent makes a server span that continues
+// the caller's trace, a store span under it and a statement span under
+// that; the spans reach the collector by the time idemd has stopped (the
+// shutdown flushes them), and the Claim's log line carries the trace id.
+func TestTracingClaimSpans(t *testing.T) {
+	t.Parallel()
+	rcv := newOTLPReceiver(t)
+	lines := claimTraced(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL}, traceparent)
+
+	spans := rcv.received()
+	find := func(name string) *tracepb.Span {
+		t.Helper()
+		for _, s := range spans {
+			if s.GetName() == name {
+				return s
+			}
+		}
+		var names []string
+		for _, s := range spans {
+			names = append(names, s.GetName())
+		}
+		t.Fatalf("no span %q among %q", name, names)
+		return nil
+	}
+	rpc := find("idem.v1.IdempotencyService/Claim")
+	if got := hex.EncodeToString(rpc.GetTraceId()); got != callerTraceID {
+		t.Errorf("server span's trace id is %s, want the caller's %s", got, callerTraceID)
+	}
+	if got := hex.EncodeToString(rpc.GetParentSpanId()); got != callerSpanID {
+		t.Errorf("server span's parent is %s, want the caller's span %s", got, callerSpanID)
+	}
+	if rpc.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
+		t.Errorf("server span's kind is %v", rpc.GetKind())
+	}
+	call := find("store claim")
+	if string(call.GetParentSpanId()) != string(rpc.GetSpanId()) || string(call.GetTraceId()) != string(rpc.GetTraceId()) {
+		t.Errorf("store span's parent is %x in trace %x, want the server span %x", call.GetParentSpanId(), call.GetTraceId(), rpc.GetSpanId())
+	}
+	if got := intAttr(call, "idem.batch.calls"); got != 1 {
+		t.Errorf("store span's idem.batch.calls is %d, want 1 (one Claim alone)", got)
+	}
+	stmt := find("postgres claim")
+	if string(stmt.GetParentSpanId()) != string(call.GetSpanId()) {
+		t.Errorf("statement span's parent is %x, want the store span %x", stmt.GetParentSpanId(), call.GetSpanId())
+	}
+
+	line := claimLogLine(t, lines)
+	if line["trace_id"] != callerTraceID || line["span_id"] != hex.EncodeToString(rpc.GetSpanId()) {
+		t.Errorf("log line has trace_id %v and span_id %v, want %s and the server span's %x", line["trace_id"], line["span_id"], callerTraceID, rpc.GetSpanId())
+	}
+}
+
+// TestNoTracingWithoutOTELVariables: an OTEL_ variable that does not ask for
+// traces (here the service name) turns nothing on: idemd says so, and the
+// Claim's log line has no trace id even though the caller sent one.
+func TestNoTracingWithoutOTELVariables(t *testing.T) {
+	t.Parallel()
+	lines := claimTraced(t, []string{"OTEL_SERVICE_NAME=idemd-test"}, traceparent)
+	for _, l := range lines {
+		if strings.Contains(l, `"msg":"idemd serving"`) && !strings.Contains(l, `"tracing":false`) {
+			t.Errorf("serving line does not say tracing is off: %s", l)
+		}
+	}
+	line := claimLogLine(t, lines)
+	if _, ok := line["trace_id"]; ok {
+		t.Errorf("log line has a trace id with tracing off: %v", line)
+	}
+}
+
+func intAttr(s *tracepb.Span, key string) int64 {
+	for _, kv := range s.GetAttributes() {
+		if kv.GetKey() == key {
+			return kv.GetValue().GetIntValue()
+		}
+	}
+	return -1
+}
