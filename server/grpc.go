@@ -89,6 +89,10 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	admin.Tenants = svc.cfg.Tenants
 	idemv1.RegisterAdminServiceServer(srv, admin)
 	healthSrv := health.NewServer()
+	// Known from the start, NOT_SERVING until WatchHealth has seen the store
+	// answer: a readiness probe that asks before the first check gets "not
+	// yet", not "unknown service".
+	healthSrv.SetServingStatus(HealthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	reflection.Register(srv)
 	if m := svc.cfg.Metrics; m != nil {

@@ -8,6 +8,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/server"
 )
 
 // TestHealthAndReflection: the standard health service answers SERVING for
@@ -47,5 +48,20 @@ func TestHealthAndReflection(t *testing.T) {
 		if !slices.Contains(names, want) {
 			t.Errorf("reflection lists %v; want %s among them", names, want)
 		}
+	}
+}
+
+// TestHealthKnowsTheServiceBeforeTheFirstCheck: before anything has checked
+// the store, the IdempotencyService's health is NOT_SERVING, not an unknown
+// service, so a readiness probe that comes early gets "not yet".
+func TestHealthKnowsTheServiceBeforeTheFirstCheck(t *testing.T) {
+	t.Parallel()
+	_, hs := server.NewGRPCServer(server.NewService(nil, server.Config{}, nil), nil)
+	resp, err := hs.Check(t.Context(), &healthpb.HealthCheckRequest{Service: server.HealthServiceName})
+	if err != nil {
+		t.Fatalf("health of %s before any check: %v", server.HealthServiceName, err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health of %s before any check: %v, want NOT_SERVING", server.HealthServiceName, resp.GetStatus())
 	}
 }
