@@ -101,6 +101,9 @@ const (
 	// INVALID_ARGUMENT (AdminService.ListRecords): page_token is not one this
 	// server returned.
 	ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN ErrorReason = 24
+	// INVALID_ARGUMENT: wait (ClaimRequest) is not a valid duration or outside
+	// 0–60 s.
+	ErrorReason_ERROR_REASON_INVALID_WAIT ErrorReason = 25
 )
 
 // Enum value maps for ErrorReason.
@@ -131,6 +134,7 @@ var (
 		22: "ERROR_REASON_INVALID_OLDER_THAN",
 		23: "ERROR_REASON_INVALID_PAGE_SIZE",
 		24: "ERROR_REASON_INVALID_PAGE_TOKEN",
+		25: "ERROR_REASON_INVALID_WAIT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -158,6 +162,7 @@ var (
 		"ERROR_REASON_INVALID_OLDER_THAN":    22,
 		"ERROR_REASON_INVALID_PAGE_SIZE":     23,
 		"ERROR_REASON_INVALID_PAGE_TOKEN":    24,
+		"ERROR_REASON_INVALID_WAIT":          25,
 	}
 )
 
@@ -192,7 +197,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xd1\x06\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xf0\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -219,7 +224,8 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1aERROR_REASON_INVALID_STATE\x10\x15\x12#\n" +
 	"\x1fERROR_REASON_INVALID_OLDER_THAN\x10\x16\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_PAGE_SIZE\x10\x17\x12#\n" +
-	"\x1fERROR_REASON_INVALID_PAGE_TOKEN\x10\x18B\x87\x01\n" +
+	"\x1fERROR_REASON_INVALID_PAGE_TOKEN\x10\x18\x12\x1d\n" +
+	"\x19ERROR_REASON_INVALID_WAIT\x10\x19B\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

@@ -14,8 +14,8 @@
 // the values of the enum ErrorReason (error_reason.proto) without their
 // ERROR_REASON_ prefix:
 //   - INVALID_ARGUMENT    / INVALID_NAMESPACE, INVALID_KEY, INVALID_FINGERPRINT,
-//     INVALID_CLAIMANT, INVALID_LEASE_TTL, INVALID_RETENTION, INVALID_RESULT,
-//     INVALID_ERROR, INVALID_TOKEN: a field is malformed or out of bounds;
+//     INVALID_CLAIMANT, INVALID_LEASE_TTL, INVALID_RETENTION, INVALID_WAIT,
+//     INVALID_RESULT, INVALID_ERROR, INVALID_TOKEN: a field is malformed or out of bounds;
 //     the message names the field and the bound. Nothing was written. A
 //     text field that breaks the text rule below also has the ErrorInfo
 //     metadata "field" and "problem" (NUL_CHARACTER or INVALID_UTF8).
@@ -415,7 +415,21 @@ type ClaimRequest struct {
 	Claimant string `protobuf:"bytes,5,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	// How long the record is kept after it leaves PROCESSING, before it may be
 	// purged. Default 24 hours; bounds 1 minute to 90 days.
-	Retention     *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
+	Retention *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
+	// How long to wait, when the answer would be IN_PROGRESS, for the holder
+	// to finish. Unset or 0 answers at once (IN_PROGRESS with retry_after).
+	// Otherwise the call waits until the record is COMPLETED or FAILED (the
+	// answer is that outcome with the stored result or error), or can be
+	// acquired (RELEASED, or its lease ran out: the waiting Claim acquires it
+	// and gets ACQUIRED; of several waiting Claims one does, and the others
+	// keep waiting), or the wait runs out (IN_PROGRESS, as without a wait).
+	// A Complete or Fail on any replica wakes the waiting Claim at once; no
+	// polling is involved. The wait never outlasts the call's own deadline:
+	// it ends early enough for the answer to arrive in time. At most 60
+	// seconds (INVALID_ARGUMENT / INVALID_WAIT outside 0 to 60 s). When the
+	// server already holds as many waiting Claims as it allows (in all, or for
+	// the tenant), the Claim answers IN_PROGRESS at once, as without a wait.
+	Wait          *durationpb.Duration `protobuf:"bytes,7,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +502,13 @@ func (x *ClaimRequest) GetClaimant() string {
 func (x *ClaimRequest) GetRetention() *durationpb.Duration {
 	if x != nil {
 		return x.Retention
+	}
+	return nil
+}
+
+func (x *ClaimRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
 	}
 	return nil
 }
@@ -1055,14 +1076,15 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"updated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12=\n" +
 	"\fcompleted_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x129\n" +
 	"\n" +
-	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xed\x01\n" +
+	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9c\x02\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
 	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\x126\n" +
 	"\tlease_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12\x1a\n" +
 	"\bclaimant\x18\x05 \x01(\tR\bclaimant\x127\n" +
-	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\"\xa0\x01\n" +
+	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12-\n" +
+	"\x04wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xa0\x01\n" +
 	"\rClaimResponse\x12*\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x10.idem.v1.OutcomeR\aoutcome\x12'\n" +
 	"\x06record\x18\x02 \x01(\v2\x0f.idem.v1.RecordR\x06record\x12:\n" +
@@ -1156,29 +1178,30 @@ var file_idem_v1_idem_proto_depIdxs = []int32{
 	13, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
 	14, // 6: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
 	14, // 7: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
-	1,  // 8: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
-	2,  // 9: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
-	14, // 10: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	2,  // 11: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
-	2,  // 12: idem.v1.FailResponse.record:type_name -> idem.v1.Record
-	14, // 13: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
-	2,  // 14: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
-	2,  // 15: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
-	3,  // 16: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
-	5,  // 17: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
-	7,  // 18: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
-	9,  // 19: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
-	11, // 20: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
-	4,  // 21: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
-	6,  // 22: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
-	8,  // 23: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
-	10, // 24: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
-	12, // 25: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 8: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	1,  // 9: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
+	2,  // 10: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
+	14, // 11: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	2,  // 12: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
+	2,  // 13: idem.v1.FailResponse.record:type_name -> idem.v1.Record
+	14, // 14: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
+	2,  // 15: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
+	2,  // 16: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
+	3,  // 17: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
+	5,  // 18: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
+	7,  // 19: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
+	9,  // 20: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
+	11, // 21: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
+	4,  // 22: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
+	6,  // 23: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
+	8,  // 24: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
+	10, // 25: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
+	12, // 26: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_idem_proto_init() }

@@ -14,8 +14,8 @@
 // the values of the enum ErrorReason (error_reason.proto) without their
 // ERROR_REASON_ prefix:
 //   - INVALID_ARGUMENT    / INVALID_NAMESPACE, INVALID_KEY, INVALID_FINGERPRINT,
-//     INVALID_CLAIMANT, INVALID_LEASE_TTL, INVALID_RETENTION, INVALID_RESULT,
-//     INVALID_ERROR, INVALID_TOKEN: a field is malformed or out of bounds;
+//     INVALID_CLAIMANT, INVALID_LEASE_TTL, INVALID_RETENTION, INVALID_WAIT,
+//     INVALID_RESULT, INVALID_ERROR, INVALID_TOKEN: a field is malformed or out of bounds;
 //     the message names the field and the bound. Nothing was written. A
 //     text field that breaks the text rule below also has the ErrorInfo
 //     metadata "field" and "problem" (NUL_CHARACTER or INVALID_UTF8).
