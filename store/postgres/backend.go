@@ -57,8 +57,10 @@ func (b *Backend) SchemaVersion(ctx context.Context) (int, error) {
 // LatestVersion implements store.Backend.
 func (b *Backend) LatestVersion() int { return LatestVersion() }
 
-// Close implements store.Backend: it closes the pool.
+// Close implements store.Backend: it stops the Store's listener and closes
+// the pool.
 func (b *Backend) Close() error {
+	b.Store.Close()
 	b.pool.Close()
 	return nil
 }

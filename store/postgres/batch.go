@@ -68,8 +68,9 @@ WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.tenant = cur.tenant AND c.name
 // in its newest version, so the rows the update did not change are reported
 // as they now stand and need no second read. argTypes are the SQL types of
 // the call's own arrays, bound from $5 on as a1, a2, …; set may use them as
-// l.a1, l.a2.
-func tokenBatchSQL(set string, argTypes ...string) string {
+// l.a1, l.a2. When wakes, the update notifies the waiting Claims of the rows
+// it changed that have their waiters flag set (wait.go).
+func tokenBatchSQL(set string, wakes bool, argTypes ...string) string {
 	params := "$1::text[], $2::text[], $3::text[], $4::bigint[]"
 	names := "tenant, namespace, key, token"
 	carried := "i.token AS in_token"
@@ -94,9 +95,9 @@ changed AS (
 	FROM locked l
 	WHERE r.tenant = l.tenant AND r.namespace = l.namespace AND r.key = l.key
 		AND r.token = l.in_token AND r.state IN ('processing', 'expired')
-	RETURNING ` + recordColsOf("r") + `
+	RETURNING ` + recordColsOf("r") + wakeCol("r", wakes) + `
 )
-SELECT true, changed.* FROM changed
+SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, l.tenant, l.namespace, l.key, l.state, l.token, l.attempt, l.claimant, l.fingerprint,
 	l.lease_expires_at, l.retention_us, l.result, l.error, l.created_at, l.updated_at, l.completed_at, l.expires_at
@@ -197,7 +198,7 @@ var tokenKinds = [...]*tokenKind{
 	store.CallComplete: {
 		name: "complete",
 		batch: tokenBatchSQL(`state = 'completed', result = l.a1, error = NULL, lease_expires_at = NULL,
-			completed_at = now(), expires_at = now() + r.retention`, "bytea"),
+			completed_at = now(), expires_at = now() + r.retention`, true, "bytea"),
 		arrays: func(batch []*tokenBatchCall) []any {
 			results := make([][]byte, len(batch))
 			for i, c := range batch {
@@ -210,7 +211,7 @@ var tokenKinds = [...]*tokenKind{
 		name: "fail",
 		batch: tokenBatchSQL(`state = CASE WHEN l.a2 THEN 'released' ELSE 'failed' END, error = l.a1, result = NULL,
 			lease_expires_at = NULL, completed_at = CASE WHEN l.a2 THEN NULL ELSE now() END,
-			expires_at = now() + r.retention`, "text", "boolean"),
+			expires_at = now() + r.retention`, true, "text", "boolean"),
 		arrays: func(batch []*tokenBatchCall) []any {
 			errs, retryable := make([]string, len(batch)), make([]bool, len(batch))
 			for i, c := range batch {
@@ -222,7 +223,7 @@ var tokenKinds = [...]*tokenKind{
 	store.CallHeartbeat: {
 		name: "heartbeat",
 		batch: tokenBatchSQL(`state = 'processing', lease_expires_at = now() + l.a1 * interval '1 microsecond',
-			expires_at = NULL`, "bigint"),
+			expires_at = NULL`, false, "bigint"),
 		arrays: func(batch []*tokenBatchCall) []any {
 			leases := make([]int64, len(batch))
 			for i, c := range batch {

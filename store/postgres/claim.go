@@ -16,7 +16,8 @@ import (
 // a PROCESSING one whose lease ran out, unless the fingerprints differ; the
 // UPDATE re-checks that against the newest row version under its lock. The
 // token of a takeover is drawn inside the UPDATE, after the row lock is held,
-// so it is greater than every token handed out before.
+// so it is greater than every token handed out before. A takeover clears the
+// row's waiters flag (wait.go): it was set for the lease that just ended.
 const claimSQL = `
 WITH cur AS (
 	SELECT ` + recordCols + ` FROM idem_records
@@ -52,6 +53,7 @@ const claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		error = NULL,
 		completed_at = NULL,
 		expires_at = NULL,
+		waiters = false,
 		updated_at = now()
 	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now()))
 		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)

@@ -112,3 +112,7 @@ func (s *Store) ClaimTogether(ctxs []context.Context, calls []*store.ClaimParams
 	wg.Wait()
 	return res, errs
 }
+
+// Listens is how many times the store's listener started listening: once
+// per connection it made.
+func (s *Store) Listens() int64 { return s.listen.listens.Load() }

@@ -10,16 +10,18 @@ import (
 // only with the record's current token while the record is PROCESSING or
 // EXPIRED; when it applies nothing, the second branch reports the row so that
 // the caller can tell why, in the same round trip. $1–$3 are the record's id,
-// $4 the token, $5 on the call's own arguments (store.TokenCall.Args).
-func tokenCallSQL(set string) string {
+// $4 the token, $5 on the call's own arguments (store.TokenCall.Args). When
+// wakes, the update notifies the record's waiting Claims if its waiters flag
+// is set (wait.go).
+func tokenCallSQL(set string, wakes bool) string {
 	return `
 WITH changed AS (
 	UPDATE idem_records SET ` + set + `, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4
 		AND state IN ('processing', 'expired')
-	RETURNING ` + recordCols + `
+	RETURNING ` + recordCols + wakeCol("idem_records", wakes) + `
 )
-SELECT true, changed.* FROM changed
+SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
@@ -28,12 +30,12 @@ SELECT false, ` + recordCols + ` FROM idem_records
 // tokenCalls is each token-bearing call's statement.
 var tokenCalls = [...]string{
 	store.CallComplete: tokenCallSQL(`state = 'completed', result = $5, error = NULL, lease_expires_at = NULL,
-			completed_at = now(), expires_at = now() + retention`),
+			completed_at = now(), expires_at = now() + retention`, true),
 	store.CallFail: tokenCallSQL(`state = CASE WHEN $6::boolean THEN 'released' ELSE 'failed' END, error = $5::text, result = NULL,
 			lease_expires_at = NULL, completed_at = CASE WHEN $6::boolean THEN NULL ELSE now() END,
-			expires_at = now() + retention`),
+			expires_at = now() + retention`, true),
 	store.CallHeartbeat: tokenCallSQL(`state = 'processing', lease_expires_at = now() + $5::bigint * interval '1 microsecond',
-			expires_at = NULL`),
+			expires_at = NULL`, false),
 }
 
 // runTokenCall is the store.TokenCalls the Store embeds. On a pool it runs

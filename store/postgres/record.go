@@ -16,6 +16,11 @@ const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fin
 	lease_expires_at, (extract(epoch FROM retention) * 1000000)::bigint AS retention_us,
 	result, error, created_at, updated_at, completed_at, expires_at`
 
+// recordNames is the names of recordCols' columns, for reading them from a
+// subquery that returned them.
+const recordNames = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
+	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at`
+
 // micros turns a duration into the bigint the SQL multiplies by
 // interval '1 microsecond'.
 func micros(d time.Duration) int64 { return d.Microseconds() }

@@ -22,7 +22,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Watcher = (*Store)(nil)
+)
 
 // dbtx is what the store's SQL runs on: the pool, or a pgx.Tx in tests and
 // tools that need a transaction.
@@ -46,6 +49,12 @@ type Store struct {
 	alwaysBatchSQL bool // tests: a batch of one uses the batch statement too
 	// batchRows counts the calls each statement carried, by kind.
 	batchRows *prometheus.HistogramVec
+
+	// The waiting Claims of this process, and on a pool the connection that
+	// hears the notifications that wake them (wait.go); listen is nil in a
+	// transaction.
+	watches store.Watches
+	listen  *listener
 }
 
 // New returns a Store that runs its statements on db, a *pgxpool.Pool or a
@@ -64,6 +73,8 @@ func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 	if _, ok := db.(*pgxpool.Pool); !ok {
 		return s
 	}
+	s.listen = &listener{pool: db.(*pgxpool.Pool), watches: &s.watches}
+	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
 	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, maxInFlight: maxInFlight, maxRows: maxRows,
 		rows: s.batchRows.WithLabelValues("claim"), kind: "claim"}
 	for k, kind := range tokenKinds {
@@ -73,6 +84,15 @@ func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 		}
 	}
 	return s
+}
+
+// Close stops the connection that listens for the notifications of waiting
+// Claims, if one runs. The pool is the caller's to close. Waiting Claims
+// still look again when their wait or the holder's lease runs out.
+func (s *Store) Close() {
+	if s.listen != nil {
+		s.listen.close()
+	}
 }
 
 // Connect parses url, opens a pool and checks that the database answers.

@@ -9,17 +9,21 @@ import (
 // number of replicas sweep at once without doing a row twice or blocking a
 // Claim. Each batch is its own short transaction.
 
-const sweepExpireSQL = `
+var sweepExpireSQL = `
 WITH due AS (
 	SELECT tenant, namespace, key FROM idem_records
 	WHERE state = 'processing' AND lease_expires_at <= now()
 	ORDER BY lease_expires_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+),
+expired AS (
+	UPDATE idem_records r SET state = 'expired', updated_at = now(), expires_at = now() + r.retention
+	FROM due
+	WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key
+	RETURNING r.tenant` + wakeCol("r", true) + `
 )
-UPDATE idem_records r SET state = 'expired', updated_at = now(), expires_at = now() + r.retention
-FROM due
-WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
+SELECT count(*) FROM expired`
 
 const sweepPurgeSQL = `
 WITH due AS (
@@ -33,13 +37,14 @@ DELETE FROM idem_records r
 USING due
 WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
 
-// SweepExpire implements store.Store.
+// SweepExpire implements store.Store. It wakes the Claims waiting on the
+// records it expires (wait.go).
 func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
-	tag, err := s.db.Exec(ctx, sweepExpireSQL, limit)
-	if err != nil {
+	var n int64
+	if err := s.db.QueryRow(ctx, sweepExpireSQL, limit).Scan(&n); err != nil {
 		return 0, interpretError(err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // SweepPurge implements store.Store.

@@ -64,6 +64,7 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 	if err != nil {
 		return nil, err
 	}
+	s.watches.Wake(id)
 	return rec, nil
 }
 

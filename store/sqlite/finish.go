@@ -59,5 +59,8 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 	if err != nil {
 		return nil, err
 	}
+	if call.Kind != store.CallHeartbeat {
+		s.watches.Wake(call.ID) // committed: a waiting Claim now sees it
+	}
 	return out, nil
 }

@@ -79,6 +79,8 @@ type Store struct {
 	// after Open.
 	readStmts map[string]*sql.Stmt
 	closed    atomic.Bool
+	// watches are the Claims waiting on a record (wait.go).
+	watches store.Watches
 }
 
 // readQueries are the statements Open prepares on the read connections.

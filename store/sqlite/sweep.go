@@ -25,9 +25,14 @@ const sweepPurgeSQL = `DELETE FROM idem_records
 		ORDER BY expires_at
 		LIMIT ?2)`
 
-// SweepExpire implements store.Store.
+// SweepExpire implements store.Store. When it expired records, it wakes
+// every waiting Claim (the statement does not say which records it took).
 func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
-	return s.sweep(ctx, sweepExpireSQL, limit)
+	n, err := s.sweep(ctx, sweepExpireSQL, limit)
+	if n > 0 {
+		s.watches.WakeAll()
+	}
+	return n, err
 }
 
 // SweepPurge implements store.Store.

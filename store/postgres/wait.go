@@ -1,0 +1,210 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Waking waiting Claims across replicas (store.Watcher).
+//
+// A Claim that waits for a lease to end sets the row's waiters flag
+// (RecordMarkWaited), a rare write. The statements that end a lease
+// (Complete and Fail, one row or a batch, and the sweeper's expiry) send
+// pg_notify on notifyChannel for the rows they changed that have the flag
+// set, in their own statement, so the notification leaves at their commit
+// and never before; rows without the flag, which is nearly all of them, cost
+// those statements nothing. The payload is the record's id as a JSON array.
+//
+// Each Store over a pool holds one connection of its own (not one of the
+// pool's) that LISTENs on the channel while any Claim of the process waits,
+// and fans the notifications out to the waiting Claims in the process
+// (store.Watches). It keeps the pool's configuration, application_name
+// included. When that connection is lost, notifications sent meanwhile are
+// lost too, so once it listens again it wakes every waiting Claim to look
+// again; a waiting Claim also looks again when its wait or the holder's lease
+// runs out, whether or not the listener is up.
+
+// notifyChannel is the channel the notifications go on.
+const notifyChannel = "idem_records"
+
+// Listener timing.
+const (
+	// listenerLinger is how long the listener stays connected after the
+	// last waiting Claim of the process is answered, so that a steady
+	// trickle of waits does not connect for each.
+	listenerLinger = 30 * time.Second
+	// listenerPing is how long the listener waits for a notification
+	// before it checks that its connection still answers: a connection
+	// that died without a word (a dropped network path) would otherwise
+	// keep it deaf until TCP gives up.
+	listenerPing = 15 * time.Second
+	// listenerRetryMax bounds the pause between attempts to reconnect.
+	listenerRetryMax = 2 * time.Second
+)
+
+// wakeCol is the RETURNING column that notifies a changed row's waiting
+// Claims when its waiters flag is set; "" when the statement wakes nobody.
+// table names the updated table as the statement knows it.
+func wakeCol(table string, wakes bool) string {
+	if !wakes {
+		return ""
+	}
+	return `,
+		CASE WHEN ` + table + `.waiters THEN pg_notify('` + notifyChannel + `',
+			json_build_array(` + table + `.tenant, ` + table + `.namespace, ` + table + `.key)::text) END AS woke`
+}
+
+const markWaitedSQL = `UPDATE idem_records SET waiters = true
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4 AND state = 'processing' AND NOT waiters`
+
+// RecordWatch implements store.Watcher. On a pool, the first watch of the
+// process starts the listener.
+func (s *Store) RecordWatch(id store.RecordID) *store.Watch {
+	return s.watches.Watch(id)
+}
+
+// RecordMarkWaited implements store.Watcher: it sets the waiters flag of the
+// row held with token, unless it is set already.
+func (s *Store) RecordMarkWaited(ctx context.Context, id store.RecordID, token int64) error {
+	if err := id.CheckText(); err != nil {
+		return err
+	}
+	_, err := detached(ctx, s, func(ctx context.Context, db dbtx) (struct{}, error) {
+		_, err := db.Exec(ctx, markWaitedSQL, id.Tenant, id.Namespace, id.Key, token)
+		return struct{}{}, interpretError(err)
+	})
+	return err
+}
+
+// listener is the Store's LISTEN connection and its life.
+type listener struct {
+	pool    *pgxpool.Pool
+	watches *store.Watches
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc // stops the running listener; nil when none runs
+	linger  *time.Timer        // stops it once nobody has waited for listenerLinger
+	stopped bool               // Close ran
+
+	// listens counts the times a connection started listening, for tests.
+	listens atomic.Int64
+}
+
+// start runs the listener unless it runs. It is the Watches' OnFirst, so it
+// runs under their lock and must not block.
+func (l *listener) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.linger != nil {
+		l.linger.Stop()
+		l.linger = nil
+	}
+	if l.cancel != nil || l.stopped {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.run(ctx)
+}
+
+// idle stops the listener listenerLinger from now unless a Claim waits
+// again by then. It is the Watches' OnLast.
+func (l *listener) idle() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.linger != nil {
+		l.linger.Stop()
+	}
+	l.linger = time.AfterFunc(listenerLinger, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.watches.Active() || l.cancel == nil {
+			return
+		}
+		l.cancel()
+		l.cancel = nil
+	})
+}
+
+// close stops the listener for good.
+func (l *listener) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.linger != nil {
+		l.linger.Stop()
+	}
+	if l.cancel != nil {
+		l.cancel()
+		l.cancel = nil
+	}
+}
+
+// run listens until ctx ends, connecting again after every loss.
+func (l *listener) run(ctx context.Context) {
+	pause := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		if l.session(ctx) {
+			pause = 50 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, listenerRetryMax)
+	}
+}
+
+// session connects, listens, wakes every waiting Claim (what was sent while
+// nobody listened is unknown) and hands notifications out until the
+// connection fails or ctx ends. It reports whether it got as far as
+// listening.
+func (l *listener) session(ctx context.Context) (listened bool) {
+	cfg := l.pool.Config().ConnConfig.Copy()
+	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgx.ConnectConfig(connectCtx, cfg)
+	if err == nil {
+		_, err = conn.Exec(connectCtx, "LISTEN "+notifyChannel)
+	}
+	cancel()
+	if conn != nil {
+		defer conn.Close(context.WithoutCancel(ctx))
+	}
+	if err != nil {
+		return false
+	}
+	l.listens.Add(1)
+	l.watches.WakeAll()
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, listenerPing)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return true
+		case errors.Is(err, context.DeadlineExceeded):
+			pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return true
+			}
+			continue
+		case err != nil:
+			return true
+		}
+		var id []string
+		if json.Unmarshal([]byte(n.Payload), &id) == nil && len(id) == 3 {
+			l.watches.Wake(store.RecordID{Tenant: id[0], Namespace: id[1], Key: id[2]})
+		}
+	}
+}
