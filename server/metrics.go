@@ -29,6 +29,8 @@ type Metrics struct {
 	sweepErrors   prometheus.Counter
 	sweepDuration prometheus.Histogram
 	records       *prometheus.GaugeVec
+	waitingClaims prometheus.Gauge
+	waitsRefused  prometheus.Counter
 }
 
 // NewMetrics creates the metrics in a registry of their own.
@@ -71,12 +73,21 @@ func NewMetrics() *Metrics {
 			Name: "idem_records",
 			Help: "Records per state across all tenants, as counted by this replica's sweeper at its last pass.",
 		}, []string{"state"}),
+		waitingClaims: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_waiting_claims",
+			Help: "Claims waiting now for a record's lease to end (ClaimRequest.wait).",
+		}),
+		waitsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_waits_refused_total",
+			Help: "Claims that asked to wait but answered IN_PROGRESS at once: --max-waiters or --max-waiters-per-tenant was reached.",
+		}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.GRPC, m.claims, m.takeovers, m.leaseLost,
 		m.sweptExpired, m.sweptPurged, m.sweepErrors, m.sweepDuration, m.records,
+		m.waitingClaims, m.waitsRefused,
 	)
 	return m
 }
@@ -88,6 +99,18 @@ func (m *Metrics) observeClaim(namespace string, res *store.ClaimResult) {
 	m.claims.WithLabelValues(m.namespaces.label(namespace), res.Outcome.String()).Inc()
 	if res.Takeover {
 		m.takeovers.Inc()
+	}
+}
+
+func (m *Metrics) waiting(delta float64) {
+	if m != nil {
+		m.waitingClaims.Add(delta)
+	}
+}
+
+func (m *Metrics) observeWaitRefused() {
+	if m != nil {
+		m.waitsRefused.Inc()
 	}
 }
 

@@ -40,14 +40,24 @@ type Config struct {
 	// on the call's log line. Nil (the default) installs nothing: no stats
 	// handler, no work per call.
 	Tracing trace.TracerProvider
+	// MaxWaiters bounds the Claims waiting at once (ClaimRequest.wait) in
+	// all; a Claim that would wait beyond it answers IN_PROGRESS at once. It
+	// defaults to DefaultMaxWaiters (10000).
+	MaxWaiters int
+	// MaxWaitersPerTenant bounds the Claims of one tenant waiting at once
+	// (without tenants, of the one default tenant). It defaults to
+	// DefaultMaxWaitersPerTenant (1000).
+	MaxWaitersPerTenant int
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
 func DefaultConfig() Config {
 	return Config{
-		DefaultLeaseTTL:  5 * time.Minute,
-		DefaultRetention: 24 * time.Hour,
-		MaxResultBytes:   64 << 10,
+		DefaultLeaseTTL:     5 * time.Minute,
+		DefaultRetention:    24 * time.Hour,
+		MaxResultBytes:      64 << 10,
+		MaxWaiters:          DefaultMaxWaiters,
+		MaxWaitersPerTenant: DefaultMaxWaitersPerTenant,
 	}
 }
 
@@ -62,6 +72,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = d.MaxResultBytes
 	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = d.MaxWaiters
+	}
+	if c.MaxWaitersPerTenant == 0 {
+		c.MaxWaitersPerTenant = d.MaxWaitersPerTenant
+	}
 	return c
 }
 
@@ -69,9 +85,10 @@ func (c Config) withDefaults() Config {
 type Service struct {
 	idemv1.UnimplementedIdempotencyServiceServer
 
-	store  store.Store
-	cfg    Config
-	logger *slog.Logger
+	store   store.Store
+	cfg     Config
+	logger  *slog.Logger
+	waiters *waiters
 }
 
 var _ idemv1.IdempotencyServiceServer = (*Service)(nil)
@@ -89,7 +106,9 @@ func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
 			cfg.Metrics.namespaces.addLiteral(t.namespaces)
 		}
 	}
-	return &Service{store: st, cfg: cfg.withDefaults(), logger: logger}
+	cfg = cfg.withDefaults()
+	return &Service{store: st, cfg: cfg, logger: logger,
+		waiters: &waiters{max: cfg.MaxWaiters, maxPerTenant: cfg.MaxWaitersPerTenant}}
 }
 
 func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID {
@@ -105,13 +124,17 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
-	res, err := s.store.RecordClaim(ctx, &store.ClaimParams{
+	params := &store.ClaimParams{
 		RecordID:    s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Fingerprint: req.GetFingerprint(),
 		Claimant:    req.GetClaimant(),
 		LeaseTTL:    leaseTTL,
 		Retention:   retention,
-	})
+	}
+	res, err := s.store.RecordClaim(ctx, params)
+	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {
+		res, err = s.waitClaim(ctx, params, res, req.GetWait().AsDuration())
+	}
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}

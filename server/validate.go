@@ -147,7 +147,8 @@ func duration(field string, reason idemv1.ErrorReason, d *durationpb.Duration, d
 }
 
 // validateClaim checks every field of a Claim and returns its lease and
-// retention, cfg's defaults filled in. Every error is INVALID_ARGUMENT naming
+// retention, cfg's defaults filled in; the wait (0 when unset) is the
+// request's own. Every error is INVALID_ARGUMENT naming
 // the field.
 func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention time.Duration, err error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
@@ -165,6 +166,9 @@ func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention ti
 	}
 	retention, err = duration("retention", idemv1.ErrorReason_ERROR_REASON_INVALID_RETENTION, req.GetRetention(), cfg.DefaultRetention, MinRetention, MaxRetention)
 	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := duration("wait", idemv1.ErrorReason_ERROR_REASON_INVALID_WAIT, req.GetWait(), 0, 0, MaxWait); err != nil {
 		return 0, 0, err
 	}
 	return leaseTTL, retention, nil

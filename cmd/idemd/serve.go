@@ -29,18 +29,20 @@ type serveCmd struct {
 	securityFlags
 	jsonFlags
 	connFlags
-	Listen            string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
-	SweepInterval     time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
-	CountInterval     time.Duration `default:"${count_interval}" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
-	DefaultLeaseTTL   time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
-	DefaultRetention  time.Duration `default:"24h" env:"IDEM_DEFAULT_RETENTION" help:"How long a record is kept after it leaves PROCESSING when the Claim sends no retention (1m to 90 days)."`
-	MaxResultBytes    int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
-	Migrate           bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
-	ShutdownTimeout   time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
-	HTTPListen        string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
-	HealthInterval    time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
-	MetricsNamespaces int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
-	Pprof             bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
+	Listen              string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
+	SweepInterval       time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
+	CountInterval       time.Duration `default:"${count_interval}" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
+	DefaultLeaseTTL     time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
+	DefaultRetention    time.Duration `default:"24h" env:"IDEM_DEFAULT_RETENTION" help:"How long a record is kept after it leaves PROCESSING when the Claim sends no retention (1m to 90 days)."`
+	MaxResultBytes      int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
+	MaxWaiters          int           `default:"10000" env:"IDEM_MAX_WAITERS" help:"Most Claims waiting at once (ClaimRequest.wait) on this replica, in all; a Claim that would wait beyond it answers IN_PROGRESS at once. Waiting Claims hold no database connection."`
+	MaxWaitersPerTenant int           `default:"1000" env:"IDEM_MAX_WAITERS_PER_TENANT" help:"Most Claims of one tenant waiting at once on this replica (without a config file, of the one default tenant)."`
+	Migrate             bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
+	ShutdownTimeout     time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
+	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
+	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
+	MetricsNamespaces   int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
+	Pprof               bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
 }
 
 func (c *serveCmd) validate() error {
@@ -52,6 +54,12 @@ func (c *serveCmd) validate() error {
 	}
 	if c.MaxResultBytes < 1 || c.MaxResultBytes > 16<<20 {
 		return fmt.Errorf("--max-result-bytes is %d; it must be between 1 and %d", c.MaxResultBytes, 16<<20)
+	}
+	if c.MaxWaiters < 1 {
+		return fmt.Errorf("--max-waiters is %d; it must be at least 1", c.MaxWaiters)
+	}
+	if c.MaxWaitersPerTenant < 1 {
+		return fmt.Errorf("--max-waiters-per-tenant is %d; it must be at least 1", c.MaxWaitersPerTenant)
 	}
 	if c.MetricsNamespaces < 0 || c.MetricsNamespaces > 10000 {
 		return fmt.Errorf("--metrics-namespaces is %d; it must be between 0 and 10000", c.MetricsNamespaces)
@@ -155,13 +163,15 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	metrics.LimitNamespaceLabels(c.MetricsNamespaces)
 	metrics.Registry.MustRegister(db.Collectors()...)
 	svc := server.NewService(st, server.Config{
-		Metrics:          metrics,
-		DefaultLeaseTTL:  c.DefaultLeaseTTL,
-		DefaultRetention: c.DefaultRetention,
-		MaxResultBytes:   c.MaxResultBytes,
-		Tenants:          sec.tenants,
-		ConnLimits:       c.connFlags.limits(),
-		Tracing:          tracer,
+		Metrics:             metrics,
+		DefaultLeaseTTL:     c.DefaultLeaseTTL,
+		DefaultRetention:    c.DefaultRetention,
+		MaxResultBytes:      c.MaxResultBytes,
+		Tenants:             sec.tenants,
+		ConnLimits:          c.connFlags.limits(),
+		Tracing:             tracer,
+		MaxWaiters:          c.MaxWaiters,
+		MaxWaitersPerTenant: c.MaxWaitersPerTenant,
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
 	if err := jsonAPI.serve(svc, grpcServer, &c.securityFlags, logger); err != nil {

@@ -72,6 +72,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	db := testdb.New(t, opts.DBOptions...)
 	pgStore := postgres.New(db.Pool)
+	t.Cleanup(pgStore.Close)
 	var st store.Store = pgStore
 	if opts.Store != nil {
 		st = opts.Store(pgStore)

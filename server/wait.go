@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Waiting Claims (ClaimRequest.wait). A Claim whose answer would be
+// IN_PROGRESS and that asked to wait holds no database connection while it
+// waits: it sleeps until the store says the record changed (store.Watcher:
+// a notification from any replica), the holder's lease runs out, or its wait
+// does, and then asks again with the same Claim. Asking again is what
+// decides the answer, so the rules of DESIGN §1 hold as for any Claim: of
+// several waiting Claims that find the record RELEASED, one acquires it and
+// the others get IN_PROGRESS and wait on.
+
+// MaxWait bounds ClaimRequest.wait.
+const MaxWait = 60 * time.Second
+
+// Defaults of the caps on waiting Claims.
+const (
+	// DefaultMaxWaiters is how many Claims may wait at once in all.
+	DefaultMaxWaiters = 10000
+	// DefaultMaxWaitersPerTenant is how many Claims of one tenant may wait
+	// at once.
+	DefaultMaxWaitersPerTenant = 1000
+)
+
+// waitMargin is how long before the call's deadline a wait ends, so that the
+// last look at the record and the answer still arrive in time: a tenth of the
+// time left, at most maxWaitMargin.
+func waitMargin(left time.Duration) time.Duration {
+	return min(left/10, maxWaitMargin)
+}
+
+const maxWaitMargin = 250 * time.Millisecond
+
+// waitEnd is when a Claim that asked to wait for wait, at now, stops: at
+// wait's end, or earlier when the call's deadline comes first (byDeadline).
+func waitEnd(ctx context.Context, now time.Time, wait time.Duration) (end time.Time, byDeadline bool) {
+	end = now.Add(wait)
+	if d, ok := ctx.Deadline(); ok {
+		if early := d.Add(-waitMargin(d.Sub(now))); early.Before(end) {
+			return early, true
+		}
+	}
+	return end, false
+}
+
+// waiters counts the Claims waiting now, in all and per tenant, against
+// their caps.
+type waiters struct {
+	max, maxPerTenant int
+
+	mu       sync.Mutex
+	total    int
+	byTenant map[string]int
+}
+
+// enter takes a place for one of tenant's Claims, and reports false when a
+// cap is reached.
+func (w *waiters) enter(tenant string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.total >= w.max || w.byTenant[tenant] >= w.maxPerTenant {
+		return false
+	}
+	if w.byTenant == nil {
+		w.byTenant = map[string]int{}
+	}
+	w.total++
+	w.byTenant[tenant]++
+	return true
+}
+
+// leave gives back the place enter took.
+func (w *waiters) leave(tenant string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.total--
+	if w.byTenant[tenant]--; w.byTenant[tenant] == 0 {
+		delete(w.byTenant, tenant)
+	}
+}
+
+// waitClaim waits, for at most wait, until the Claim p, answered res
+// (IN_PROGRESS), gets another answer; it returns the last answer. Over the
+// caps it returns res at once.
+func (s *Service) waitClaim(ctx context.Context, p *store.ClaimParams, res *store.ClaimResult, wait time.Duration) (*store.ClaimResult, error) {
+	end, byDeadline := waitEnd(ctx, time.Now(), wait)
+	if !time.Now().Before(end) {
+		return res, nil
+	}
+	if !s.waiters.enter(p.Tenant) {
+		s.cfg.Metrics.observeWaitRefused()
+		return res, nil
+	}
+	defer s.waiters.leave(p.Tenant)
+	s.cfg.Metrics.waiting(1)
+	defer s.cfg.Metrics.waiting(-1)
+
+	// A store that cannot announce changes is looked at again when the
+	// lease or the wait runs out; wake stays nil then.
+	watcher, _ := s.store.(store.Watcher)
+	var wake <-chan struct{}
+	if watcher != nil {
+		watch := watcher.RecordWatch(p.RecordID)
+		defer watch.Close()
+		wake = watch.C
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var marked int64 // the token whose lease the record is marked as waited on
+	for {
+		if res.Outcome != store.OutcomeInProgress {
+			return res, nil
+		}
+		var err error
+		if watcher != nil && res.Record.Token != marked {
+			// Mark first, then look again: a change committed before the
+			// mark shows in the second look, and one after it is announced.
+			if err := watcher.RecordMarkWaited(ctx, p.RecordID, res.Record.Token); err != nil {
+				return nil, err
+			}
+			marked = res.Record.Token
+			if res, err = s.store.RecordClaim(ctx, p); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return res, nil
+		}
+		// The holder's lease running out is announced by nobody (the
+		// sweeper may be seconds away), so look again when it does.
+		timer.Reset(min(left, max(res.RetryAfter, time.Millisecond)))
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if byDeadline && !time.Now().Before(end) {
+			// No time to look again before the caller gives up: the last
+			// answer stands (the caller asks again if it wants to).
+			return res, nil
+		}
+		if res, err = s.store.RecordClaim(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+}
