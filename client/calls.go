@@ -131,7 +131,18 @@ type ClaimRequest struct {
 	// Zero means the server's default, 24 hours unless configured otherwise;
 	// bounds 1 min to 90 days.
 	Retention time.Duration
+	// Wait is how long the server waits, when another worker holds the job,
+	// for it to finish before it answers: the Claim then returns the job's
+	// outcome (COMPLETED, FAILED, or ACQUIRED when the holder gave it back
+	// or its lease ran out), or IN_PROGRESS when Wait runs out. Zero, the
+	// default, answers IN_PROGRESS at once; at most MaxWait. The server ends
+	// the wait early enough to answer within ctx's deadline, and answers
+	// IN_PROGRESS at once when too many Claims wait already.
+	Wait time.Duration
 }
+
+// MaxWait is the longest ClaimRequest.Wait the server accepts.
+const MaxWait = 60 * time.Second
 
 // ClaimResult is the answer to a Claim.
 type ClaimResult struct {
@@ -159,6 +170,7 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallO
 		LeaseTtl:    durationToProto(req.LeaseTTL),
 		Claimant:    req.Claimant,
 		Retention:   durationToProto(req.Retention),
+		Wait:        durationToProto(req.Wait),
 	}, opts...)
 	if err != nil {
 		return ClaimResult{}, decodeError(ctx, err)

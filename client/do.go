@@ -74,10 +74,14 @@ type doOptions struct {
 
 // WithWait makes Do wait while another worker holds the job, instead of
 // returning an *InProgressError at once (the default, which suits queues that
-// redeliver). It polls with the client's backoff (WithRetry), never later
-// than the holder's lease runs out, until the job has COMPLETED (the stored
-// value), FAILED (*JobFailedError) or is acquired (fn runs), or until max has
-// passed (*InProgressError).
+// redeliver). Do waits until the job has COMPLETED (the stored value), FAILED
+// (*JobFailedError) or is acquired (fn runs), or until max has passed
+// (*InProgressError). The server does the waiting (ClaimRequest.Wait, up to
+// MaxWait per Claim) and answers as soon as the holder finishes, on whichever
+// replica; when it answers IN_PROGRESS before the wait it was asked for (it
+// holds as many waiting Claims as it allows, or it predates server-side
+// waits), Do polls with the client's backoff (WithRetry) instead, never later
+// than the holder's lease runs out.
 func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait = max } }
 
 // Do runs fn at most once per (Namespace, Key) across all workers, and
@@ -127,7 +131,10 @@ func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a
 	}
 	claim := func(ctx context.Context) (ClaimResult, error) { return c.Claim(ctx, req) }
 	waitUntil := time.Now().Add(o.wait)
-	for poll := 0; ; poll++ {
+	for poll := 0; ; {
+		// The server waits for the holder, for what is left of o.wait.
+		req.Wait = min(max(time.Until(waitUntil), 0), MaxWait).Truncate(time.Millisecond)
+		asked := time.Now()
 		res, err := retry(ctx, c.retry, claim)
 		var busy *InProgressError
 		switch {
@@ -136,9 +143,14 @@ func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a
 			if remaining <= 0 {
 				return Result{Record: res.Record}, err
 			}
+			if req.Wait > 0 && time.Since(asked) >= req.Wait {
+				continue // the server waited all it was asked to: ask again
+			}
+			// Answered before the wait it was asked for: poll.
 			if !sleep(ctx, min(c.retry.delay(poll), remaining, max(busy.RetryAfter, time.Millisecond))) {
 				return Result{Record: res.Record}, ctx.Err()
 			}
+			poll++
 		case err != nil:
 			return Result{}, err
 		case res.Outcome == OutcomeCompleted:

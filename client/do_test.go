@@ -502,3 +502,57 @@ func TestDoWithEndedContext(t *testing.T) {
 		t.Error("fn ran with an ended context")
 	}
 }
+
+// TestDoWaitsOnTheServer: WithWait hands the wait to the server, which
+// answers as soon as the holder completes: one Claim, no polling.
+func TestDoWaitsOnTheServer(t *testing.T) {
+	t.Parallel()
+	var waits sync.Map // claimant → the wait its Claims asked for
+	var claims atomic.Int64
+	c := setup(t, onMethod(idemv1.IdempotencyService_Claim_FullMethodName, func(ctx context.Context, req any, _ int, handler grpc.UnaryHandler) (any, error) {
+		r := req.(*idemv1.ClaimRequest)
+		if r.GetClaimant() != "holder" {
+			claims.Add(1)
+			waits.Store(r.GetClaimant(), r.GetWait().AsDuration())
+		}
+		return handler(ctx, req)
+	}))
+	job := client.Job{Namespace: "waits", Key: uuid.NewString()}
+	held, err := c.Claim(t.Context(), client.ClaimRequest{Namespace: job.Namespace, Key: job.Key, Claimant: "holder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res client.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.Do(t.Context(), job, value("never"), client.WithWait(20*time.Second))
+		done <- answer{res, err}
+	}()
+	for claims.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the Claim is waiting on the server
+	if _, err := c.Complete(t.Context(), client.CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: held.Record.Token, Result: []byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-done:
+		if a.err != nil || !a.res.Replayed || string(a.res.Value) != "first" {
+			t.Fatalf("Do = %+v, %v; want the replayed value", a.res, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do was not answered after the Complete")
+	}
+	if n := claims.Load(); n != 1 {
+		t.Errorf("Do sent %d Claims, want 1", n)
+	}
+	waits.Range(func(_, v any) bool {
+		if w := v.(time.Duration); w < 19*time.Second || w > 20*time.Second {
+			t.Errorf("Claim asked the server to wait %s, want about 20s", w)
+		}
+		return true
+	})
+}
