@@ -531,3 +531,33 @@ func TestHelp(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimWait: claim --wait waits for the holder and exits with its outcome;
+// without a change it exits IN_PROGRESS once the wait is over, even past
+// --timeout.
+func TestClaimWait(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	token := f.claim("jobs", "order-w", "--lease-ttl", "5m")
+
+	start := time.Now()
+	f.idem("--timeout", "2s", "claim", "-n", "jobs", "-k", "order-w", "--wait", "3s").must(t, int(exitInProgress), "claim --wait with the holder still at work")
+	if took := time.Since(start); took < 3*time.Second {
+		t.Errorf("claim --wait 3s answered after %s", took)
+	}
+
+	done := make(chan result, 1)
+	go func() { done <- f.idem("claim", "-n", "jobs", "-k", "order-w", "--wait", "30s", "--result-out", "-") }()
+	time.Sleep(300 * time.Millisecond)
+	f.idem("complete", "-n", "jobs", "-k", "order-w", "--lease-token", token, "--result", "ok").must(t, 0, "complete")
+	select {
+	case r := <-done:
+		r.must(t, int(exitCompleted), "claim --wait")
+		if r.stdout != "ok" {
+			t.Errorf("claim --wait --result-out - printed %q; want the result ok", r.stdout)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("claim --wait was not answered after the Complete")
+	}
+	f.idem("claim", "-n", "jobs", "-k", "order-x", "--wait", "61s").must(t, int(exitInvalidArgument), "claim --wait 61s")
+}

@@ -43,13 +43,14 @@ type claimCmd struct {
 	Retention     time.Duration `placeholder:"DURATION" help:"How long the record is kept after the job ends (1m to 2160h; idemd's default, 24h, when unset)."`
 	Claimant      string        `placeholder:"ID" help:"Id of this attempt: claiming again with the same id while the lease lives returns the same token."`
 	ResultOut     string        `placeholder:"FILE|-" help:"When the job completed earlier (exit 11), write its stored result here (- for stdout)."`
+	Wait          time.Duration `placeholder:"DURATION" help:"While another worker holds the job, wait up to this long (at most 60s) for it to finish, and answer with its outcome: COMPLETED, FAILED, or ACQUIRED when it was given back or its lease ran out. idemd does the waiting and answers as soon as the holder finishes. --timeout counts from the end of the wait. 0 (the default) answers IN_PROGRESS at once."`
 }
 
 func (claimCmd) Help() string {
 	return `Claim asks for the right to run one job. When it is granted (ACQUIRED, exit 0) the lease token is printed on stdout by itself; do the work, then "idem complete" or "idem fail" with --lease-token. Otherwise do not run the job; the exit code says why:
 
     0   ACQUIRED: the lease token is on stdout
-    10  IN_PROGRESS: another worker holds a live lease; try again later
+    10  IN_PROGRESS: another worker holds a live lease (still, after --wait); try again later
     11  COMPLETED: the job was done before (replay); --result-out gets the stored result
     12  FAILED: the job failed permanently before; the stored error is on stderr
     15  the key was claimed before with another --fingerprint
@@ -62,7 +63,11 @@ Example:
 
     if TOKEN=$(idem claim -n process_payment -k order-1042 --lease-ttl 30s); then
       charge_card && idem complete -n process_payment -k order-1042 --lease-token "$TOKEN" --result ok
-    fi`
+    fi
+
+A duplicate that would rather have the first delivery's outcome than exit 10 waits for it:
+
+    idem claim -n process_payment -k order-1042 --wait 30s --result-out -`
 }
 
 func (c *claimCmd) Run(a *app) error {
@@ -75,6 +80,13 @@ func (c *claimCmd) Run(a *app) error {
 		LeaseTtl:  durationProto(c.LeaseTTL),
 		Claimant:  c.Claimant,
 		Retention: durationProto(c.Retention),
+		Wait:      durationProto(c.Wait),
+	}
+	if c.Wait > 0 {
+		// The answer may come only once the wait is over.
+		timeout := a.Timeout
+		a.Timeout += c.Wait
+		defer func() { a.Timeout = timeout }()
 	}
 	switch {
 	case c.Fingerprint != "":
