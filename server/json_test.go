@@ -406,6 +406,7 @@ func TestJSONErrorReasons(t *testing.T) {
 		{"INVALID_CLAIMANT", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"claimant": strings.Repeat("c", 129)})},
 		{"INVALID_LEASE_TTL", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"leaseTtl": "0.5s"})},
 		{"INVALID_RETENTION", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"retention": "1s"})},
+		{"INVALID_WAIT", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"wait": "61s"})},
 		{"INVALID_RESULT", "invalid_argument", false, "Complete", jsonBillToken, id(map[string]any{"token": "1", "result": b64(1025)})},
 		{"INVALID_ERROR", "invalid_argument", false, "Fail", jsonBillToken, id(map[string]any{"token": "1", "error": strings.Repeat("e", 4097)})},
 		{"INVALID_TOKEN", "invalid_argument", false, "Complete", jsonBillToken, id(map[string]any{"token": "0"})},
