@@ -167,7 +167,9 @@ const (
 	// have done part of the work.
 	Outcome_OUTCOME_ACQUIRED Outcome = 1
 	// Another worker holds a live lease. Do not perform the side effect; retry
-	// after retry_after, or let the queue redeliver the job.
+	// after retry_after, or let the queue redeliver the job. A Claim sent with
+	// a wait gets it only when the wait ran out (or the server holds as many
+	// waiting Claims as it allows).
 	Outcome_OUTCOME_IN_PROGRESS Outcome = 2
 	// The job completed earlier: record.result holds the stored result. Do not
 	// perform the side effect again.
