@@ -436,4 +436,3 @@ func TestWaitManyKeys(t *testing.T) {
 		}
 	})
 }
-
