@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -89,6 +90,9 @@ type Service struct {
 	cfg     Config
 	logger  *slog.Logger
 	waiters *waiters
+	// endWaits is closed by EndWaits.
+	endWaits     chan struct{}
+	endWaitsOnce sync.Once
 }
 
 var _ idemv1.IdempotencyServiceServer = (*Service)(nil)
@@ -108,7 +112,7 @@ func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
 	}
 	cfg = cfg.withDefaults()
 	return &Service{store: st, cfg: cfg, logger: logger,
-		waiters: &waiters{max: cfg.MaxWaiters, maxPerTenant: cfg.MaxWaitersPerTenant}}
+		waiters: &waiters{max: cfg.MaxWaiters, maxPerTenant: cfg.MaxWaitersPerTenant}, endWaits: make(chan struct{})}
 }
 
 func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID {

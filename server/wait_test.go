@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testdb"
@@ -435,4 +438,40 @@ func TestWaitManyKeys(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEndWaits: when idemd starts to shut down, waiting Claims answer
+// IN_PROGRESS at once, and later Claims do not wait.
+func TestEndWaits(t *testing.T) {
+	t.Parallel()
+	for name, open := range waitStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := server.Config{Metrics: server.NewMetrics()}
+			svc := server.NewService(open(t), cfg, nil)
+			srv, _ := server.NewGRPCServer(svc, nil)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = srv.Serve(lis) }()
+			t.Cleanup(srv.Stop)
+			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			s := &waitServer{client: idemv1.NewIdempotencyServiceClient(conn), metrics: cfg.Metrics}
+
+			ctx := testContext(t)
+			key := waitKey()
+			hold(t, s.client, key)
+			ch := startWait(ctx, s.client, key, "waiter", 30*time.Second)
+			s.awaitWaiting(t, 1)
+			svc.EndWaits()
+			wantOutcome(t, await(t, ch), idemv1.Outcome_OUTCOME_IN_PROGRESS, 10*time.Second)
+			r := await(t, startWait(ctx, s.client, key, "late", 30*time.Second))
+			wantOutcome(t, r, idemv1.Outcome_OUTCOME_IN_PROGRESS, 2*time.Second)
+		})
+	}
 }

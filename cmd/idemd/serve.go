@@ -231,7 +231,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		c.drain(grpcServer, healthServer, jsonAPI, logger)
+		c.drain(svc, grpcServer, healthServer, jsonAPI, logger)
 		stopBackground()
 		if httpServer != nil {
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -252,10 +252,12 @@ func (c *serveCmd) Run(ctx context.Context) error {
 
 // drain stops the gRPC server and the JSON API in front of it: health
 // answers NOT_SERVING at once, in-flight RPCs get --shutdown-timeout to
-// finish, and whatever is left is cut off.
-func (c *serveCmd) drain(grpcServer *grpc.Server, healthServer *health.Server, api *jsonAPI, logger *slog.Logger) {
+// finish, and whatever is left is cut off. Waiting Claims answer at once
+// with what they know (IN_PROGRESS) rather than hold the drain up.
+func (c *serveCmd) drain(svc *server.Service, grpcServer *grpc.Server, healthServer *health.Server, api *jsonAPI, logger *slog.Logger) {
 	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
 	healthServer.Shutdown() // NOT_SERVING from now on, whatever the watcher last saw
+	svc.EndWaits()
 	stopped := make(chan struct{})
 	go func() {
 		// The JSON API's calls run inside grpcServer: stop taking new ones
