@@ -23,6 +23,9 @@ import (
 
 // bench runs the benchmark the flags describe and writes the report.
 func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
+	if slices.Contains(c.Scenarios, scenarioWait) {
+		return c.benchWait(ctx, stdout, stderr)
+	}
 	targetNames := c.Targets
 	if len(targetNames) == 0 {
 		targetNames = []string{"service"}

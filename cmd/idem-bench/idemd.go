@@ -39,11 +39,14 @@ type localIdemd struct {
 
 // idemdOptions is how --start-idemd runs idemd.
 type idemdOptions struct {
-	bin           string
-	sqlite        bool // no database URL: SQLite in a temporary --data-dir
-	baseURL       string
-	schema        string
-	appName       string
+	bin     string
+	sqlite  bool // no database URL: SQLite in a temporary --data-dir
+	baseURL string
+	schema  string
+	appName string
+	// sharedSchema: another idemd created schema and drops it; this one
+	// only uses it (a second replica).
+	sharedSchema  bool
 	poolMaxConns  int32
 	sweepInterval time.Duration
 	logLevel      string
@@ -73,7 +76,9 @@ func startIdemd(ctx context.Context, o idemdOptions) (_ *localIdemd, err error) 
 		}
 		args = append(args, "--data-dir", d.dataDir)
 	} else {
-		if err := createSchema(ctx, o.baseURL, o.schema); err != nil {
+		if o.sharedSchema {
+			d.schema = "" // not ours to drop
+		} else if err := createSchema(ctx, o.baseURL, o.schema); err != nil {
 			d.schema = "" // not ours to drop
 			return d, err
 		}

@@ -62,7 +62,7 @@ type cli struct {
 	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
 
 	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,service-prefilled,service-b,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), service-prefilled (an idemd on Postgres whose table holds --prefill records before the first round; needs --start-idemd), service-b (the idemd binary --idemd-bin-b on Postgres, to compare two builds in one run), sql, redis. Default: service, or service, sql and redis with --compare."`
-	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys)."`
+	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay,wait" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys), wait (alone: the time from a Complete on one replica to the answer of a Claim waiting on another; see --wait-addr)."`
 	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop); with --rate, the most jobs in flight at once."`
 	Rate        float64       `env:"IDEM_BENCH_RATE" default:"0" placeholder:"R" help:"Open loop: start R jobs per second in all (per round, on a fixed schedule) instead of a closed loop; 0 is the closed loop. Latency is measured from each job's intended start time, so time spent waiting for one of the --concurrency workers counts (no coordinated omission); jobs that start over 1 ms late are reported."`
 	Duration    time.Duration `short:"d" default:"10s" help:"Measured time per target and scenario, split into --rounds."`
@@ -73,6 +73,9 @@ type cli struct {
 	Namespace   string        `default:"bench" help:"Namespace of the jobs."`
 	ResultBytes int           `default:"64" help:"Size of the result each Complete stores."`
 	LeaseTTL    time.Duration `default:"0s" help:"Lease of each Claim; 0 lets idemd apply its default (the sql and redis targets use 5m)."`
+
+	WaitAddr   string        `env:"IDEM_BENCH_WAIT_ADDR" placeholder:"HOST:PORT" help:"The wait scenario's waiting Claims go to this idemd, another replica on the same database as --addr, which gets the Completes; default --addr. Ignored with --start-idemd, which starts both replicas."`
+	WaitSettle time.Duration `default:"50ms" help:"The wait scenario: how long a waiting Claim has to start waiting before the Complete is sent."`
 
 	Prefill int64 `default:"5000000" placeholder:"N" help:"Records in service-prefilled's table before its first round: COMPLETED, retention left, inserted with one INSERT … SELECT generate_series (the time it takes is reported)."`
 	Purge   int64 `default:"0" placeholder:"N" help:"Growth: run the service target (--start-idemd) for half of --rounds, then fill its table with N records whose retention has passed and run rounds (at most 1 s each) until its idemd's sweeper has purged them, then the other half; report Claim latency with and without the purge and how long the purge took. Use a short --sweep-interval."`
@@ -107,6 +110,11 @@ func (c *cli) Validate() error {
 		return errors.New("--target service-sqlite and service-prefilled need --start-idemd: idem-bench starts those idemds itself")
 	case slices.Contains(c.Targets, "service-b") && (!c.StartIdemd || c.IdemdBinB == ""):
 		return errors.New("--target service-b needs --start-idemd and --idemd-bin-b")
+	case slices.Contains(c.Scenarios, scenarioWait) && (len(dedupe(c.Scenarios)) > 1 || c.Compare || c.Rate > 0 ||
+		(len(c.Targets) > 0 && !slices.Equal(dedupe(c.Targets), []string{"service"}))):
+		return errWaitAlone
+	case c.WaitSettle < 0:
+		return fmt.Errorf("--wait-settle is %s; it must be 0 or more", c.WaitSettle)
 	case c.Prefill < 1:
 		return fmt.Errorf("--prefill is %d; it must be at least 1", c.Prefill)
 	case c.Purge < 0:

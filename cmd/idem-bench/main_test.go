@@ -124,6 +124,23 @@ func TestStartIdemd(t *testing.T) {
 	}
 }
 
+// TestWaitScenario runs the wait scenario over two started replicas and
+// checks its JSON report: every waiting Claim was answered COMPLETED.
+func TestWaitScenario(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, []string{
+		"--database-url", testdb.BaseURL(t), "--idemd-bin", idemdBinary, "--start-idemd",
+		"--scenario", "wait", "--ops", "20", "--concurrency", "4", "--sweep-interval", "0s", "--json",
+	})
+	var rep waitReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout)
+	}
+	if rep.Jobs < 20 || rep.Errors != 0 || rep.WakeP50Ms <= 0 || rep.WakeP99Ms < rep.WakeP50Ms || !strings.Contains(rep.Replicas, "waiting Claims on") {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
 // TestCPUAndWALByProcess checks the JSON fields of the CPU and WAL
 // accounting: idemd's CPU is there for started idemds only, Postgres's for
 // targets on it, and jobs that write give WAL.
@@ -324,6 +341,9 @@ func TestBadFlags(t *testing.T) {
 		{"--start-idemd", "--purge", "10", "--sweep-interval", "0s"},
 		{"--prefill", "0"},
 		{"--start-idemd", "--target", "service-b"}, // without --idemd-bin-b
+		{"--scenario", "wait,unique"},              // wait runs alone
+		{"--scenario", "wait", "--compare"},
+		{"--scenario", "wait", "--target", "sql"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {
