@@ -211,12 +211,12 @@ func TestReleaseBuildsStaticStampedBinariesWithChecksums(t *testing.T) {
 		t.Errorf("SHA256SUMS lists %d files, want the 2 binaries:\n%s", len(listed), sums)
 	}
 
-	out, err := exec.Command(release.idemd, "version").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "idemd "+testVersion {
-		t.Errorf("idemd version: %q, %v; want %q", out, err, "idemd "+testVersion)
-	}
-	if out, err := exec.Command(release.idem, "--help").CombinedOutput(); err != nil {
-		t.Errorf("idem --help: %v\n%s", err, out)
+	// Both binaries are stamped: "NAME VERSION (commit …, go…, os/arch)".
+	for name, bin := range map[string]string{"idemd": release.idemd, "idem": release.idem} {
+		out, err := exec.Command(bin, "version").CombinedOutput()
+		if want := name + " " + testVersion + " ("; err != nil || !strings.HasPrefix(string(out), want) {
+			t.Errorf("%s version: %q, %v; want it to start with %q", name, out, err, want)
+		}
 	}
 }
 
