@@ -83,13 +83,14 @@ func environWithoutTelemetry() []string {
 }
 
 // claimTraced runs idemd serve with env, makes one Claim whose metadata
-// carries the caller's trace context, stops idemd with SIGTERM and returns
-// its log lines.
-func claimTraced(t *testing.T, env []string, traceparent string) []string {
+// carries the caller's trace context, and one through the JSON API whose
+// headers carry jsonTraceparent, stops idemd with SIGTERM and returns its
+// log lines.
+func claimTraced(t *testing.T, env []string, traceparent, jsonTraceparent string) []string {
 	t.Helper()
 	db := testdb.New(t)
-	addr := freeAddr(t)
-	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--json-listen", "",
+	addr, jsonAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--json-listen", jsonAddr,
 		"--sweep-interval", "50ms", "--health-interval", "50ms", "--log-format", "json")
 	cmd.Env = append(environWithoutTelemetry(), append(env, "IDEM_DATABASE_URL="+db.URL)...)
 	stderr, err := cmd.StderrPipe()
@@ -132,6 +133,18 @@ func claimTraced(t *testing.T, env []string, traceparent string) []string {
 	if err != nil || claim.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
 		t.Fatalf("Claim: %v, %v", claim, err)
 	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+jsonAddr+"/v1/namespaces/jobs/records/json-traced:claim", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", jsonTraceparent)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("JSON Claim: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "OUTCOME_ACQUIRED") {
+		t.Fatalf("JSON Claim: %s %s", resp.Status, body)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +172,12 @@ func claimLogLine(t *testing.T, lines []string) map[string]any {
 }
 
 const (
-	callerTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	callerSpanID  = "00f067aa0ba902b7"
-	traceparent   = "00-" + callerTraceID + "-" + callerSpanID + "-01"
+	callerTraceID   = "4bf92f3577b34da6a3ce929d0e0e4736"
+	callerSpanID    = "00f067aa0ba902b7"
+	traceparent     = "00-" + callerTraceID + "-" + callerSpanID + "-01"
+	jsonTraceID     = "0af7651916cd43dd8448eb211c80319c"
+	jsonSpanID      = "b7ad6b7169203331"
+	jsonTraceparent = "00-" + jsonTraceID + "-" + jsonSpanID + "-01"
 )
 
 // TestTracingClaimSpans: with an OTLP endpoint in the environment, a Claim
@@ -169,10 +185,12 @@ const (
 // the caller's trace, a store span under it and a statement span under
 // that; the spans reach the collector by the time idemd has stopped (the
 // shutdown flushes them), and the Claim's log line carries the trace id.
+// A Claim through the JSON API continues the trace of its traceparent
+// header the same way.
 func TestTracingClaimSpans(t *testing.T) {
 	t.Parallel()
 	rcv := newOTLPReceiver(t)
-	lines := claimTraced(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL}, traceparent)
+	lines := claimTraced(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL}, traceparent, jsonTraceparent)
 
 	spans := rcv.received()
 	find := func(name string) *tracepb.Span {
@@ -189,7 +207,25 @@ func TestTracingClaimSpans(t *testing.T) {
 		t.Fatalf("no span %q among %q", name, names)
 		return nil
 	}
-	rpc := find("idem.v1.IdempotencyService/Claim")
+	var rpc, jsonRPC *tracepb.Span
+	for _, s := range spans {
+		if s.GetName() != "idem.v1.IdempotencyService/Claim" {
+			continue
+		}
+		switch hex.EncodeToString(s.GetTraceId()) {
+		case callerTraceID:
+			rpc = s
+		case jsonTraceID:
+			jsonRPC = s
+		}
+	}
+	if rpc == nil || jsonRPC == nil {
+		find("idem.v1.IdempotencyService/Claim") // lists the spans if there is none at all
+		t.Fatalf("want a Claim server span in the gRPC caller's trace and one in the JSON caller's")
+	}
+	if got := hex.EncodeToString(jsonRPC.GetParentSpanId()); got != jsonSpanID {
+		t.Errorf("JSON Claim's server span's parent is %s, want the caller's span %s", got, jsonSpanID)
+	}
 	if got := hex.EncodeToString(rpc.GetTraceId()); got != callerTraceID {
 		t.Errorf("server span's trace id is %s, want the caller's %s", got, callerTraceID)
 	}
@@ -199,7 +235,16 @@ func TestTracingClaimSpans(t *testing.T) {
 	if rpc.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("server span's kind is %v", rpc.GetKind())
 	}
-	call := find("store claim")
+	var call *tracepb.Span
+	for _, s := range spans {
+		if s.GetName() == "store claim" && string(s.GetTraceId()) == string(rpc.GetTraceId()) {
+			call = s
+		}
+	}
+	if call == nil {
+		find("store claim")
+		t.Fatalf("no store span in the caller's trace")
+	}
 	if string(call.GetParentSpanId()) != string(rpc.GetSpanId()) || string(call.GetTraceId()) != string(rpc.GetTraceId()) {
 		t.Errorf("store span's parent is %x in trace %x, want the server span %x", call.GetParentSpanId(), call.GetTraceId(), rpc.GetSpanId())
 	}
@@ -207,6 +252,11 @@ func TestTracingClaimSpans(t *testing.T) {
 		t.Errorf("store span's idem.batch.calls is %d, want 1 (one Claim alone)", got)
 	}
 	stmt := find("postgres claim")
+	for _, s := range spans {
+		if s.GetName() == "postgres claim" && string(s.GetParentSpanId()) == string(call.GetSpanId()) {
+			stmt = s
+		}
+	}
 	if string(stmt.GetParentSpanId()) != string(call.GetSpanId()) {
 		t.Errorf("statement span's parent is %x, want the store span %x", stmt.GetParentSpanId(), call.GetSpanId())
 	}
@@ -222,7 +272,7 @@ func TestTracingClaimSpans(t *testing.T) {
 // Claim's log line has no trace id even though the caller sent one.
 func TestNoTracingWithoutOTELVariables(t *testing.T) {
 	t.Parallel()
-	lines := claimTraced(t, []string{"OTEL_SERVICE_NAME=idemd-test"}, traceparent)
+	lines := claimTraced(t, []string{"OTEL_SERVICE_NAME=idemd-test"}, traceparent, jsonTraceparent)
 	for _, l := range lines {
 		if strings.Contains(l, `"msg":"idemd serving"`) && !strings.Contains(l, `"tracing":false`) {
 			t.Errorf("serving line does not say tracing is off: %s", l)
