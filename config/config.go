@@ -17,6 +17,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/idemhq/idem/internal/clip"
 	"github.com/idemhq/idem/internal/namespace"
@@ -24,8 +25,13 @@ import (
 
 // File is the configuration file.
 type File struct {
-	// Tenants are the teams that share the service. At least one is needed.
+	// Tenants are the teams that share the service. A file without tenants
+	// may only hold Policies: idemd then serves the one tenant "default"
+	// without authentication, as it does without a file.
 	Tenants []Tenant `yaml:"tenants"`
+	// Policies are the policies of the tenant "default", when the file has
+	// no tenants. A file with tenants gives each its own.
+	Policies []Policy `yaml:"policies,omitempty"`
 }
 
 // Tenant is one team. Its records are invisible to every other tenant.
@@ -55,7 +61,53 @@ type Tenant struct {
 	// delete and count its own records (ListRecords, DeleteRecord, Stats).
 	// Other tenants get PERMISSION_DENIED / NOT_ADMIN from them.
 	Admin bool `yaml:"admin,omitempty"`
+	// Policies set lease and retention defaults and bounds per namespace
+	// glob. The first policy whose globs match a namespace applies to it; a
+	// namespace none matches gets the server's defaults and bounds.
+	Policies []Policy `yaml:"policies,omitempty"`
 }
+
+// Policy is how the records of the namespaces it matches are held. Its
+// zero fields leave the server's default in place.
+type Policy struct {
+	// Namespaces are path.Match globs ("payments.*"); at least one. The
+	// policy's name, which every record it applied to shows, is these globs
+	// joined by commas (PolicyName).
+	Namespaces []string `yaml:"namespaces"`
+	// LeaseTTL is the lease of a Claim or Heartbeat that asks for none
+	// (within MinLeaseTTL–MaxLeaseTTL). Unset, the server's default lease,
+	// lowered to MaxLeaseTTL when that is below it.
+	LeaseTTL time.Duration `yaml:"lease_ttl,omitempty"`
+	// MaxLeaseTTL bounds the lease a Claim or Heartbeat may ask for: one that
+	// asks for more is refused with INVALID_ARGUMENT. Unset, the server's
+	// bound (24h). It may not be below LeaseTTL.
+	MaxLeaseTTL time.Duration `yaml:"max_lease_ttl,omitempty"`
+	// Retention is the retention of a Claim that asks for none (within
+	// MinRetention–MaxRetention). Unset, the server's default.
+	Retention time.Duration `yaml:"retention,omitempty"`
+	// OnLeaseExpiry is what happens to a record whose lease runs out without
+	// a Complete or Fail: "retry" (the default) lets the next Claim take it
+	// over.
+	OnLeaseExpiry string `yaml:"on_lease_expiry,omitempty"`
+}
+
+// The lease and retention bounds of every call (DESIGN §2), which a policy's
+// own values must keep within too.
+const (
+	MinLeaseTTL  = time.Second
+	MaxLeaseTTL  = 24 * time.Hour
+	MinRetention = time.Minute
+	MaxRetention = 90 * 24 * time.Hour
+)
+
+// The values of Policy.OnLeaseExpiry.
+const (
+	OnLeaseExpiryRetry = "retry"
+)
+
+// PolicyName is the name a record shows for the policy that applied to it:
+// the policy's globs joined by commas.
+func (p *Policy) PolicyName() string { return strings.Join(p.Namespaces, ",") }
 
 // RateLimit is a token bucket: PerSecond tokens are added every second, up
 // to Burst, and every RPC takes one.
@@ -134,8 +186,14 @@ func CheckTenantName(name string) error {
 // Validate checks every rule of the file and returns the first broken one as
 // "<path>: <what is wrong>". Parse adds the line the field is on.
 func (f *File) Validate() error {
-	if f == nil || len(f.Tenants) == 0 {
+	if f == nil || (len(f.Tenants) == 0 && len(f.Policies) == 0) {
 		return fieldErrorf("tenants", "empty; list at least one tenant")
+	}
+	if len(f.Tenants) > 0 && len(f.Policies) > 0 {
+		return fieldErrorf("policies", "top-level policies are for the tenant \"default\" of a file without tenants; put them under each tenant's policies")
+	}
+	if err := checkPolicies("policies", f.Policies); err != nil {
+		return err
 	}
 	names := map[string]int{}
 	tokens := map[[sha256.Size]byte]string{}
@@ -192,6 +250,43 @@ func (f *File) Validate() error {
 		}
 		if t.MaxResultBytes < 0 {
 			return fieldErrorf(p+".max_result_bytes", "%d; it must be positive, or left out for the server's limit", t.MaxResultBytes)
+		}
+		if err := checkPolicies(p+".policies", t.Policies); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPolicies checks a list of policies at path.
+func checkPolicies(path string, policies []Policy) error {
+	for i := range policies {
+		pol := &policies[i]
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if len(pol.Namespaces) == 0 {
+			return fieldErrorf(p+".namespaces", "missing; list the globs of the namespaces the policy applies to (\"payments.*\")")
+		}
+		for j, pattern := range pol.Namespaces {
+			if err := checkGlob(pattern); err != nil {
+				return fieldErrorf(fmt.Sprintf("%s.namespaces[%d]", p, j), "%w", err)
+			}
+		}
+		if d := pol.LeaseTTL; d != 0 && (d < MinLeaseTTL || d > MaxLeaseTTL) {
+			return fieldErrorf(p+".lease_ttl", "%v is outside %v–%v", d, MinLeaseTTL, MaxLeaseTTL)
+		}
+		if d := pol.MaxLeaseTTL; d != 0 && (d < MinLeaseTTL || d > MaxLeaseTTL) {
+			return fieldErrorf(p+".max_lease_ttl", "%v is outside %v–%v", d, MinLeaseTTL, MaxLeaseTTL)
+		}
+		if pol.MaxLeaseTTL != 0 && pol.LeaseTTL > pol.MaxLeaseTTL {
+			return fieldErrorf(p+".max_lease_ttl", "%v is below the policy's lease_ttl (%v); raise it or lower lease_ttl", pol.MaxLeaseTTL, pol.LeaseTTL)
+		}
+		if d := pol.Retention; d != 0 && (d < MinRetention || d > MaxRetention) {
+			return fieldErrorf(p+".retention", "%v is outside %v–%v", d, MinRetention, MaxRetention)
+		}
+		switch pol.OnLeaseExpiry {
+		case "", OnLeaseExpiryRetry:
+		default:
+			return fieldErrorf(p+".on_lease_expiry", "%q; want %q", clip.Ellipsis(pol.OnLeaseExpiry, 40), OnLeaseExpiryRetry)
 		}
 	}
 	return nil

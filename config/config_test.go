@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/config"
 )
@@ -78,7 +79,7 @@ func TestParseErrors(t *testing.T) {
 		{"syntax error", "tenants: [\n", "line"},
 		{"no tenants", "tenants: []\n", "tenants: empty"},
 		{"null tenants", "tenants:\n", "tenants: empty"},
-		{"unknown top-level field", "tenant:\n  - name: a\n", "tenant: unknown field (line 1); known fields here: tenants"},
+		{"unknown top-level field", "tenant:\n  - name: a\n", "tenant: unknown field (line 1); known fields here: policies, tenants"},
 		{"unknown tenant field", tenant("    tokenz: [\"x\"]\n"), "tenants[1].tokenz: unknown field (line 5)"},
 		{"unknown rate_limit field", tenant("    tokens: [\"" + hashB + "\"]\n    rate_limit: {per_second: 1, brust: 2}\n"), "tenants[1].rate_limit.brust: unknown field"},
 		{"wrong type", tenant("    tokens: [\"" + hashB + "\"]\n    max_result_bytes: lots\n"), `tenants[1].max_result_bytes: want an integer, got "lots" (line 6)`},
@@ -111,6 +112,13 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate subject", "tenants:\n  - name: a\n    client_cert_subjects: [\"CN=w\"]\n  - name: b\n    client_cert_subjects: [\"CN=w\"]\n", `tenants[1].client_cert_subjects[0]: duplicate subject "CN=w"; tenants[0].client_cert_subjects[0] has it too`},
 		{"a mapping merging itself", "tenants:\n  - &common\n    <<: *common\n    name: a\n", "anchor 'common' value contains itself"},
 		{"a merge bomb", mergeBomb(), "merges mappings (<<) too many times over"},
+		{"policy without namespaces", tenant("    tokens: [\"" + hashB + "\"]\n    policies:\n      - lease_ttl: 30s\n"), "tenants[1].policies[0].namespaces: missing"},
+		{"policy with a bad glob", "policies:\n  - namespaces: [\"Pay\"]\n", `policies[0].namespaces[0]: "Pay" can never match`},
+		{"policy retention too short", "policies:\n  - namespaces: [mail]\n    retention: 1s\n", "policies[0].retention: 1s is outside 1m0s–2160h0m0s (line 3)"},
+		{"policy max lease too long", "policies:\n  - namespaces: [mail]\n    max_lease_ttl: 48h\n", "policies[0].max_lease_ttl: 48h0m0s is outside 1s–24h0m0s"},
+		{"policy lease too short", "policies:\n  - namespaces: [mail]\n    lease_ttl: 10ms\n", "policies[0].lease_ttl: 10ms is outside 1s–24h0m0s"},
+		{"unknown on_lease_expiry", "policies:\n  - namespaces: [mail]\n    on_lease_expiry: retyr\n", `policies[0].on_lease_expiry: "retyr"; want`},
+		{"top-level policies beside tenants", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\npolicies:\n  - namespaces: [mail]\n", "policies: top-level policies are for the tenant \"default\""},
 		{"two documents", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n---\ntenants: []\n", "more than one YAML document"},
 	}
 	for _, tc := range cases {
@@ -131,6 +139,34 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q echoes a token", msg)
 			}
 		})
+	}
+}
+
+// TestParsePolicies: a file of policies alone is the default tenant's; a
+// tenant's policies keep their order.
+func TestParsePolicies(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte(`policies:
+  - namespaces: ["payments.*"]
+    lease_ttl: 30s
+    max_lease_ttl: 10m
+    retention: 720h
+    on_lease_expiry: retry
+  - namespaces: [mail, "news.*"]
+    max_lease_ttl: 1m
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := &config.File{Policies: []config.Policy{
+		{Namespaces: []string{"payments.*"}, LeaseTTL: 30 * time.Second, MaxLeaseTTL: 10 * time.Minute, Retention: 720 * time.Hour, OnLeaseExpiry: "retry"},
+		{Namespaces: []string{"mail", "news.*"}, MaxLeaseTTL: time.Minute},
+	}}
+	if !reflect.DeepEqual(f, want) {
+		t.Fatalf("Parse = %+v\nwant %+v", f, want)
+	}
+	if got := f.Policies[1].PolicyName(); got != "mail,news.*" {
+		t.Errorf("PolicyName = %q; want %q", got, "mail,news.*")
 	}
 }
 
@@ -287,7 +323,7 @@ func TestParsePositionedErrors(t *testing.T) {
 			`tenants[0].tokens: want a list of strings, got "idem_my…" (line 3)`},
 		{"unknown field", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n    rate_limit: {per_second: 1, brust: 2}\n",
 			"tenants[0].rate_limit.brust: unknown field (line 4); known fields here: burst, per_second"},
-		{"an anchor outside the known fields", "defaults: &d {burst: 1}\ntenants: []\n", "defaults: unknown field (line 1); known fields here: tenants"},
+		{"an anchor outside the known fields", "defaults: &d {burst: 1}\ntenants: []\n", "defaults: unknown field (line 1); known fields here: policies, tenants"},
 		{"duplicate key", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n    name: b\n",
 			"tenants[0].name: already defined at line 2; give each key once (line 4)"},
 		{"duplicate tenant", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n  - name: a\n    tokens: [\"" + hashB + "\"]\n",
@@ -297,6 +333,12 @@ func TestParsePositionedErrors(t *testing.T) {
 		{"a list item", "tenants:\n  - name: a\n    tokens:\n      - \"" + hashA + "\"\n      - \"sha256:abcd\"\n",
 			`tenants[0].tokens[1]: want "sha256:<64 hex digits>" (the hash ` + "`idemd token new`" + ` prints, never the token itself) (line 5)`},
 		{"an empty item is dropped", "tenants:\n  -\n  - name: Payments\n", `tenants[0].name: "Payments" must match ^[a-z0-9][a-z0-9_.-]{0,63}$ (line 3)`},
+		{"a policy lease below its bound", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n    policies:\n      - namespaces: [\"payments.*\"]\n        lease_ttl: 30s\n        max_lease_ttl: 10s\n",
+			"tenants[0].policies[0].max_lease_ttl: 10s is below the policy's lease_ttl (30s); raise it or lower lease_ttl (line 7)"},
+		{"a policy lease out of bounds", "policies:\n  - namespaces: [mail]\n    lease_ttl: 25h\n",
+			"policies[0].lease_ttl: 25h0m0s is outside 1s–24h0m0s (line 3)"},
+		{"a policy duration of the wrong type", "policies:\n  - namespaces: [mail]\n    retention: forever\n",
+			`policies[0].retention: want a duration (30s, 5m, 1h30m), got "forever" (line 3)`},
 		{"a merge key with a scalar", "tenants:\n  - <<: 5\n    name: a\n", "tenants[0].<<: a merge key takes a mapping, or a list of mappings, to merge in (line 2)"},
 		{"a merged value of the wrong type", "tenants:\n  - &a\n    name: a\n    tokens: [\"" + hashA + "\"]\n  - <<: [{admin: maybe}, *a]\n    name: b\n",
 			`tenants[1].admin: want true or false, got "maybe" (line 5)`},
