@@ -40,6 +40,7 @@ func recordToProto(r *store.Record) *idemv1.Record {
 		UpdatedAt:      timestamp(r.UpdatedAt),
 		CompletedAt:    timestamp(r.CompletedAt),
 		ExpiresAt:      timestamp(r.ExpiresAt),
+		Policy:         r.Policy,
 	}
 }
 

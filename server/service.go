@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/store"
 )
@@ -33,6 +34,12 @@ type Config struct {
 	// rate limit and result limit. Nil (the default) serves one tenant,
 	// DefaultTenant, without authentication.
 	Tenants *Tenants
+	// Policies are the namespace policies of the tenant DefaultTenant when
+	// Tenants is nil (each configured tenant has its own): the first whose
+	// globs match a namespace sets its lease and retention defaults, its
+	// lease bound, and the policy name its records show. The file was
+	// validated (config.File.Validate).
+	Policies []config.Policy
 	// ConnLimits bound what one client connection can make the server
 	// hold; zero fields take DefaultConnLimits.
 	ConnLimits ConnLimits
@@ -86,10 +93,11 @@ func (c Config) withDefaults() Config {
 type Service struct {
 	idemv1.UnimplementedIdempotencyServiceServer
 
-	store   store.Store
-	cfg     Config
-	logger  *slog.Logger
-	waiters *waiters
+	store    store.Store
+	cfg      Config
+	policies []*policy // of DefaultTenant, when cfg.Tenants is nil
+	logger   *slog.Logger
+	waiters  *waiters
 	// endWaits is closed by EndWaits.
 	endWaits     chan struct{}
 	endWaitsOnce sync.Once
@@ -111,7 +119,7 @@ func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
 		}
 	}
 	cfg = cfg.withDefaults()
-	return &Service{store: st, cfg: cfg, logger: logger,
+	return &Service{store: st, cfg: cfg, policies: newPolicies(cfg.Policies), logger: logger,
 		waiters: &waiters{max: cfg.MaxWaiters, maxPerTenant: cfg.MaxWaitersPerTenant}, endWaits: make(chan struct{})}
 }
 
@@ -125,7 +133,12 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
+	t, err := s.authorize(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	pol := s.policyFor(t, req.GetNamespace())
+	if leaseTTL, err = pol.lease(req.GetLeaseTtl() != nil, leaseTTL); err != nil {
 		return nil, err
 	}
 	params := &store.ClaimParams{
@@ -133,7 +146,8 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 		Fingerprint: req.GetFingerprint(),
 		Claimant:    req.GetClaimant(),
 		LeaseTTL:    leaseTTL,
-		Retention:   retention,
+		Retention:   pol.retentionOf(req.GetRetention() != nil, retention),
+		Policy:      pol.nameOf(),
 	}
 	res, err := s.store.RecordClaim(ctx, params)
 	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {
@@ -216,7 +230,11 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
+	t, err := s.authorize(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	if leaseTTL, err = s.policyFor(t, req.GetNamespace()).lease(req.GetLeaseTtl() != nil, leaseTTL); err != nil {
 		return nil, err
 	}
 	rec, err := s.store.RecordHeartbeat(ctx, &store.HeartbeatParams{

@@ -45,6 +45,8 @@ type tenant struct {
 	maxResultBytes int
 	// admin admits it to operator RPCs (AdminOnly).
 	admin bool
+	// policies are its namespaces' policies, first match wins.
+	policies []*policy
 }
 
 // NewTenants builds the tenant set of a configuration file. It validates f
@@ -61,7 +63,8 @@ func NewTenants(f *config.File) (*Tenants, error) {
 		subjects:  map[string]*tenant{},
 	}
 	for _, c := range f.Tenants {
-		t := &tenant{name: c.Name, namespaces: c.Namespaces, maxResultBytes: c.MaxResultBytes, admin: c.Admin}
+		t := &tenant{name: c.Name, namespaces: c.Namespaces, maxResultBytes: c.MaxResultBytes, admin: c.Admin,
+			policies: newPolicies(c.Policies)}
 		if c.RateLimit != nil {
 			t.limiter = rate.NewLimiter(rate.Limit(c.RateLimit.PerSecond), c.RateLimit.Burst)
 		}

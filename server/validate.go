@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/clip"
 	"github.com/idemhq/idem/internal/namespace"
@@ -21,10 +22,10 @@ const (
 	MaxFingerprintBytes = 64
 	MaxClaimantBytes    = 128
 	MaxErrorBytes       = 4096
-	MinLeaseTTL         = time.Second
-	MaxLeaseTTL         = 24 * time.Hour
-	MinRetention        = time.Minute
-	MaxRetention        = 90 * 24 * time.Hour
+	MinLeaseTTL         = config.MinLeaseTTL
+	MaxLeaseTTL         = config.MaxLeaseTTL
+	MinRetention        = config.MinRetention
+	MaxRetention        = config.MaxRetention
 )
 
 // invalid is a request field that failed validation. Its message names the

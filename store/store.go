@@ -140,6 +140,10 @@ type Record struct {
 	UpdatedAt      time.Time
 	CompletedAt    time.Time
 	ExpiresAt      time.Time
+	// Policy names the config file's policy that applied to the Claim that
+	// last acquired the record (its namespace globs joined by commas); empty
+	// when none did.
+	Policy string
 }
 
 // ClaimParams are the inputs of RecordClaim. The server has validated them
@@ -150,6 +154,9 @@ type ClaimParams struct {
 	Claimant    string
 	LeaseTTL    time.Duration
 	Retention   time.Duration
+	// Policy is the name of the policy that applied, stored with the record
+	// when the Claim acquires it; "" for none.
+	Policy string
 }
 
 // ClaimResult is the answer of RecordClaim.

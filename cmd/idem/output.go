@@ -125,20 +125,25 @@ func printRecord(w io.Writer, r *idemv1.Record) error {
 	row("updated at", formatTime(r.GetUpdatedAt()))
 	row("completed at", formatTime(r.GetCompletedAt()))
 	row("expires at", formatTime(r.GetExpiresAt()))
+	row("policy", r.GetPolicy())
 	return tw.Flush()
 }
 
 // printRecords writes records as a table with one row each.
 func printRecords(w io.Writer, records []*idemv1.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tKEY\tSTATE\tTOKEN\tATTEMPT\tUPDATED\tLEASE EXPIRES")
+	fmt.Fprintln(tw, "NAMESPACE\tKEY\tSTATE\tTOKEN\tATTEMPT\tUPDATED\tLEASE EXPIRES\tPOLICY")
 	for _, r := range records {
 		lease := "-"
 		if r.GetState() == idemv1.State_STATE_PROCESSING || r.GetState() == idemv1.State_STATE_EXPIRED {
 			lease = formatTime(r.GetLeaseExpiresAt())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.GetNamespace(), r.GetKey(), stateName(r.GetState()),
-			r.GetToken(), r.GetAttempt(), formatTime(r.GetUpdatedAt()), lease)
+		policy := r.GetPolicy()
+		if policy == "" {
+			policy = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.GetNamespace(), r.GetKey(), stateName(r.GetState()),
+			r.GetToken(), r.GetAttempt(), formatTime(r.GetUpdatedAt()), lease, policy)
 	}
 	return tw.Flush()
 }

@@ -41,7 +41,9 @@ func (f *securityFlags) validate(listen string) error {
 // server options they need, and what to log once idemd serves (not before:
 // a start-up error must stay one line).
 type security struct {
-	tenants  *server.Tenants
+	tenants *server.Tenants
+	// policies are the default tenant's, from a config file without tenants.
+	policies []config.Policy
 	opts     []grpc.ServerOption
 	warnings []string
 	// configTenants counts the config file's tenants, for the log line that
@@ -68,7 +70,13 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*security, erro
 			tokens = tokens || len(t.Tokens) > 0
 		}
 		sec.configTenants = len(file.Tenants)
-		if sec.tenants, err = server.NewTenants(file); err != nil {
+		if len(file.Tenants) == 0 {
+			// Only policies: the tenant "default", as without a file.
+			if f.ClientCA == "" && !f.InsecureAllowUnauthenticated && !isLoopback(listen) {
+				return nil, fmt.Errorf("config %s has no tenants, so idemd would serve without authentication on %s, which is not a loopback address: add tenants and tokens, or pass --insecure-allow-unauthenticated to let anyone who reaches it read and change every record", f.Config, listen)
+			}
+			sec.policies = file.Policies
+		} else if sec.tenants, err = server.NewTenants(file); err != nil {
 			return nil, fmt.Errorf("config %s: %w", f.Config, err)
 		}
 	}

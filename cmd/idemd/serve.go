@@ -168,6 +168,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		DefaultRetention:    c.DefaultRetention,
 		MaxResultBytes:      c.MaxResultBytes,
 		Tenants:             sec.tenants,
+		Policies:            sec.policies,
 		ConnLimits:          c.connFlags.limits(),
 		Tracing:             tracer,
 		MaxWaiters:          c.MaxWaiters,

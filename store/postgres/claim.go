@@ -25,9 +25,9 @@ WITH cur AS (
 ),
 claimed AS (
 	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-		lease_expires_at, retention, created_at, updated_at)
+		lease_expires_at, retention, created_at, updated_at, policy)
 	SELECT $1::text, $2::text, $3::text, 'processing', nextval('idem_token_seq'), 1, $4::text, $5::bytea,
-		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now()
+		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text
 	WHERE NOT EXISTS (
 		SELECT 1 FROM cur
 		WHERE NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
@@ -49,6 +49,7 @@ const claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		claimant = excluded.claimant,
 		lease_expires_at = excluded.lease_expires_at,
 		retention = excluded.retention,
+		policy = excluded.policy,
 		result = NULL,
 		error = NULL,
 		completed_at = NULL,
@@ -107,7 +108,7 @@ func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.C
 		dbNow    pgtype.Timestamptz
 	)
 	rec, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
-		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention)), &acquired, &dbNow)
+		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention), p.Policy), &acquired, &dbNow)
 	if err != nil {
 		err = interpretError(err)
 		if err == store.ErrNotFound {

@@ -16,12 +16,12 @@ import (
 // created only.
 const (
 	insertSQL = `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-		lease_expires_at, retention_us, created_at, updated_at)
-	VALUES (?1, ?2, ?3, 'processing', ?4, 1, ?5, ifnull(?6, x''), ?7 + ?8, ?9, ?7, ?7)
+		lease_expires_at, retention_us, created_at, updated_at, policy)
+	VALUES (?1, ?2, ?3, 'processing', ?4, 1, ?5, ifnull(?6, x''), ?7 + ?8, ?9, ?7, ?7, ?10)
 	RETURNING ` + recordCols
 
 	takeoverSQL = `UPDATE idem_records SET state = 'processing', token = ?4, attempt = attempt + 1, claimant = ?5,
-		lease_expires_at = ?6 + ?7, retention_us = ?8, result = NULL, error = NULL,
+		lease_expires_at = ?6 + ?7, retention_us = ?8, policy = ?9, result = NULL, error = NULL,
 		completed_at = NULL, expires_at = NULL, updated_at = ?6
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
 	RETURNING ` + recordCols
@@ -77,10 +77,10 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		}
 		if rec == nil {
 			rec, err = scanRecord(tx.QueryRow(insertSQL, p.Tenant, p.Namespace, p.Key, token,
-				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds()))
+				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy))
 		} else {
 			rec, err = scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
-				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds()))
+				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy))
 		}
 		if err != nil {
 			return err

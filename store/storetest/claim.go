@@ -301,6 +301,39 @@ func testClaimRetentionRoundTrips(t *testing.T, h Harness) {
 	}
 }
 
+// The policy's name is written by the Claim that acquires and is kept by
+// every other call: a report, a Complete, a listing.
+func testClaimStoresPolicy(t *testing.T, h Harness) {
+	b := setup(t, h)
+	id := recordID("policy")
+	p := claimParams(id, "")
+	p.Policy = "payments.*,refund"
+	rec := b.claim(t, p).Record
+	if rec.Policy != p.Policy {
+		t.Fatalf("policy %q, want %q", rec.Policy, p.Policy)
+	}
+	other := claimParams(id, "")
+	other.Policy = "other"
+	if res := b.claim(t, other); res.Outcome != store.OutcomeInProgress || res.Record.Policy != p.Policy {
+		t.Fatalf("report: %v with policy %q, want in_progress with %q", res.Outcome, res.Record.Policy, p.Policy)
+	}
+	if got := b.get(t, id); got.Policy != p.Policy {
+		t.Errorf("get: policy %q, want %q", got.Policy, p.Policy)
+	}
+	b.lapse(t, id)
+	res := b.claim(t, other)
+	if res.Outcome != store.OutcomeAcquired || res.Record.Policy != "other" {
+		t.Fatalf("takeover: %v with policy %q, want acquired with %q", res.Outcome, res.Record.Policy, "other")
+	}
+	if done := b.complete(t, id, res.Record.Token, ""); done.Policy != "other" {
+		t.Errorf("complete: policy %q, want %q", done.Policy, "other")
+	}
+	none := recordID("no-policy")
+	if rec := b.acquire(t, none, ""); rec.Policy != "" {
+		t.Errorf("a Claim without a policy stored %q", rec.Policy)
+	}
+}
+
 func testClaimTokensIncreaseAcrossKeys(t *testing.T, h Harness) {
 	b := setup(t, h)
 	var last int64

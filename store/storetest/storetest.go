@@ -77,6 +77,7 @@ var tests = []struct {
 	{"ClaimReleasedAcquires", testClaimReleasedAcquires},
 	{"ClaimExpiredAcquires", testClaimExpiredAcquires},
 	{"ClaimRetentionRoundTrips", testClaimRetentionRoundTrips},
+	{"ClaimStoresPolicy", testClaimStoresPolicy},
 	{"ClaimTokensIncreaseAcrossKeys", testClaimTokensIncreaseAcrossKeys},
 	{"ClaimReportsTakeover", testClaimReportsTakeover},
 	{"ClaimAttemptCountsAcquisitions", testClaimAttemptCountsAcquisitions},

@@ -259,7 +259,13 @@ type Record struct {
 	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	// When the record may be purged: the moment it left PROCESSING plus its
 	// retention. Unset while PROCESSING.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The policy of idemd's config file that applied when the record was last
+	// acquired: the policy's namespace globs joined by commas ("payments.*").
+	// Empty when no policy matched the namespace and the server's defaults
+	// applied. A policy sets the lease and retention a Claim gets when it
+	// sends none, and the longest lease a Claim or Heartbeat may ask for.
+	Policy        string `protobuf:"bytes,15,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -392,6 +398,13 @@ func (x *Record) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Record) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 // ClaimRequest asks for the right to perform one job.
 type ClaimRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -407,7 +420,10 @@ type ClaimRequest struct {
 	// FAILED_PRECONDITION / FINGERPRINT_MISMATCH.
 	Fingerprint []byte `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	// How long the lease lasts without a Heartbeat. Default 5 minutes; bounds
-	// 1 second to 24 hours.
+	// 1 second to 24 hours. A policy of idemd's config file that matches the
+	// namespace may set another default (its lease_ttl) and a lower bound
+	// (its max_lease_ttl): asking for more is INVALID_ARGUMENT /
+	// INVALID_LEASE_TTL, naming the policy. Record.policy names it.
 	LeaseTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	// Optional id of the caller's attempt (at most 128 bytes of UTF-8 without
 	// NUL, e.g. a UUID).
@@ -416,7 +432,8 @@ type ClaimRequest struct {
 	// can be retried safely.
 	Claimant string `protobuf:"bytes,5,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	// How long the record is kept after it leaves PROCESSING, before it may be
-	// purged. Default 24 hours; bounds 1 minute to 90 days.
+	// purged. Default 24 hours, or the retention of the policy that matches
+	// the namespace; bounds 1 minute to 90 days.
 	Retention *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
 	// How long to wait, when the answer would be IN_PROGRESS, for the holder
 	// to finish. Unset or 0 answers at once (IN_PROGRESS with retry_after).
@@ -844,7 +861,8 @@ type HeartbeatRequest struct {
 	// The token of the ACQUIRED outcome.
 	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// The new lease, counted from now. Default 5 minutes; bounds 1 second to
-	// 24 hours.
+	// 24 hours. The namespace's policy, when one matches, sets the default
+	// and lowers the bound as it does for Claim.
 	LeaseTtl      *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1059,7 +1077,7 @@ var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
-	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x04\n" +
+	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x04\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
@@ -1078,7 +1096,8 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"updated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12=\n" +
 	"\fcompleted_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x129\n" +
 	"\n" +
-	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9c\x02\n" +
+	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
+	"\x06policy\x18\x0f \x01(\tR\x06policy\"\x9c\x02\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
