@@ -34,6 +34,10 @@ type File struct {
 	Policies []Policy `yaml:"policies,omitempty"`
 }
 
+// IsAdmin reports whether the tenant may call AdminService: admin: true,
+// or operator: true, which implies it.
+func (t *Tenant) IsAdmin() bool { return t.Admin || t.Operator }
+
 // Tenant is one team. Its records are invisible to every other tenant.
 type Tenant struct {
 	// Name is part of every record's primary key:
@@ -57,10 +61,16 @@ type Tenant struct {
 	// MaxResultBytes, when above 0, lowers the largest result the tenant may
 	// Complete with below the server's --max-result-bytes.
 	MaxResultBytes int `yaml:"max_result_bytes,omitempty"`
-	// Admin admits the tenant to AdminService, the operator RPCs that list,
-	// delete and count its own records (ListRecords, DeleteRecord, Stats).
+	// Admin admits the tenant to AdminService, the RPCs that list, delete
+	// and count its own records (ListRecords, DeleteRecord, Stats).
 	// Other tenants get PERMISSION_DENIED / NOT_ADMIN from them.
 	Admin bool `yaml:"admin,omitempty"`
+	// Operator makes the tenant the operator of the shared service: its
+	// AdminService calls may name any tenant in the file, or all of them,
+	// and each such call is logged. It implies Admin. An operator has no
+	// namespace allow-list: it would not say whose namespaces it limits.
+	// Give the role to a tenant of its own, held by the people who run idem.
+	Operator bool `yaml:"operator,omitempty"`
 	// Policies set lease and retention defaults and bounds per namespace
 	// glob. The first policy whose globs match a namespace applies to it; a
 	// namespace none matches gets the server's defaults and bounds.
@@ -234,6 +244,9 @@ func (f *File) Validate() error {
 		}
 		if t.Namespaces != nil && len(t.Namespaces) == 0 {
 			return fieldErrorf(p+".namespaces", "empty, which would allow nothing; list globs, or leave it out to allow every namespace")
+		}
+		if t.Operator && t.Namespaces != nil {
+			return fieldErrorf(p+".namespaces", "tenant %q is an operator, which manages every tenant's namespaces; drop namespaces, or give the operator a tenant entry of its own", t.Name)
 		}
 		for j, pattern := range t.Namespaces {
 			if err := checkGlob(pattern); err != nil {

@@ -342,6 +342,10 @@ func TestParsePositionedErrors(t *testing.T) {
 		{"a merge key with a scalar", "tenants:\n  - <<: 5\n    name: a\n", "tenants[0].<<: a merge key takes a mapping, or a list of mappings, to merge in (line 2)"},
 		{"a merged value of the wrong type", "tenants:\n  - &a\n    name: a\n    tokens: [\"" + hashA + "\"]\n  - <<: [{admin: maybe}, *a]\n    name: b\n",
 			`tenants[1].admin: want true or false, got "maybe" (line 5)`},
+		{"an operator that is not true or false", "tenants:\n  - name: root\n    tokens: [\"" + hashA + "\"]\n    operator: all\n",
+			`tenants[0].operator: want true or false, got "all" (line 4)`},
+		{"an operator with an allow-list", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n  - name: root\n    tokens: [\"" + hashB + "\"]\n    operator: true\n    namespaces: [\"jobs.*\"]\n",
+			`tenants[1].namespaces: tenant "root" is an operator, which manages every tenant's namespaces; drop namespaces, or give the operator a tenant entry of its own (line 7)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -354,6 +358,27 @@ func TestParsePositionedErrors(t *testing.T) {
 				t.Errorf("error %q\nwant        %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseOperator: operator: true is read, and implies admin.
+func TestParseOperator(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte("tenants:\n  - name: root\n    tokens: [\"" + hashA + "\"]\n    operator: true\n  - name: ops\n    tokens: [\"" + hashB + "\"]\n    admin: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, ops := f.Tenants[0], f.Tenants[1]
+	if !root.Operator || !root.IsAdmin() || root.Admin {
+		t.Errorf("root = %+v, IsAdmin %v; want an operator, admin by implication", root, root.IsAdmin())
+	}
+	if ops.Operator || !ops.IsAdmin() {
+		t.Errorf("ops = %+v, IsAdmin %v; want an admin that is no operator", ops, ops.IsAdmin())
+	}
+	// A guess at the field's name is told the one there is.
+	_, err = config.Parse([]byte("tenants:\n  - name: root\n    tokens: [\"" + hashA + "\"]\n    role: operator\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "tenants[0].role: unknown field (line 4); known fields here: ") || !strings.Contains(err.Error(), " operator,") {
+		t.Errorf("role: operator: %v; want an unknown field that lists operator", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/store"
 )
@@ -28,7 +29,8 @@ const (
 	maxListScan = 10 * MaxPageSize
 )
 
-// AdminService implements idem.v1.AdminService over the caller's tenant.
+// AdminService implements idem.v1.AdminService over the caller's tenant, or,
+// for an operator, over the tenants a call names (targetTenants).
 type AdminService struct {
 	idemv1.UnimplementedAdminServiceServer
 
@@ -94,7 +96,11 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 	if err := a.authorize(ctx); err != nil {
 		return nil, err
 	}
-	p := &store.ListParams{Tenant: TenantFromContext(ctx), Namespace: req.GetNamespace(), Limit: DefaultPageSize}
+	tenants, err := a.targetTenants(ctx, "ListRecords", req.GetTenant(), req.GetAllTenants())
+	if err != nil {
+		return nil, err
+	}
+	p := &store.ListParams{Tenant: tenants[0], Namespace: req.GetNamespace(), Limit: DefaultPageSize}
 	if p.Namespace != "" {
 		if err := validateNamespace(p.Namespace); err != nil {
 			return nil, err
@@ -124,7 +130,7 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 		p.Limit = int(n)
 	}
 	if tok := req.GetPageToken(); tok != "" {
-		after, ok := decodePageToken(tok)
+		after, ok := decodePageToken(tok, req.GetAllTenants())
 		if !ok {
 			return nil, invalid("page_token", idemv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN, "page_token is not one this server returned; start again with an empty page_token")
 		}
@@ -134,17 +140,23 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 	if p.Namespace == "" {
 		t = a.allowList(ctx)
 	}
-	recs, next, err := a.list(ctx, p, t)
+	var recs []*store.Record
+	var next *store.RecordID
+	if req.GetAllTenants() {
+		recs, next, err = a.listTenants(ctx, p, t, tenants)
+	} else {
+		recs, next, err = a.list(ctx, p, t)
+	}
 	if err != nil {
 		return nil, rewriteError(ctx, a.logger, err)
 	}
 	resp := &idemv1.ListRecordsResponse{}
 	if next != nil {
-		resp.NextPageToken = encodePageToken(*next)
+		resp.NextPageToken = encodePageToken(*next, req.GetAllTenants())
 	}
 	resp.Records = make([]*idemv1.Record, len(recs))
 	for i, r := range recs {
-		resp.Records[i] = recordToProto(r)
+		resp.Records[i] = adminRecordToProto(r)
 	}
 	return resp, nil
 }
@@ -186,6 +198,47 @@ func (a *AdminService) list(ctx context.Context, p *store.ListParams, t *tenant)
 	}
 }
 
+// listTenants is list over several tenants, in the order given, starting
+// at p.After.Tenant: one page of p.Limit records that may span tenants.
+// next carries the tenant to go on with.
+func (a *AdminService) listTenants(ctx context.Context, p *store.ListParams, t *tenant, tenants []string) (page []*store.Record, next *store.RecordID, err error) {
+	want := p.Limit
+	for i, name := range tenants {
+		if name < p.After.Tenant {
+			continue
+		}
+		q := *p
+		q.Tenant, q.Limit = name, want-len(page)
+		if name != p.After.Tenant {
+			q.After = store.RecordID{}
+		}
+		recs, n, err := a.list(ctx, &q, t)
+		if err != nil {
+			return nil, nil, err
+		}
+		page = append(page, recs...)
+		if n != nil {
+			n.Tenant = name
+			return page, n, nil
+		}
+		if len(page) == want {
+			if i+1 < len(tenants) {
+				return page, &store.RecordID{Tenant: tenants[i+1]}, nil
+			}
+			return page, nil, nil
+		}
+	}
+	return page, nil, nil
+}
+
+// adminRecordToProto is recordToProto with the record's tenant, which an
+// operator's answers need to tell records apart.
+func adminRecordToProto(r *store.Record) *idemv1.Record {
+	pb := recordToProto(r)
+	pb.Tenant = r.Tenant
+	return pb
+}
+
 // durationText prints a Duration for a message, also one too long for a
 // time.Duration.
 func durationText(d *durationpb.Duration) string {
@@ -198,27 +251,52 @@ func durationText(d *durationpb.Duration) string {
 	return fmt.Sprintf("%ds and %dns", d.GetSeconds(), d.GetNanos())
 }
 
-// A page token is the last (namespace, key) of the page. A namespace never
-// contains a NUL byte, so it separates the two.
-func encodePageToken(id store.RecordID) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(id.Namespace + "\x00" + id.Key))
+// A page token is the last (namespace, key) of the page; with all_tenants,
+// the (tenant, namespace, key) to go on after, where the namespace and key
+// are empty to start at the tenant's first record. Neither a tenant nor a
+// namespace contains a NUL byte, so it separates them.
+func encodePageToken(id store.RecordID, allTenants bool) string {
+	s := id.Namespace + "\x00" + id.Key
+	if allTenants {
+		s = id.Tenant + "\x00" + s
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
-func decodePageToken(tok string) (store.RecordID, bool) {
+func decodePageToken(tok string, allTenants bool) (store.RecordID, bool) {
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
 		return store.RecordID{}, false
 	}
-	ns, key, ok := strings.Cut(string(raw), "\x00")
-	if !ok || validateID(ns, key) != nil {
+	s := string(raw)
+	var id store.RecordID
+	if allTenants {
+		var ok bool
+		if id.Tenant, s, ok = strings.Cut(s, "\x00"); !ok || config.CheckTenantName(id.Tenant) != nil {
+			return store.RecordID{}, false
+		}
+	}
+	ns, key, ok := strings.Cut(s, "\x00")
+	if !ok {
 		return store.RecordID{}, false
 	}
-	return store.RecordID{Namespace: ns, Key: key}, true
+	if allTenants && ns == "" && key == "" {
+		return id, true
+	}
+	if validateID(ns, key) != nil {
+		return store.RecordID{}, false
+	}
+	id.Namespace, id.Key = ns, key
+	return id, true
 }
 
 // DeleteRecord implements idem.v1.AdminService.
 func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecordRequest) (*idemv1.DeleteRecordResponse, error) {
 	if err := a.authorize(ctx); err != nil {
+		return nil, err
+	}
+	tenant, err := a.targetTenant(ctx, "DeleteRecord", req.GetTenant())
+	if err != nil {
 		return nil, err
 	}
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
@@ -227,7 +305,7 @@ func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecor
 	if err := a.checkNamespace(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
-	id := store.RecordID{Tenant: TenantFromContext(ctx), Namespace: req.GetNamespace(), Key: req.GetKey()}
+	id := store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()}
 	rec, err := a.store.RecordDelete(ctx, id)
 	if err != nil {
 		return nil, rewriteError(ctx, a.logger, err)
@@ -237,12 +315,16 @@ func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecor
 	// attempt, which tells a retried job from a fresh one.
 	a.logger.InfoContext(ctx, "record deleted by an operator", "tenant", id.Tenant, "namespace", id.Namespace,
 		"state", rec.State, "attempt", rec.Attempt)
-	return &idemv1.DeleteRecordResponse{Record: recordToProto(rec)}, nil
+	return &idemv1.DeleteRecordResponse{Record: adminRecordToProto(rec)}, nil
 }
 
 // Stats implements idem.v1.AdminService.
 func (a *AdminService) Stats(ctx context.Context, req *idemv1.StatsRequest) (*idemv1.StatsResponse, error) {
 	if err := a.authorize(ctx); err != nil {
+		return nil, err
+	}
+	tenants, err := a.targetTenants(ctx, "Stats", req.GetTenant(), req.GetAllTenants())
+	if err != nil {
 		return nil, err
 	}
 	var t *tenant
@@ -256,16 +338,18 @@ func (a *AdminService) Stats(ctx context.Context, req *idemv1.StatsRequest) (*id
 	} else {
 		t = a.allowList(ctx)
 	}
-	rows, err := a.store.RecordStats(ctx, &store.StatsParams{Tenant: TenantFromContext(ctx), Namespace: req.GetNamespace()})
-	if err != nil {
-		return nil, rewriteError(ctx, a.logger, err)
-	}
-	resp := &idemv1.StatsResponse{Rows: make([]*idemv1.StatsRow, 0, len(rows))}
-	for _, r := range rows {
-		if t != nil && !t.allows(r.Namespace) {
-			continue
+	resp := &idemv1.StatsResponse{}
+	for _, tenant := range tenants {
+		rows, err := a.store.RecordStats(ctx, &store.StatsParams{Tenant: tenant, Namespace: req.GetNamespace()})
+		if err != nil {
+			return nil, rewriteError(ctx, a.logger, err)
 		}
-		resp.Rows = append(resp.Rows, &idemv1.StatsRow{Namespace: r.Namespace, State: stateToProto[r.State], Count: r.Count})
+		for _, r := range rows {
+			if t != nil && !t.allows(r.Namespace) {
+				continue
+			}
+			resp.Rows = append(resp.Rows, &idemv1.StatsRow{Tenant: tenant, Namespace: r.Namespace, State: stateToProto[r.State], Count: r.Count})
+		}
 	}
 	return resp, nil
 }

@@ -194,8 +194,8 @@ func (ts *Tenants) streamInterceptors() []grpc.StreamServerInterceptor {
 	}
 }
 
-// AdminOnly admits callers whose tenant has admin: true in idemd's config,
-// for operator RPCs (AdminService.Authorize), and refuses every other
+// AdminOnly admits callers whose tenant has admin: true (or operator: true)
+// in idemd's config, for AdminService.Authorize, and refuses every other
 // tenant with PERMISSION_DENIED / NOT_ADMIN. A nil Tenants (no config file,
 // one unauthenticated tenant) admits every caller.
 func (ts *Tenants) AdminOnly(ctx context.Context) error {
@@ -205,7 +205,7 @@ func (ts *Tenants) AdminOnly(ctx context.Context) error {
 	if t := ts.callerTenant(ctx); t == nil || !t.admin {
 		name := TenantFromContext(ctx)
 		return newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NOT_ADMIN,
-			fmt.Sprintf("tenant %q may not call operator RPCs: it has no admin: true in idemd's config", name),
+			fmt.Sprintf("tenant %q may not call AdminService: it has no admin: true in idemd's config", name),
 			map[string]string{"tenant": name})
 	}
 	return nil

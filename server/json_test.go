@@ -435,6 +435,10 @@ func TestJSONErrorReasons(t *testing.T) {
 		{"INVALID_OLDER_THAN", "invalid_argument", true, "ListRecords", jsonOpsToken, func(*testing.T, string) map[string]any { return map[string]any{"olderThan": "-1s"} }},
 		{"INVALID_PAGE_SIZE", "invalid_argument", true, "ListRecords", jsonOpsToken, func(*testing.T, string) map[string]any { return map[string]any{"pageSize": 1000000} }},
 		{"INVALID_PAGE_TOKEN", "invalid_argument", true, "ListRecords", jsonOpsToken, func(*testing.T, string) map[string]any { return map[string]any{"pageToken": "not-a-page-token"} }},
+		{"NOT_OPERATOR", "permission_denied", true, "Stats", jsonOpsToken, func(*testing.T, string) map[string]any { return map[string]any{"allTenants": true} }},
+		{"INVALID_TENANT", "invalid_argument", true, "Stats", jsonOpsToken, func(*testing.T, string) map[string]any {
+			return map[string]any{"tenant": "billing", "allTenants": true}
+		}},
 	}
 	// The store's failures, each on a server whose store fails every call.
 	for _, f := range []struct {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"path"
+	"slices"
 	"sync"
 
 	"golang.org/x/time/rate"
@@ -43,10 +44,13 @@ type tenant struct {
 	limiter *rate.Limiter
 	// maxResultBytes is its result limit; 0 means the server's.
 	maxResultBytes int
-	// admin admits it to operator RPCs (AdminOnly).
+	// admin admits it to AdminService (AdminOnly).
 	admin bool
 	// policies are its namespaces' policies, first match wins.
 	policies []*policy
+	// operator lets its AdminService calls name other tenants
+	// (AdminService.targetTenants).
+	operator bool
 }
 
 // NewTenants builds the tenant set of a configuration file. It validates f
@@ -63,8 +67,8 @@ func NewTenants(f *config.File) (*Tenants, error) {
 		subjects:  map[string]*tenant{},
 	}
 	for _, c := range f.Tenants {
-		t := &tenant{name: c.Name, namespaces: c.Namespaces, maxResultBytes: c.MaxResultBytes, admin: c.Admin,
-			policies: newPolicies(c.Policies)}
+		t := &tenant{name: c.Name, namespaces: c.Namespaces, maxResultBytes: c.MaxResultBytes,
+			admin: c.IsAdmin(), operator: c.Operator, policies: newPolicies(c.Policies)}
 		if c.RateLimit != nil {
 			t.limiter = rate.NewLimiter(rate.Limit(c.RateLimit.PerSecond), c.RateLimit.Burst)
 		}
@@ -82,6 +86,16 @@ func NewTenants(f *config.File) (*Tenants, error) {
 		ts.byName[c.Name] = t
 	}
 	return ts, nil
+}
+
+// names returns the tenants' names in order.
+func (ts *Tenants) names() []string {
+	names := make([]string, 0, len(ts.byName))
+	for name := range ts.byName {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // lookup returns the tenant named name, nil when there is none.

@@ -104,6 +104,13 @@ const (
 	// INVALID_ARGUMENT: wait (ClaimRequest) is not a valid duration or outside
 	// 0–60 s.
 	ErrorReason_ERROR_REASON_INVALID_WAIT ErrorReason = 25
+	// PERMISSION_DENIED (AdminService): the call names another tenant, or all
+	// tenants, and the caller's tenant is not an operator.
+	// ErrorInfo.metadata["field"] names the field.
+	ErrorReason_ERROR_REASON_NOT_OPERATOR ErrorReason = 26
+	// INVALID_ARGUMENT (AdminService): the tenant named is not in idemd's
+	// config, or tenant and all_tenants are both set.
+	ErrorReason_ERROR_REASON_INVALID_TENANT ErrorReason = 27
 )
 
 // Enum value maps for ErrorReason.
@@ -135,6 +142,8 @@ var (
 		23: "ERROR_REASON_INVALID_PAGE_SIZE",
 		24: "ERROR_REASON_INVALID_PAGE_TOKEN",
 		25: "ERROR_REASON_INVALID_WAIT",
+		26: "ERROR_REASON_NOT_OPERATOR",
+		27: "ERROR_REASON_INVALID_TENANT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -163,6 +172,8 @@ var (
 		"ERROR_REASON_INVALID_PAGE_SIZE":     23,
 		"ERROR_REASON_INVALID_PAGE_TOKEN":    24,
 		"ERROR_REASON_INVALID_WAIT":          25,
+		"ERROR_REASON_NOT_OPERATOR":          26,
+		"ERROR_REASON_INVALID_TENANT":        27,
 	}
 )
 
@@ -197,7 +208,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xf0\x06\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xb0\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -225,7 +236,9 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1fERROR_REASON_INVALID_OLDER_THAN\x10\x16\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_PAGE_SIZE\x10\x17\x12#\n" +
 	"\x1fERROR_REASON_INVALID_PAGE_TOKEN\x10\x18\x12\x1d\n" +
-	"\x19ERROR_REASON_INVALID_WAIT\x10\x19B\x87\x01\n" +
+	"\x19ERROR_REASON_INVALID_WAIT\x10\x19\x12\x1d\n" +
+	"\x19ERROR_REASON_NOT_OPERATOR\x10\x1a\x12\x1f\n" +
+	"\x1bERROR_REASON_INVALID_TENANT\x10\x1bB\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

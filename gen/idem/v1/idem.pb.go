@@ -44,7 +44,11 @@
 //     caller's tenant's allow-list; this holds for AdminService too, whose
 //     listings and counts without a namespace show only the namespaces the
 //     allow-list admits. PERMISSION_DENIED / NOT_ADMIN: an AdminService call
-//     from a tenant without admin rights.
+//     from a tenant without admin rights. PERMISSION_DENIED / NOT_OPERATOR:
+//     an AdminService call that names another tenant, or all_tenants, from
+//     a tenant that is not an operator; metadata "field" names the field.
+//   - INVALID_ARGUMENT    / INVALID_TENANT (AdminService): the tenant named
+//     is not in idemd's config, or tenant and all_tenants are both set.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
 //
@@ -265,7 +269,11 @@ type Record struct {
 	// Empty when no policy matched the namespace and the server's defaults
 	// applied. A policy sets the lease and retention a Claim gets when it
 	// sends none, and the longest lease a Claim or Heartbeat may ask for.
-	Policy        string `protobuf:"bytes,15,opt,name=policy,proto3" json:"policy,omitempty"`
+	Policy string `protobuf:"bytes,15,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The tenant that owns the record. Set in AdminService answers, where an
+	// operator may see several tenants' records; empty elsewhere, where it is
+	// always the caller's.
+	Tenant        string `protobuf:"bytes,16,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +409,13 @@ func (x *Record) GetExpiresAt() *timestamppb.Timestamp {
 func (x *Record) GetPolicy() string {
 	if x != nil {
 		return x.Policy
+	}
+	return ""
+}
+
+func (x *Record) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -1077,7 +1092,7 @@ var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
-	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x04\n" +
+	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x04\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
@@ -1097,7 +1112,8 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\fcompleted_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x129\n" +
 	"\n" +
 	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06policy\x18\x0f \x01(\tR\x06policy\"\x9c\x02\n" +
+	"\x06policy\x18\x0f \x01(\tR\x06policy\x12\x16\n" +
+	"\x06tenant\x18\x10 \x01(\tR\x06tenant\"\x9c\x02\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +

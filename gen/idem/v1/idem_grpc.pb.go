@@ -44,7 +44,11 @@
 //     caller's tenant's allow-list; this holds for AdminService too, whose
 //     listings and counts without a namespace show only the namespaces the
 //     allow-list admits. PERMISSION_DENIED / NOT_ADMIN: an AdminService call
-//     from a tenant without admin rights.
+//     from a tenant without admin rights. PERMISSION_DENIED / NOT_OPERATOR:
+//     an AdminService call that names another tenant, or all_tenants, from
+//     a tenant that is not an operator; metadata "field" names the field.
+//   - INVALID_ARGUMENT    / INVALID_TENANT (AdminService): the tenant named
+//     is not in idemd's config, or tenant and all_tenants are both set.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
 //
