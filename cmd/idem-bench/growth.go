@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Growth (issue 13, goal 6): idem on a table that already holds millions of
+// Growth: idem on a table that already holds millions of
 // records, and while its sweeper purges a million of them.
 
 // prefillReport says how the service-prefilled target's table was filled.
