@@ -29,12 +29,15 @@ tenants:
     namespaces: ["process_payment", "refund.*"]   # optional allow-list, glob
     rate_limit: {per_second: 500, burst: 1000}     # optional
     max_result_bytes: 16384                        # optional, ≤ the server's
-    admin: false                                   # operator RPCs (AdminService)
+    admin: false                                   # AdminService over its own records
   - name: billing
     client_cert_subjects: ["CN=billing-worker,O=Acme"]
   - name: ops
     tokens: ["` + config.HashToken("idem_ops") + `"]
     admin: true
+  - name: platform
+    tokens: ["` + config.HashToken("idem_platform") + `"]
+    operator: true
 `
 }
 
@@ -54,6 +57,7 @@ func TestParseTheReadmeExample(t *testing.T) {
 		},
 		{Name: "billing", ClientCertSubjects: []string{"CN=billing-worker,O=Acme"}},
 		{Name: "ops", Tokens: []string{config.HashToken("idem_ops")}, Admin: true},
+		{Name: "platform", Tokens: []string{config.HashToken("idem_platform")}, Operator: true},
 	}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("Parse = %+v\nwant %+v", f, want)
@@ -177,7 +181,7 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(good, []byte(readmeExample()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := config.Load(good); err != nil || len(f.Tenants) != 3 {
+	if f, err := config.Load(good); err != nil || len(f.Tenants) != 4 {
 		t.Fatalf("Load: %v, %v", f, err)
 	}
 

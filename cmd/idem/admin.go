@@ -19,6 +19,21 @@ var stateFilters = map[string]idemv1.State{
 	"expired":    idemv1.State_STATE_EXPIRED,
 }
 
+// tenantFlags pick whose records an AdminService command acts on: your
+// tenant's when both are unset. Naming another tenant takes an operator
+// tenant (operator: true in idemd's config).
+type tenantFlags struct {
+	Tenant     string `xor:"tenant" placeholder:"TENANT" help:"Act on this tenant's records instead of your own (an operator tenant only)."`
+	AllTenants bool   `xor:"tenant" help:"Act on the records of every tenant in idemd's config (an operator tenant only)."`
+}
+
+// crossTenant reports whether the answer may hold other tenants' records,
+// which is when a table shows whose each row is.
+func (f tenantFlags) crossTenant() bool { return f.Tenant != "" || f.AllTenants }
+
+// operatorHelp ends the help of the commands with tenantFlags.
+const operatorHelp = ` An operator tenant (operator: true in idemd's config) may name another tenant with --tenant, or every tenant with --all-tenants; the table then has a TENANT column, and idemd logs the call. Others get exit 18 for either flag.`
+
 // ---- list ----
 
 type listCmd struct {
@@ -28,16 +43,19 @@ type listCmd struct {
 	PageSize  int32         `placeholder:"N" help:"Records per page, 1 to 1000 (idemd's default, 100, when unset)."`
 	PageToken string        `placeholder:"TOKEN" help:"Start at this page: the nextPageToken of an earlier list."`
 	All       bool          `help:"Follow the page tokens and list every matching record."`
+	tenantFlags
 }
 
 func (listCmd) Help() string {
-	return `List pages through records of your tenant, ordered by namespace, then key. Without --all it prints one page and, when there are more, says on stderr how to get the next one. With -o json it prints a ListRecordsResponse; with --all, one response holding every record. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+	return `List pages through records of your tenant, ordered by namespace, then key. Without --all it prints one page and, when there are more, says on stderr how to get the next one. With -o json it prints a ListRecordsResponse; with --all, one response holding every record. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.` + operatorHelp + `
 
 Example:
 
     # claims that have not heartbeated for ten minutes: stuck workers
     idem list --state processing --older-than 10m --all
-    idem list -n process_payment --state failed -o json | jq -r '.records[].key'`
+    idem list -n process_payment --state failed -o json | jq -r '.records[].key'
+    # an operator: stuck claims of every tenant
+    idem list --all-tenants --state processing --older-than 10m --all`
 }
 
 func (c *listCmd) Run(a *app) error {
@@ -50,11 +68,13 @@ func (c *listCmd) Run(a *app) error {
 		return err
 	}
 	req := &idemv1.ListRecordsRequest{
-		Namespace: c.Namespace,
-		State:     state,
-		OlderThan: durationProto(c.OlderThan),
-		PageSize:  c.PageSize,
-		PageToken: c.PageToken,
+		Namespace:  c.Namespace,
+		State:      state,
+		OlderThan:  durationProto(c.OlderThan),
+		PageSize:   c.PageSize,
+		PageToken:  c.PageToken,
+		Tenant:     c.Tenant,
+		AllTenants: c.AllTenants,
 	}
 	all := &idemv1.ListRecordsResponse{}
 	for {
@@ -72,7 +92,7 @@ func (c *listCmd) Run(a *app) error {
 	if a.json() {
 		return a.printJSON(all)
 	}
-	if err := printRecords(a.stdout, all.GetRecords()); err != nil {
+	if err := printRecords(a.stdout, all.GetRecords(), c.crossTenant()); err != nil {
 		return err
 	}
 	if all.GetNextPageToken() != "" {
@@ -85,10 +105,11 @@ func (c *listCmd) Run(a *app) error {
 
 type deleteCmd struct {
 	recordFlags
+	Tenant string `placeholder:"TENANT" help:"Delete the record of this tenant instead of your own (an operator tenant only)."`
 }
 
 func (deleteCmd) Help() string {
-	return `Delete evicts one record whatever its state. The next claim of the key creates it afresh (attempt 1) with a token greater than any before, and a worker still holding the old token gets exit 13 (not found) on complete. Use it to let a job that failed permanently run again. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+	return `Delete evicts one record whatever its state. The next claim of the key creates it afresh (attempt 1) with a token greater than any before, and a worker still holding the old token gets exit 13 (not found) on complete. Use it to let a job that failed permanently run again. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18. An operator tenant (operator: true) may delete another tenant's record with --tenant; idemd logs the call.
 
 Exit codes:
 
@@ -99,7 +120,8 @@ Exit codes:
 
 Example:
 
-    idem delete -n process_payment -k order-1042`
+    idem delete -n process_payment -k order-1042
+    idem delete --tenant payments -n process_payment -k order-1042   # an operator`
 }
 
 func (c *deleteCmd) Run(a *app) error {
@@ -107,12 +129,16 @@ func (c *deleteCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "delete "+c.name(), conn.AdminService().DeleteRecord, &idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key})
+	name := c.name()
+	if c.Tenant != "" {
+		name += " of tenant " + c.Tenant
+	}
+	resp, err := call(a, "delete "+name, conn.AdminService().DeleteRecord, &idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant})
 	if err != nil {
 		return err
 	}
 	rec := resp.GetRecord()
-	a.say("deleted %s; it was %s with token %d after %d attempt(s)", c.name(), stateName(rec.GetState()), rec.GetToken(), rec.GetAttempt())
+	a.say("deleted %s; it was %s with token %d after %d attempt(s)", name, stateName(rec.GetState()), rec.GetToken(), rec.GetAttempt())
 	if a.json() {
 		return a.printJSON(resp)
 	}
@@ -123,14 +149,16 @@ func (c *deleteCmd) Run(a *app) error {
 
 type statsCmd struct {
 	Namespace string `short:"n" placeholder:"NS" help:"Only this namespace (all when unset)."`
+	tenantFlags
 }
 
 func (statsCmd) Help() string {
-	return `Stats counts your tenant's records per namespace and state; states without records are left out. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+	return `Stats counts your tenant's records per namespace and state; states without records are left out. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.` + operatorHelp + `
 
 Example:
 
     idem stats
+    idem stats --all-tenants   # an operator: every tenant's counts
     idem stats -n process_payment -o json | jq '.rows[] | select(.state == "STATE_PROCESSING") | .count'`
 }
 
@@ -139,7 +167,8 @@ func (c *statsCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "stats", conn.AdminService().Stats, &idemv1.StatsRequest{Namespace: c.Namespace})
+	resp, err := call(a, "stats", conn.AdminService().Stats,
+		&idemv1.StatsRequest{Namespace: c.Namespace, Tenant: c.Tenant, AllTenants: c.AllTenants})
 	if err != nil {
 		return err
 	}
@@ -147,8 +176,15 @@ func (c *statsCmd) Run(a *app) error {
 		return a.printJSON(resp)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	tenantColumn := func(tenant string) {
+		if c.crossTenant() {
+			fmt.Fprint(tw, tenant+"\t")
+		}
+	}
+	tenantColumn("TENANT")
 	fmt.Fprintln(tw, "NAMESPACE\tSTATE\tCOUNT")
 	for _, r := range resp.GetRows() {
+		tenantColumn(r.GetTenant())
 		fmt.Fprintf(tw, "%s\t%s\t%d\n", r.GetNamespace(), stateName(r.GetState()), r.GetCount())
 	}
 	return tw.Flush()

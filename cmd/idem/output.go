@@ -129,11 +129,18 @@ func printRecord(w io.Writer, r *idemv1.Record) error {
 	return tw.Flush()
 }
 
-// printRecords writes records as a table with one row each.
-func printRecords(w io.Writer, records []*idemv1.Record) error {
+// printRecords writes records as a table with one row each, led by a
+// TENANT column when withTenant.
+func printRecords(w io.Writer, records []*idemv1.Record, withTenant bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if withTenant {
+		fmt.Fprint(tw, "TENANT\t")
+	}
 	fmt.Fprintln(tw, "NAMESPACE\tKEY\tSTATE\tTOKEN\tATTEMPT\tUPDATED\tLEASE EXPIRES\tPOLICY")
 	for _, r := range records {
+		if withTenant {
+			fmt.Fprint(tw, r.GetTenant()+"\t")
+		}
 		lease := "-"
 		if r.GetState() == idemv1.State_STATE_PROCESSING || r.GetState() == idemv1.State_STATE_EXPIRED {
 			lease = formatTime(r.GetLeaseExpiresAt())
