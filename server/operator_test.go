@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 )
 
@@ -304,5 +305,29 @@ func TestOperatorCallsAcrossTenantsAreLogged(t *testing.T) {
 	}
 	if want := "[ListRecords * Stats team-b DeleteRecord team-a]"; fmt.Sprint(got) != want {
 		t.Errorf("cross-tenant lines %v; want %s\n%s", got, want, logs.String())
+	}
+}
+
+// TestTenantFieldWithoutAConfigFile: without a config file the one tenant,
+// default, may name itself or all tenants, which is itself; any other name
+// is INVALID_TENANT.
+func TestTenantFieldWithoutAConfigFile(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	ctx := testContext(t)
+	mustAcquire(t, srv.Client, &idemv1.ClaimRequest{Namespace: "solo", Key: "k1"})
+	for _, req := range []*idemv1.ListRecordsRequest{{Tenant: server.DefaultTenant}, {AllTenants: true}} {
+		list, err := srv.Admin.ListRecords(ctx, req)
+		if err != nil {
+			t.Fatalf("ListRecords(%v): %v", req, err)
+		}
+		if got, want := recordNames(list.GetRecords()), "[default:solo/k1]"; got != want {
+			t.Errorf("ListRecords(%v) = %s; want %s", req, got, want)
+		}
+	}
+	_, err := srv.Admin.Stats(ctx, &idemv1.StatsRequest{Tenant: "payments"})
+	st := requireStatus(t, err, codes.InvalidArgument, "INVALID_TENANT")
+	if !strings.Contains(st.Message(), "without a config file") {
+		t.Errorf("message %q; want it to say why there is no such tenant", st.Message())
 	}
 }
