@@ -182,6 +182,9 @@ REASON_ERRORS: Dict[str, type] = {
     "INVALID_OLDER_THAN": InvalidArgumentError,
     "INVALID_PAGE_SIZE": InvalidArgumentError,
     "INVALID_PAGE_TOKEN": InvalidArgumentError,
+    "INVALID_WAIT": InvalidArgumentError,
+    "NOT_OPERATOR": PermissionDeniedError,
+    "INVALID_TENANT": InvalidArgumentError,
 }
 
 # The gRPC codes by number (google.rpc.Status.code), and the class of an
