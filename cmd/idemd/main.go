@@ -82,6 +82,7 @@ func (versionCmd) Run() error {
 }
 
 func main() {
+	setGCPercent(os.Getenv)
 	var c cli
 	parser := kong.Must(&c,
 		kong.Name("idemd"),
