@@ -7,6 +7,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -50,6 +51,10 @@ type Store interface {
 	// RecordDelete deletes one record whatever its state and returns it as it
 	// was.
 	RecordDelete(ctx context.Context, id RecordID) (*Record, error)
+	// RecordResolve moves an UNRESOLVED record on as params.Resolution says,
+	// keeping its token, and returns it. It returns ErrNotUnresolved when the
+	// record is in another state.
+	RecordResolve(ctx context.Context, params *ResolveParams) (*Record, error)
 	// RecordStats counts one tenant's records per namespace and state.
 	RecordStats(ctx context.Context, params *StatsParams) ([]StatsRow, error)
 	// CountByState counts every tenant's records per state, for the sweeper's
@@ -89,6 +94,10 @@ const (
 	StateFailed     State = "failed"
 	StateReleased   State = "released"
 	StateExpired    State = "expired"
+	// StateUnresolved: the lease of a record held for resolution
+	// (ClaimParams.Hold) ran out without a Complete or Fail. No Claim takes
+	// it over; the holder's Complete or Fail, or RecordResolve, moves it on.
+	StateUnresolved State = "unresolved"
 )
 
 // Outcome is the answer to a Claim.
@@ -100,6 +109,9 @@ const (
 	OutcomeInProgress
 	OutcomeCompleted
 	OutcomeFailed
+	// OutcomeUnresolved: the record is UNRESOLVED, or this Claim found its
+	// held lease run out and made it so. The Claim must not run the job.
+	OutcomeUnresolved
 )
 
 func (o Outcome) String() string {
@@ -112,6 +124,8 @@ func (o Outcome) String() string {
 		return "completed"
 	case OutcomeFailed:
 		return "failed"
+	case OutcomeUnresolved:
+		return "unresolved"
 	}
 	return "unknown"
 }
@@ -144,6 +158,9 @@ type Record struct {
 	// last acquired the record (its namespace globs joined by commas); empty
 	// when none did.
 	Policy string
+	// Hold is true when that policy holds the record for resolution when its
+	// lease runs out (UNRESOLVED) instead of letting a Claim take it over.
+	Hold bool
 }
 
 // ClaimParams are the inputs of RecordClaim. The server has validated them
@@ -157,6 +174,49 @@ type ClaimParams struct {
 	// Policy is the name of the policy that applied, stored with the record
 	// when the Claim acquires it; "" for none.
 	Policy string
+	// Hold, stored with the record when the Claim acquires it, makes a lease
+	// that runs out without Complete or Fail UNRESOLVED instead of open to a
+	// takeover.
+	Hold bool
+}
+
+// Resolution is how RecordResolve moves an UNRESOLVED record on.
+type Resolution int
+
+// The resolutions of an UNRESOLVED record.
+const (
+	// ResolveCompleted makes it COMPLETED with ResolveParams.Result.
+	ResolveCompleted Resolution = iota + 1
+	// ResolveFailed makes it FAILED with ResolveParams.Error.
+	ResolveFailed
+	// ResolveReleased makes it RELEASED: the next Claim acquires it.
+	ResolveReleased
+)
+
+// Values returns what RecordResolve writes for p: the new state, the result
+// (nil unless completed; never nil when completed) and the error text.
+func (p *ResolveParams) Values() (state State, result []byte, errText *string, err error) {
+	switch p.Resolution {
+	case ResolveCompleted:
+		result = p.Result
+		if result == nil {
+			result = []byte{}
+		}
+		return StateCompleted, result, nil, nil
+	case ResolveFailed:
+		return StateFailed, nil, &p.Error, nil
+	case ResolveReleased:
+		return StateReleased, nil, nil, nil
+	}
+	return "", nil, nil, fmt.Errorf("resolution %d is not a store.Resolution", p.Resolution)
+}
+
+// ResolveParams are the inputs of RecordResolve.
+type ResolveParams struct {
+	RecordID
+	Resolution Resolution
+	Result     []byte // ResolveCompleted
+	Error      string // ResolveFailed
 }
 
 // ClaimResult is the answer of RecordClaim.
@@ -234,6 +294,9 @@ var (
 	// ErrAlreadyTerminal: the token is current but the record is no longer
 	// PROCESSING or EXPIRED, and the call does not repeat the one that ended it.
 	ErrAlreadyTerminal = errors.New("record is already terminal")
+	// ErrNotUnresolved: RecordResolve found the record in a state other
+	// than UNRESOLVED.
+	ErrNotUnresolved = errors.New("record is not unresolved")
 	// ErrFingerprintMismatch: the key was claimed before with another fingerprint.
 	ErrFingerprintMismatch = errors.New("fingerprint does not match the record's")
 	// ErrUnavailable: the store cannot be reached. Nothing is known to have changed.

@@ -99,3 +99,8 @@ func checkTexts(fieldsAndValues ...string) error {
 	}
 	return nil
 }
+
+// CheckText checks the text of p: its RecordID and its error.
+func (p *ResolveParams) CheckText() error {
+	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "key", p.Key, "error", p.Error)
+}

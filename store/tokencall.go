@@ -15,7 +15,8 @@ const (
 
 // TokenCall is a Complete, Fail or Heartbeat as a store runs it: an update
 // that applies only with the record's current token while the record is
-// PROCESSING or EXPIRED. When the update applies nothing, the store reads the
+// PROCESSING, EXPIRED or UNRESOLVED (nobody took it over, so its holder
+// still resolves it). When the update applies nothing, the store reads the
 // record and Settle decides the answer, the same way for every store.
 type TokenCall struct {
 	Kind  TokenCallKind
@@ -67,7 +68,7 @@ func (c *TokenCall) Settle(rec *Record) (*Record, error) {
 		return nil, ErrLeaseLost
 	case c.repeats(rec.State):
 		return rec, nil
-	case rec.State != StateProcessing && rec.State != StateExpired:
+	case rec.State != StateProcessing && rec.State != StateExpired && rec.State != StateUnresolved:
 		return nil, ErrAlreadyTerminal
 	}
 	return nil, nil

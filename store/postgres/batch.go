@@ -18,7 +18,7 @@ import (
 func recordColsOf(alias string) string {
 	cols := []string{"tenant", "namespace", "key", "state", "token", "attempt", "claimant", "fingerprint",
 		"lease_expires_at", "(extract(epoch FROM " + alias + ".retention) * 1000000)::bigint AS retention_us",
-		"result", "error", "created_at", "updated_at", "completed_at", "expires_at", "policy"}
+		"result", "error", "created_at", "updated_at", "completed_at", "expires_at", "policy", "hold"}
 	for i, c := range cols {
 		if !strings.HasPrefix(c, "(") {
 			cols[i] = alias + "." + c
@@ -36,8 +36,8 @@ func recordColsOf(alias string) string {
 // missed) gets no row back and is tried again in a later statement.
 var claimBatchSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::text[])
-		WITH ORDINALITY AS i(tenant, namespace, key, claimant, fingerprint, lease_us, retention_us, policy, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::text[], $9::boolean[])
+		WITH ORDINALITY AS i(tenant, namespace, key, claimant, fingerprint, lease_us, retention_us, policy, hold, ord)
 ),
 cur AS (
 	SELECT ` + recordColsOf("r") + `
@@ -45,14 +45,14 @@ cur AS (
 ),
 claimed AS (
 	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-		lease_expires_at, retention, created_at, updated_at, policy)
+		lease_expires_at, retention, created_at, updated_at, policy, hold)
 	SELECT i.tenant, i.namespace, i.key, 'processing', nextval('idem_token_seq'), 1, i.claimant, i.fingerprint,
-		now() + i.lease_us * interval '1 microsecond', i.retention_us * interval '1 microsecond', now(), now(), i.policy
+		now() + i.lease_us * interval '1 microsecond', i.retention_us * interval '1 microsecond', now(), now(), i.policy, i.hold
 	FROM input i
 	WHERE NOT EXISTS (
 		SELECT 1 FROM cur
 		WHERE cur.tenant = i.tenant AND cur.namespace = i.namespace AND cur.key = i.key
-			AND NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
+			AND NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now() AND NOT cur.hold))
 				AND (cur.fingerprint = '' OR i.fingerprint = '' OR cur.fingerprint = i.fingerprint)))
 	ORDER BY i.ord
 ` + claimTakeoverSQL + `
@@ -94,13 +94,13 @@ changed AS (
 	UPDATE idem_records r SET ` + set + `, updated_at = now()
 	FROM locked l
 	WHERE r.tenant = l.tenant AND r.namespace = l.namespace AND r.key = l.key
-		AND r.token = l.in_token AND r.state IN ('processing', 'expired')
+		AND r.token = l.in_token AND r.state IN ('processing', 'expired', 'unresolved')
 	RETURNING ` + recordColsOf("r") + wakeCol("r", wakes) + `
 )
 SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, l.tenant, l.namespace, l.key, l.state, l.token, l.attempt, l.claimant, l.fingerprint,
-	l.lease_expires_at, l.retention_us, l.result, l.error, l.created_at, l.updated_at, l.completed_at, l.expires_at, l.policy
+	l.lease_expires_at, l.retention_us, l.result, l.error, l.created_at, l.updated_at, l.completed_at, l.expires_at, l.policy, l.hold
 FROM locked l
 WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.tenant = l.tenant AND c.namespace = l.namespace AND c.key = l.key)`
 }
@@ -127,7 +127,7 @@ func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 	n := len(batch)
 	tenants, namespaces, keys, claimants := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	fingerprints := make([][]byte, n)
-	leases, retentions, policies := make([]int64, n), make([]int64, n), make([]string, n)
+	leases, retentions, policies, holds := make([]int64, n), make([]int64, n), make([]string, n), make([]bool, n)
 	for i, c := range batch {
 		p := c.params
 		tenants[i], namespaces[i], keys[i], claimants[i] = p.Tenant, p.Namespace, p.Key, p.Claimant
@@ -135,9 +135,9 @@ func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 		if fingerprints[i] == nil {
 			fingerprints[i] = []byte{}
 		}
-		leases[i], retentions[i], policies[i] = micros(p.LeaseTTL), micros(p.Retention), p.Policy
+		leases[i], retentions[i], policies[i], holds[i] = micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold
 	}
-	rows, err := s.db.Query(ctx, claimBatchSQL, tenants, namespaces, keys, claimants, fingerprints, leases, retentions, policies)
+	rows, err := s.db.Query(ctx, claimBatchSQL, tenants, namespaces, keys, claimants, fingerprints, leases, retentions, policies, holds)
 	if err != nil {
 		failBatch(batch, batchError(err))
 		return

@@ -25,12 +25,12 @@ WITH cur AS (
 ),
 claimed AS (
 	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-		lease_expires_at, retention, created_at, updated_at, policy)
+		lease_expires_at, retention, created_at, updated_at, policy, hold)
 	SELECT $1::text, $2::text, $3::text, 'processing', nextval('idem_token_seq'), 1, $4::text, $5::bytea,
-		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text
+		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text, $9::boolean
 	WHERE NOT EXISTS (
 		SELECT 1 FROM cur
-		WHERE NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now()))
+		WHERE NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now() AND NOT cur.hold))
 			AND (cur.fingerprint = '' OR $5::bytea = '' OR cur.fingerprint = $5::bytea)))
 ` + claimTakeoverSQL + `
 )
@@ -50,13 +50,14 @@ const claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		lease_expires_at = excluded.lease_expires_at,
 		retention = excluded.retention,
 		policy = excluded.policy,
+		hold = excluded.hold,
 		result = NULL,
 		error = NULL,
 		completed_at = NULL,
 		expires_at = NULL,
 		waiters = false,
 		updated_at = now()
-	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now()))
+	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now() AND NOT r.hold))
 		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
 	RETURNING ` + recordCols
 
@@ -75,6 +76,13 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
 			for try := 0; try < maxStatementTries; try++ {
 				res, settled, err := claimOnce(ctx, db, p)
+				if err == nil && store.HoldsLapsed(res) {
+					rec, held, err := holdLapsed(ctx, db, p.RecordID)
+					if err != nil || held {
+						return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}, err
+					}
+					continue // the row changed under the Claim: look again
+				}
 				if err != nil || settled {
 					return res, err
 				}
@@ -87,6 +95,23 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	}
 	for try := 0; try < maxStatementTries; try++ {
 		out, err := s.claims.do(ctx, p.RecordID, p)
+		if err == nil && store.HoldsLapsed(out.res) {
+			type held struct {
+				rec *store.Record
+				ok  bool
+			}
+			h, err := detached(ctx, s, func(ctx context.Context, db dbtx) (held, error) {
+				rec, ok, err := holdLapsed(ctx, db, p.RecordID)
+				return held{rec, ok}, err
+			})
+			if err != nil || h.ok {
+				if err != nil {
+					return nil, err
+				}
+				return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: h.rec}, nil
+			}
+			continue // the row changed under the Claim: look again
+		}
 		if err != nil || out.settled {
 			return out.res, err
 		}
@@ -108,7 +133,7 @@ func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.C
 		dbNow    pgtype.Timestamptz
 	)
 	rec, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
-		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention), p.Policy), &acquired, &dbNow)
+		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold), &acquired, &dbNow)
 	if err != nil {
 		err = interpretError(err)
 		if err == store.ErrNotFound {

@@ -18,7 +18,7 @@ func tokenCallSQL(set string, wakes bool) string {
 WITH changed AS (
 	UPDATE idem_records SET ` + set + `, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4
-		AND state IN ('processing', 'expired')
+		AND state IN ('processing', 'expired', 'unresolved')
 	RETURNING ` + recordCols + wakeCol("idem_records", wakes) + `
 )
 SELECT true, ` + recordNames + ` FROM changed

@@ -18,7 +18,8 @@ WITH due AS (
 	FOR UPDATE SKIP LOCKED
 ),
 expired AS (
-	UPDATE idem_records r SET state = 'expired', updated_at = now(), expires_at = now() + r.retention
+	UPDATE idem_records r SET state = CASE WHEN r.hold THEN 'unresolved' ELSE 'expired' END, updated_at = now(),
+		expires_at = CASE WHEN r.hold THEN NULL ELSE now() + r.retention END
 	FROM due
 	WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key
 	RETURNING r.tenant` + wakeCol("r", true) + `

@@ -16,13 +16,19 @@ import (
 // created only.
 const (
 	insertSQL = `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-		lease_expires_at, retention_us, created_at, updated_at, policy)
-	VALUES (?1, ?2, ?3, 'processing', ?4, 1, ?5, ifnull(?6, x''), ?7 + ?8, ?9, ?7, ?7, ?10)
+		lease_expires_at, retention_us, created_at, updated_at, policy, hold)
+	VALUES (?1, ?2, ?3, 'processing', ?4, 1, ?5, ifnull(?6, x''), ?7 + ?8, ?9, ?7, ?7, ?10, ?11)
 	RETURNING ` + recordCols
 
 	takeoverSQL = `UPDATE idem_records SET state = 'processing', token = ?4, attempt = attempt + 1, claimant = ?5,
-		lease_expires_at = ?6 + ?7, retention_us = ?8, policy = ?9, result = NULL, error = NULL,
+		lease_expires_at = ?6 + ?7, retention_us = ?8, policy = ?9, hold = ?10, result = NULL, error = NULL,
 		completed_at = NULL, expires_at = NULL, updated_at = ?6
+	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
+	RETURNING ` + recordCols
+
+	// holdSQL makes a held record whose lease ran out UNRESOLVED, for the
+	// Claim that found it so (store.HoldsLapsed), under the write lock.
+	holdSQL = `UPDATE idem_records SET state = 'unresolved', updated_at = ?4
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
 	RETURNING ` + recordCols
 
@@ -46,7 +52,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	rec, err := getRecord(ctx, s.readStmts[getSQL], p.RecordID)
 	switch {
 	case err == nil:
-		if res, settled, err := report(rec, p, now()); settled {
+		if res, settled, err := report(rec, p, now()); settled && !store.HoldsLapsed(res) {
 			return res, err
 		}
 	case errors.Is(err, sql.ErrNoRows):
@@ -62,6 +68,14 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		switch {
 		case err == nil:
 			r, settled, err := report(rec, p, now)
+			if store.HoldsLapsed(r) {
+				// Held for resolution: this Claim makes it UNRESOLVED.
+				if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
+					return err
+				}
+				res = &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}
+				return nil
+			}
 			if settled {
 				res = r
 				return err
@@ -77,10 +91,10 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		}
 		if rec == nil {
 			rec, err = scanRecord(tx.QueryRow(insertSQL, p.Tenant, p.Namespace, p.Key, token,
-				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy))
+				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
 		} else {
 			rec, err = scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
-				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy))
+				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
 		}
 		if err != nil {
 			return err
@@ -90,6 +104,9 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	})
 	if err != nil {
 		return nil, err
+	}
+	if res.Outcome == store.OutcomeUnresolved {
+		s.watches.Wake(p.RecordID) // a Claim waiting on the lease sees it ended
 	}
 	return res, nil
 }

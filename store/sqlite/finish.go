@@ -11,14 +11,15 @@ import (
 )
 
 // tokenCallSQL is a token-bearing call's update: it applies only with the
-// record's current token while the record is PROCESSING or EXPIRED; when it
+// record's current token while the record is PROCESSING, EXPIRED or
+// UNRESOLVED; when it
 // applies nothing, the same transaction reads the row to tell why. ?1–?3 are
 // the record's id, ?4 the token, ?5 now in microseconds and ?6 on the call's
 // own arguments (store.TokenCall.Args).
 func tokenCallSQL(set string) string {
 	return `UPDATE idem_records SET ` + set + `, updated_at = ?5
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND token = ?4
-		AND state IN ('processing', 'expired')
+		AND state IN ('processing', 'expired', 'unresolved')
 	RETURNING ` + recordCols
 }
 

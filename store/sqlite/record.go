@@ -10,7 +10,7 @@ import (
 
 // recordCols is a record's columns in the order scanRecord reads them.
 const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy`
+	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold`
 
 // rowScanner is a *sql.Row or *sql.Rows.
 type rowScanner interface {
@@ -28,7 +28,7 @@ func scanRecord(row rowScanner) (*store.Record, error) {
 		lease, completed, expires sql.NullInt64
 	)
 	if err := row.Scan(&r.Tenant, &r.Namespace, &r.Key, &state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
-		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy); err != nil {
+		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy, &r.Hold); err != nil {
 		return nil, err
 	}
 	r.State = store.State(state)

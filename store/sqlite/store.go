@@ -275,7 +275,7 @@ func interpretError(ctx context.Context, err error) error {
 		return store.ErrNotFound
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrLeaseLost),
 		errors.Is(err, store.ErrAlreadyTerminal), errors.Is(err, store.ErrFingerprintMismatch),
-		errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrContention):
+		errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrContention), errors.Is(err, store.ErrNotUnresolved):
 		return err
 	case errors.Is(err, context.Canceled):
 		return context.Canceled

@@ -11,7 +11,8 @@ import (
 // take turns on the lock and the second sees what the first did, so no row
 // is swept twice.
 
-const sweepExpireSQL = `UPDATE idem_records SET state = 'expired', updated_at = ?1, expires_at = ?1 + retention_us
+const sweepExpireSQL = `UPDATE idem_records SET state = CASE WHEN hold THEN 'unresolved' ELSE 'expired' END, updated_at = ?1,
+		expires_at = CASE WHEN hold THEN NULL ELSE ?1 + retention_us END
 	WHERE rowid IN (
 		SELECT rowid FROM idem_records
 		WHERE state = 'processing' AND lease_expires_at <= ?1

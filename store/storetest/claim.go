@@ -334,6 +334,52 @@ func testClaimStoresPolicy(t *testing.T, h Harness) {
 	}
 }
 
+// A held record whose lease ran out is never taken over: the Claim that
+// finds it makes it UNRESOLVED, the sweeper does the same to another, the
+// holder's token still applies, and RecordResolve moves one on.
+func testClaimHoldBecomesUnresolved(t *testing.T, h Harness) {
+	b := setup(t, h)
+	held := func(key string) *store.Record {
+		p := claimParams(recordID(key), "")
+		p.Hold, p.Policy = true, "held.*"
+		rec := b.claim(t, p).Record
+		if !rec.Hold {
+			t.Fatalf("%s: hold not stored", key)
+		}
+		b.lapse(t, rec.RecordID)
+		return rec
+	}
+	a := held("a")
+	for range 2 {
+		res := b.claim(t, claimParams(a.RecordID, "other"))
+		if res.Outcome != store.OutcomeUnresolved || res.Record.State != store.StateUnresolved || res.Record.Token != a.Token {
+			t.Fatalf("Claim of a lapsed held lease: %v, %s, token %d; want unresolved with token %d", res.Outcome, res.Record.State, res.Record.Token, a.Token)
+		}
+	}
+	if done := b.complete(t, a.RecordID, a.Token, "late"); done.State != store.StateCompleted {
+		t.Fatalf("late Complete: %s", done.State)
+	}
+
+	c := held("c")
+	if n, err := b.store.SweepExpire(b.ctx, 100); err != nil || n != 1 {
+		t.Fatalf("SweepExpire = %d, %v; want 1", n, err)
+	}
+	got := b.get(t, c.RecordID)
+	if got.State != store.StateUnresolved || !got.ExpiresAt.IsZero() {
+		t.Fatalf("swept: %s, expires_at %v; want unresolved without expiry", got.State, got.ExpiresAt)
+	}
+	_, err := b.store.RecordResolve(b.ctx, &store.ResolveParams{RecordID: a.RecordID, Resolution: store.ResolveReleased})
+	requireErr(t, "RecordResolve of a completed record", err, store.ErrNotUnresolved)
+	rel, err := b.store.RecordResolve(b.ctx, &store.ResolveParams{RecordID: c.RecordID, Resolution: store.ResolveReleased})
+	if err != nil || rel.State != store.StateReleased || rel.Token != c.Token {
+		t.Fatalf("RecordResolve released: %v, %v", rel, err)
+	}
+	res := b.claim(t, claimParams(c.RecordID, ""))
+	if res.Outcome != store.OutcomeAcquired || res.Record.Token <= c.Token || res.Record.Hold {
+		t.Fatalf("Claim after release: %v token %d hold %v; want acquired above %d, no hold", res.Outcome, res.Record.Token, res.Record.Hold, c.Token)
+	}
+}
+
 func testClaimTokensIncreaseAcrossKeys(t *testing.T, h Harness) {
 	b := setup(t, h)
 	var last int64

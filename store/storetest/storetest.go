@@ -78,6 +78,7 @@ var tests = []struct {
 	{"ClaimExpiredAcquires", testClaimExpiredAcquires},
 	{"ClaimRetentionRoundTrips", testClaimRetentionRoundTrips},
 	{"ClaimStoresPolicy", testClaimStoresPolicy},
+	{"ClaimHoldBecomesUnresolved", testClaimHoldBecomesUnresolved},
 	{"ClaimTokensIncreaseAcrossKeys", testClaimTokensIncreaseAcrossKeys},
 	{"ClaimReportsTakeover", testClaimReportsTakeover},
 	{"ClaimAttemptCountsAcquisitions", testClaimAttemptCountsAcquisitions},

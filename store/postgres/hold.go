@@ -1,0 +1,75 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/idemhq/idem/store"
+)
+
+// holdSQL makes a held record whose lease ran out UNRESOLVED, for a Claim
+// that found it so (store.HoldsLapsed) before the sweeper did. The
+// conditions are checked again under the row lock: a Heartbeat or Complete
+// of the holder that came first wins, and the Claim looks again. The
+// record's waiting Claims (wait.go) wake to the new state. It runs only on
+// this rare path, never on a Claim of a new key or a live one.
+var holdSQL = `
+WITH held AS (
+	UPDATE idem_records SET state = 'unresolved', updated_at = now()
+	WHERE tenant = $1 AND namespace = $2 AND key = $3
+		AND state = 'processing' AND hold AND lease_expires_at <= now()
+	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+)
+SELECT ` + recordNames + ` FROM held`
+
+// holdLapsed runs holdSQL. held is false when the row no longer qualifies:
+// the Claim must run again.
+func holdLapsed(ctx context.Context, db dbtx, id store.RecordID) (rec *store.Record, held bool, err error) {
+	rec, err = scanRecord(db.QueryRow(ctx, holdSQL, id.Tenant, id.Namespace, id.Key))
+	if err != nil {
+		err = interpretError(err)
+		if err == store.ErrNotFound {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return rec, true, nil
+}
+
+// resolveSQL moves an UNRESOLVED record on, keeping its token: $4 is the
+// new state ('completed', 'failed' or 'released'), $5 the result, $6 the
+// error. When nothing changed, the second branch reports the row so that
+// the caller learns why in the same round trip.
+var resolveSQL = `
+WITH changed AS (
+	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = $6::text,
+		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
+		expires_at = now() + retention, updated_at = now()
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved'
+	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+)
+SELECT true, ` + recordNames + ` FROM changed
+UNION ALL
+SELECT false, ` + recordCols + ` FROM idem_records
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
+
+// RecordResolve implements store.Store.
+func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
+	state, result, errText, err := p.Values()
+	if err != nil {
+		return nil, err
+	}
+	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
+		var changed bool
+		rec, err := scanRecord(db.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), result, errText), &changed)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		if !changed {
+			return nil, store.ErrNotUnresolved
+		}
+		return rec, nil
+	})
+}

@@ -1,0 +1,49 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// resolveSQL moves an UNRESOLVED record on, keeping its token: ?4 is the
+// new state, ?5 now in microseconds, ?6 the result, ?7 the error.
+const resolveSQL = `UPDATE idem_records SET state = ?4, result = ?6, error = ?7, lease_expires_at = NULL,
+		completed_at = CASE WHEN ?4 = 'released' THEN NULL ELSE ?5 END,
+		expires_at = ?5 + retention_us, updated_at = ?5
+	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND state = 'unresolved'
+	RETURNING ` + recordCols
+
+// RecordResolve implements store.Store.
+func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
+	state, result, errText, err := p.Values()
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Record
+	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		rec, err := scanRecord(tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), now.UnixMicro(), result, errText))
+		if err == nil {
+			out = rec
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if _, err := scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+			return err // sql.ErrNoRows becomes store.ErrNotFound
+		}
+		return store.ErrNotUnresolved
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.watches.Wake(p.RecordID)
+	return out, nil
+}
