@@ -25,6 +25,7 @@ const (
 	StateFailed            // terminal failure; the error is stored
 	StateReleased          // given back by a retryable Fail; the next Claim acquires it
 	StateExpired           // the lease ran out; the next Claim acquires it
+	StateUnresolved        // the lease ran out under a hold policy; no Claim acquires it until resolved
 )
 
 func (s State) String() string {
@@ -42,6 +43,7 @@ const (
 	OutcomeInProgress          // another worker holds a live lease
 	OutcomeCompleted           // done earlier: Record.Result is the stored result
 	OutcomeFailed              // failed permanently earlier: Record.Error is the stored error
+	OutcomeUnresolved          // held for resolution: do not run it; park the message
 )
 
 func (o Outcome) String() string {
@@ -70,8 +72,17 @@ type Record struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
-	// ExpiresAt is when the record may be purged; unset while PROCESSING.
+	// ExpiresAt is when the record may be purged; unset while PROCESSING
+	// and UNRESOLVED.
 	ExpiresAt time.Time
+	// Policy names the policy of idemd's config file that applied when the
+	// record was acquired (its namespace globs joined by commas); empty for
+	// none.
+	Policy string
+	// Hold is true when that policy holds the record for resolution when
+	// its lease runs out (UNRESOLVED) instead of letting a Claim take it
+	// over.
+	Hold bool
 }
 
 func recordFromProto(r *idemv1.Record) Record {
@@ -90,6 +101,8 @@ func recordFromProto(r *idemv1.Record) Record {
 		UpdatedAt:      timeFromProto(r.GetUpdatedAt()),
 		CompletedAt:    timeFromProto(r.GetCompletedAt()),
 		ExpiresAt:      timeFromProto(r.GetExpiresAt()),
+		Policy:         r.GetPolicy(),
+		Hold:           r.GetHold(),
 	}
 }
 
@@ -158,8 +171,9 @@ type ClaimResult struct {
 //
 // ACQUIRED, COMPLETED and FAILED come back with a nil error: act on
 // res.Outcome. IN_PROGRESS comes back as a filled-in ClaimResult together
-// with an *InProgressError (RetryAfter set), so that code which only checks
-// the error can never run a side effect that another worker is running.
+// with an *InProgressError (RetryAfter set), and UNRESOLVED with an
+// *UnresolvedError, so that code which only checks the error can never run a
+// side effect that another worker is running or that waits for a decision.
 // ErrFingerprintMismatch is returned when the key was claimed with another
 // fingerprint.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallOption) (ClaimResult, error) {
@@ -185,6 +199,8 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallO
 		return res, nil
 	case OutcomeInProgress:
 		return res, &InProgressError{RetryAfter: res.RetryAfter, Record: res.Record}
+	case OutcomeUnresolved:
+		return res, &UnresolvedError{Record: res.Record}
 	}
 	return res, fmt.Errorf("idem: Claim answered with unknown outcome %v", resp.GetOutcome())
 }

@@ -95,6 +95,8 @@ func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait =
 //     called.
 //   - IN_PROGRESS: returns an *InProgressError (with Result.Record), unless
 //     WithWait is given.
+//   - UNRESOLVED: returns an *UnresolvedError (with Result.Record); fn is not
+//     called.
 //   - ACQUIRED: calls fn with a context that is cancelled when the lease is
 //     lost, and heartbeats every third of the lease while fn runs.
 //
@@ -151,6 +153,8 @@ func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a
 				return Result{Record: res.Record}, ctx.Err()
 			}
 			poll++
+		case err != nil && res.Outcome == OutcomeUnresolved:
+			return Result{Record: res.Record}, err // *UnresolvedError: fn is not called
 		case err != nil:
 			return Result{}, err
 		case res.Outcome == OutcomeCompleted:

@@ -154,6 +154,21 @@ func (e *InProgressError) Error() string {
 		e.Record.Namespace, e.Record.Key, e.RetryAfter.Round(time.Millisecond))
 }
 
+// UnresolvedError is the error of a Claim (and of Do) that found the record
+// UNRESOLVED: its lease ran out under a policy that holds such records for
+// resolution, so the side effect may or may not have happened. Do not run
+// the job; park the message (a dead-letter queue) until the late holder or
+// an operator (AdminService.ResolveRecord, `idem resolve`) resolves it.
+type UnresolvedError struct {
+	// Record is the UNRESOLVED record.
+	Record Record
+}
+
+func (e *UnresolvedError) Error() string {
+	return fmt.Sprintf("idem: %s/%s is unresolved: its lease ran out under a hold policy; park the message until it is resolved (idem resolve)",
+		e.Record.Namespace, e.Record.Key)
+}
+
 // JobFailedError is Do's answer for a job that failed permanently earlier
 // (FAILED): the function was not called.
 type JobFailedError struct {

@@ -97,7 +97,8 @@ type Policy struct {
 	Retention time.Duration `yaml:"retention,omitempty"`
 	// OnLeaseExpiry is what happens to a record whose lease runs out without
 	// a Complete or Fail: "retry" (the default) lets the next Claim take it
-	// over.
+	// over; "hold" makes it UNRESOLVED, which no Claim takes over, until its
+	// holder's late Complete or Fail or an operator's ResolveRecord.
 	OnLeaseExpiry string `yaml:"on_lease_expiry,omitempty"`
 }
 
@@ -113,6 +114,7 @@ const (
 // The values of Policy.OnLeaseExpiry.
 const (
 	OnLeaseExpiryRetry = "retry"
+	OnLeaseExpiryHold  = "hold"
 )
 
 // PolicyName is the name a record shows for the policy that applied to it:
@@ -297,9 +299,9 @@ func checkPolicies(path string, policies []Policy) error {
 			return fieldErrorf(p+".retention", "%v is outside %v–%v", d, MinRetention, MaxRetention)
 		}
 		switch pol.OnLeaseExpiry {
-		case "", OnLeaseExpiryRetry:
+		case "", OnLeaseExpiryRetry, OnLeaseExpiryHold:
 		default:
-			return fieldErrorf(p+".on_lease_expiry", "%q; want %q", clip.Ellipsis(pol.OnLeaseExpiry, 40), OnLeaseExpiryRetry)
+			return fieldErrorf(p+".on_lease_expiry", "%q; want %q or %q", clip.Ellipsis(pol.OnLeaseExpiry, 40), OnLeaseExpiryRetry, OnLeaseExpiryHold)
 		}
 	}
 	return nil

@@ -46,6 +46,9 @@ type AdminService struct {
 	// count without a namespace shows only the namespaces it admits. Nil
 	// (single-tenant mode) admits every namespace.
 	Tenants *Tenants
+	// MaxResultBytes bounds the result of ResolveRecord's completed. It
+	// defaults to the service's default, 64 KiB.
+	MaxResultBytes int
 }
 
 var _ idemv1.AdminServiceServer = (*AdminService)(nil)
@@ -89,6 +92,7 @@ var stateFromProto = map[idemv1.State]store.State{
 	idemv1.State_STATE_FAILED:     store.StateFailed,
 	idemv1.State_STATE_RELEASED:   store.StateReleased,
 	idemv1.State_STATE_EXPIRED:    store.StateExpired,
+	idemv1.State_STATE_UNRESOLVED: store.StateUnresolved,
 }
 
 // ListRecords implements idem.v1.AdminService.
@@ -316,6 +320,54 @@ func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecor
 	a.logger.InfoContext(ctx, "record deleted by an operator", "tenant", id.Tenant, "namespace", id.Namespace,
 		"state", rec.State, "attempt", rec.Attempt)
 	return &idemv1.DeleteRecordResponse{Record: adminRecordToProto(rec)}, nil
+}
+
+// ResolveRecord implements idem.v1.AdminService.
+func (a *AdminService) ResolveRecord(ctx context.Context, req *idemv1.ResolveRecordRequest) (*idemv1.ResolveRecordResponse, error) {
+	if err := a.authorize(ctx); err != nil {
+		return nil, err
+	}
+	tenant, err := a.targetTenant(ctx, "ResolveRecord", req.GetTenant())
+	if err != nil {
+		return nil, err
+	}
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	id := store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()}
+	p := &store.ResolveParams{RecordID: id}
+	switch r := req.GetResolution().(type) {
+	case *idemv1.ResolveRecordRequest_Completed:
+		limit := a.MaxResultBytes
+		if limit <= 0 {
+			limit = DefaultConfig().MaxResultBytes
+		}
+		if err := validateMaxBytes("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, len(r.Completed.GetResult()), limit); err != nil {
+			return nil, err
+		}
+		p.Resolution, p.Result = store.ResolveCompleted, r.Completed.GetResult()
+	case *idemv1.ResolveRecordRequest_Failed:
+		if err := validateErrorText(r.Failed.GetError()); err != nil {
+			return nil, err
+		}
+		p.Resolution, p.Error = store.ResolveFailed, r.Failed.GetError()
+	case *idemv1.ResolveRecordRequest_Released:
+		p.Resolution = store.ResolveReleased
+	default:
+		return nil, invalid("resolution", idemv1.ErrorReason_ERROR_REASON_INVALID_RESOLUTION,
+			"no resolution; set one of completed (with a result), failed (with an error) or released")
+	}
+	if err := a.checkNamespace(ctx, req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	rec, err := a.store.RecordResolve(ctx, p)
+	if err != nil {
+		return nil, rewriteError(ctx, a.logger, err)
+	}
+	// As for DeleteRecord: no keys, no tokens, no results in the log.
+	a.logger.InfoContext(ctx, "record resolved by an operator", "tenant", id.Tenant, "namespace", id.Namespace,
+		"state", rec.State, "attempt", rec.Attempt)
+	return &idemv1.ResolveRecordResponse{Record: adminRecordToProto(rec)}, nil
 }
 
 // Stats implements idem.v1.AdminService.

@@ -15,6 +15,7 @@ var stateToProto = map[store.State]idemv1.State{
 	store.StateFailed:     idemv1.State_STATE_FAILED,
 	store.StateReleased:   idemv1.State_STATE_RELEASED,
 	store.StateExpired:    idemv1.State_STATE_EXPIRED,
+	store.StateUnresolved: idemv1.State_STATE_UNRESOLVED,
 }
 
 var outcomeToProto = map[store.Outcome]idemv1.Outcome{
@@ -22,6 +23,7 @@ var outcomeToProto = map[store.Outcome]idemv1.Outcome{
 	store.OutcomeInProgress: idemv1.Outcome_OUTCOME_IN_PROGRESS,
 	store.OutcomeCompleted:  idemv1.Outcome_OUTCOME_COMPLETED,
 	store.OutcomeFailed:     idemv1.Outcome_OUTCOME_FAILED,
+	store.OutcomeUnresolved: idemv1.Outcome_OUTCOME_UNRESOLVED,
 }
 
 func recordToProto(r *store.Record) *idemv1.Record {
@@ -41,6 +43,7 @@ func recordToProto(r *store.Record) *idemv1.Record {
 		CompletedAt:    timestamp(r.CompletedAt),
 		ExpiresAt:      timestamp(r.ExpiresAt),
 		Policy:         r.Policy,
+		Hold:           r.Hold,
 	}
 }
 

@@ -61,7 +61,9 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrLeaseLost):
 		return newError(codes.Aborted, idemv1.ErrorReason_ERROR_REASON_LEASE_LOST, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
 	case errors.Is(err, store.ErrAlreadyTerminal):
-		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING or EXPIRED, and this call does not repeat the one that ended it", nil)
+		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING, EXPIRED or UNRESOLVED, and this call does not repeat the one that ended it", nil)
+	case errors.Is(err, store.ErrNotUnresolved):
+		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_NOT_UNRESOLVED, "the record is not UNRESOLVED, so there is nothing to resolve; look it up to see its state", nil)
 	case errors.Is(err, store.ErrFingerprintMismatch):
 		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, "fingerprint mismatch: this key was claimed for a request with another fingerprint; use a new key for a new request", nil)
 	case errors.Is(err, store.ErrUnavailable):

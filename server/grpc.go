@@ -87,6 +87,7 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	admin := NewAdminService(svc.store, logger)
 	admin.Authorize = svc.cfg.Tenants.AdminOnly // admits every caller without tenants
 	admin.Tenants = svc.cfg.Tenants
+	admin.MaxResultBytes = svc.cfg.MaxResultBytes
 	idemv1.RegisterAdminServiceServer(srv, admin)
 	healthSrv := health.NewServer()
 	// Known from the start, NOT_SERVING until WatchHealth has seen the store

@@ -439,6 +439,14 @@ func TestJSONErrorReasons(t *testing.T) {
 		{"INVALID_TENANT", "invalid_argument", true, "Stats", jsonOpsToken, func(*testing.T, string) map[string]any {
 			return map[string]any{"tenant": "billing", "allTenants": true}
 		}},
+		{"INVALID_RESOLUTION", "invalid_argument", true, "ResolveRecord", jsonOpsToken, id(nil)},
+		{"NOT_UNRESOLVED", "failed_precondition", true, "ResolveRecord", jsonOpsToken, func(t *testing.T, key string) map[string]any {
+			// The ops tenant's own record: PROCESSING, so not UNRESOLVED.
+			if _, err := ts.Client.Claim(grpcAs(jsonOpsToken), &idemv1.ClaimRequest{Namespace: jns, Key: key}); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]any{"namespace": jns, "key": key, "released": map[string]any{}}
+		}},
 	}
 	// The store's failures, each on a server whose store fails every call.
 	for _, f := range []struct {

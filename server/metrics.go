@@ -141,7 +141,7 @@ func (m *Metrics) SetRecordCounts(counts map[store.State]int64) {
 	if m == nil {
 		return
 	}
-	for _, st := range []store.State{store.StateProcessing, store.StateCompleted, store.StateFailed, store.StateReleased, store.StateExpired} {
+	for _, st := range []store.State{store.StateProcessing, store.StateCompleted, store.StateFailed, store.StateReleased, store.StateExpired, store.StateUnresolved} {
 		m.records.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
 }

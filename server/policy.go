@@ -16,6 +16,8 @@ type policy struct {
 	maxLease time.Duration
 	// retention is 0 for the server's default.
 	retention time.Duration
+	// hold: a lease that runs out makes the record UNRESOLVED.
+	hold bool
 }
 
 // newPolicies turns the config file's policies into what a Claim looks up.
@@ -24,7 +26,8 @@ func newPolicies(ps []config.Policy) []*policy {
 	for i := range ps {
 		p := &ps[i]
 		out = append(out, &policy{name: p.PolicyName(), globs: p.Namespaces, leaseTTL: p.LeaseTTL,
-			maxLease: p.MaxLeaseTTL, retention: p.Retention})
+			maxLease: p.MaxLeaseTTL, retention: p.Retention,
+			hold: p.OnLeaseExpiry == config.OnLeaseExpiryHold})
 	}
 	return out
 }
@@ -84,6 +87,9 @@ func (p *policy) retentionOf(asked bool, retention time.Duration) time.Duration 
 	}
 	return p.retention
 }
+
+// holds reports whether p holds its records for resolution.
+func (p *policy) holds() bool { return p != nil && p.hold }
 
 // name is the policy's name, "" for none.
 func (p *policy) nameOf() string {

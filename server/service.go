@@ -148,6 +148,7 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 		LeaseTTL:    leaseTTL,
 		Retention:   pol.retentionOf(req.GetRetention() != nil, retention),
 		Policy:      pol.nameOf(),
+		Hold:        pol.holds(),
 	}
 	res, err := s.store.RecordClaim(ctx, params)
 	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {

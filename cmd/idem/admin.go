@@ -17,6 +17,7 @@ var stateFilters = map[string]idemv1.State{
 	"failed":     idemv1.State_STATE_FAILED,
 	"released":   idemv1.State_STATE_RELEASED,
 	"expired":    idemv1.State_STATE_EXPIRED,
+	"unresolved": idemv1.State_STATE_UNRESOLVED,
 }
 
 // tenantFlags pick whose records an AdminService command acts on: your
@@ -38,7 +39,7 @@ const operatorHelp = ` An operator tenant (operator: true in idemd's config) may
 
 type listCmd struct {
 	Namespace string        `short:"n" placeholder:"NS" help:"Only records of this namespace (all when unset)."`
-	State     string        `placeholder:"STATE" help:"Only records in this state: processing, completed, failed, released or expired (all when unset)."`
+	State     string        `placeholder:"STATE" help:"Only records in this state: processing, completed, failed, released, expired or unresolved (all when unset)."`
 	OlderThan time.Duration `placeholder:"DURATION" help:"Only records unchanged for at least this long (with --state processing: claims that stopped heartbeating)."`
 	PageSize  int32         `placeholder:"N" help:"Records per page, 1 to 1000 (idemd's default, 100, when unset)."`
 	PageToken string        `placeholder:"TOKEN" help:"Start at this page: the nextPageToken of an earlier list."`
@@ -61,7 +62,7 @@ Example:
 func (c *listCmd) Run(a *app) error {
 	state, ok := stateFilters[strings.TrimPrefix(strings.ToLower(c.State), "state_")]
 	if !ok {
-		return usageError("--state %q is not a state: pass processing, completed, failed, released or expired", c.State)
+		return usageError("--state %q is not a state: pass processing, completed, failed, released, expired or unresolved", c.State)
 	}
 	conn, err := a.client()
 	if err != nil {
@@ -139,6 +140,83 @@ func (c *deleteCmd) Run(a *app) error {
 	}
 	rec := resp.GetRecord()
 	a.say("deleted %s; it was %s with token %d after %d attempt(s)", name, stateName(rec.GetState()), rec.GetToken(), rec.GetAttempt())
+	if a.json() {
+		return a.printJSON(resp)
+	}
+	return nil
+}
+
+// ---- resolve ----
+
+type resolveCmd struct {
+	recordFlags
+	Completed  bool   `xor:"how" required:"" help:"The job is done: the record becomes COMPLETED with the result (empty unless --result or --result-file)."`
+	Failed     bool   `xor:"how" required:"" help:"The job failed for good: the record becomes FAILED with --error."`
+	Release    bool   `xor:"how" required:"" help:"The job should run again: the record becomes RELEASED and the next claim acquires it."`
+	Result     string `xor:"result" placeholder:"STRING" help:"With --completed: the result to store and replay to later claims."`
+	ResultFile string `xor:"result" placeholder:"FILE|-" help:"With --completed: read the result's bytes from this file (- for stdin)."`
+	Error      string `placeholder:"TEXT" help:"With --failed: the error to store and replay to later claims."`
+	Tenant     string `placeholder:"TENANT" help:"Resolve the record of this tenant instead of your own (an operator tenant only)."`
+}
+
+func (resolveCmd) Help() string {
+	return `Resolve decides an UNRESOLVED record: one whose lease ran out under a policy with on_lease_expiry: hold, so that no claim took it over. Check whether the side effect happened (the downstream system, the fencing token), then record it: --completed (with the result), --failed (with the error), or --release to let the next claim run the job again with a new, greater token. It calls the AdminService: when idemd runs with tenants, only a tenant with admin: true in idemd's config may use it; others get exit 18.
+
+Exit codes:
+
+    0   resolved; the record is shown with -o json
+    13  no such record
+    21  the record is not UNRESOLVED (its holder or another operator resolved it first)
+
+` + otherExitCodes + `
+
+Examples:
+
+    idem list --state unresolved
+    idem resolve -n process_payment -k order-1042 --completed --result-file receipt.json
+    idem resolve -n process_payment -k order-1042 --failed --error "card declined; refunded by hand"
+    idem resolve -n process_payment -k order-1042 --release`
+}
+
+func (c *resolveCmd) Run(a *app) error {
+	req := &idemv1.ResolveRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant}
+	switch {
+	case c.Completed:
+		if c.Error != "" {
+			return usageError("--error goes with --failed, not --completed")
+		}
+		result := []byte(c.Result)
+		if c.ResultFile != "" {
+			var err error
+			if result, err = a.readInput("--result-file", c.ResultFile); err != nil {
+				return err
+			}
+		}
+		req.Resolution = &idemv1.ResolveRecordRequest_Completed{Completed: &idemv1.ResolveCompleted{Result: result}}
+	case c.Failed:
+		if c.Result != "" || c.ResultFile != "" {
+			return usageError("--result and --result-file go with --completed, not --failed")
+		}
+		if c.Error == "" {
+			return usageError("--failed needs --error: the error later claims replay")
+		}
+		req.Resolution = &idemv1.ResolveRecordRequest_Failed{Failed: &idemv1.ResolveFailed{Error: c.Error}}
+	default:
+		if c.Result != "" || c.ResultFile != "" || c.Error != "" {
+			return usageError("--release takes no --result, --result-file or --error")
+		}
+		req.Resolution = &idemv1.ResolveRecordRequest_Released{Released: &idemv1.ResolveReleased{}}
+	}
+	conn, err := a.client()
+	if err != nil {
+		return err
+	}
+	resp, err := call(a, "resolve "+c.name(), conn.AdminService().ResolveRecord, req)
+	if err != nil {
+		return err
+	}
+	rec := resp.GetRecord()
+	a.say("resolved %s: it is now %s (token %d)", c.name(), stateName(rec.GetState()), rec.GetToken())
 	if a.json() {
 		return a.printJSON(resp)
 	}

@@ -311,7 +311,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{"bad lease token", []string{"complete", "-n", "a", "-k", "b", "--lease-token", "x"}, `--lease-token: expected a valid 64 bit int but got "x"`},
 		{"bad duration", []string{"claim", "-n", "a", "-k", "b", "--lease-ttl", "5 minutes"}, "--lease-ttl"},
 		{"two results", []string{"complete", "-n", "a", "-k", "b", "--lease-token", "1", "--result", "x", "--result-file", "-"}, "--result and --result-file can't be used together"},
-		{"bad state", []string{"list", "--state", "done"}, `--state "done" is not a state: pass processing, completed, failed, released or expired`},
+		{"bad state", []string{"list", "--state", "done"}, `--state "done" is not a state: pass processing, completed, failed, released, expired or unresolved`},
 		{"bad output", []string{"-o", "yaml", "stats"}, `--output must be one of "table","json"`},
 		{"plaintext off the machine", []string{"--addr", "idem.example.com:7070", "stats"}, "is not a loopback address, so plaintext would cross the network: pass --tls"},
 		{"token in plaintext", []string{"--addr", "idem.example.com:7070", "--insecure", "--token", "s3cret", "stats"}, "refusing to send --token in plaintext to idem.example.com:7070"},

@@ -30,6 +30,8 @@ const (
 	exitInvalidArgument     exitCode = 17
 	exitDenied              exitCode = 18
 	exitUnavailable         exitCode = 19
+	exitUnresolved          exitCode = 20
+	exitNotUnresolved       exitCode = 21
 	exitInterrupted         exitCode = 130
 )
 
@@ -51,6 +53,8 @@ var exitCodes = []struct {
 	{exitInvalidArgument, "invalid argument", "idemd rejected a value (namespace, key, duration, size); nothing changed"},
 	{exitDenied, "denied", "unauthenticated or permission denied: check --token or the tenant's rights"},
 	{exitUnavailable, "unavailable", "idemd or its database cannot be reached, or the rate limit hit; retry later"},
+	{exitUnresolved, "unresolved", "claim: the record is held for resolution (its lease ran out under a hold policy); park the message"},
+	{exitNotUnresolved, "not unresolved", "resolve: the record is not UNRESOLVED, so there is nothing to resolve"},
 	{exitInterrupted, "interrupted", "SIGINT or SIGTERM arrived before the answer; the outcome is unknown"},
 }
 
@@ -123,6 +127,8 @@ func classify(err error) exitCode {
 		return exitFingerprintMismatch
 	case "ALREADY_TERMINAL":
 		return exitAlreadyTerminal
+	case "NOT_UNRESOLVED":
+		return exitNotUnresolved
 	}
 	switch st.Code() {
 	case codes.NotFound:

@@ -109,6 +109,18 @@ func TestEveryExitCode(t *testing.T) {
 			addr := closedAddr(t)
 			return runIdem(t, runOpts{}, "--addr", addr, "lookup", "-n", "codes", "-k", "x"), "cannot reach idemd at " + addr
 		}},
+		{"unresolved", exitUnresolved, func(t *testing.T, f *fixture) (result, string) {
+			srv := testserver.StartWith(t, testserver.Options{Config: server.Config{Policies: []config.Policy{
+				{Namespaces: []string{"held"}, OnLeaseExpiry: config.OnLeaseExpiryHold},
+			}}})
+			runIdem(t, runOpts{}, "--addr", srv.Addr, "claim", "-n", "held", "-k", "x", "--lease-ttl", "1s").must(t, 0, "claim")
+			time.Sleep(1100 * time.Millisecond)
+			return runIdem(t, runOpts{}, "--addr", srv.Addr, "claim", "-n", "held", "-k", "x"), "is unresolved"
+		}},
+		{"not unresolved", exitNotUnresolved, func(t *testing.T, f *fixture) (result, string) {
+			f.claim("codes", "live")
+			return f.idem("resolve", "-n", "codes", "-k", "live", "--release"), "(FAILED_PRECONDITION/NOT_UNRESOLVED)"
+		}},
 		{"interrupted", exitInterrupted, func(t *testing.T, f *fixture) (result, string) {
 			return interruptedRun(t), "interrupted before idemd answered"
 		}},

@@ -38,6 +38,7 @@ type cli struct {
 	Lookup    lookupCmd    `cmd:"" help:"Show a record without changing it."`
 	List      listCmd      `cmd:"" help:"List records, e.g. stuck claims (AdminService)."`
 	Delete    deleteCmd    `cmd:"" help:"Evict one record whatever its state (AdminService)."`
+	Resolve   resolveCmd   `cmd:"" help:"Resolve an UNRESOLVED record: completed, failed or released (AdminService)."`
 	Stats     statsCmd     `cmd:"" help:"Count records per namespace and state (AdminService)."`
 	Version   versionCmd   `cmd:"" help:"Print the version, the commit and the Go version, and exit."`
 }

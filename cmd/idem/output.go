@@ -125,7 +125,11 @@ func printRecord(w io.Writer, r *idemv1.Record) error {
 	row("updated at", formatTime(r.GetUpdatedAt()))
 	row("completed at", formatTime(r.GetCompletedAt()))
 	row("expires at", formatTime(r.GetExpiresAt()))
-	row("policy", r.GetPolicy())
+	policy := r.GetPolicy()
+	if r.GetHold() {
+		policy += " (on_lease_expiry: hold)"
+	}
+	row("policy", policy)
 	return tw.Flush()
 }
 
@@ -142,12 +146,14 @@ func printRecords(w io.Writer, records []*idemv1.Record, withTenant bool) error 
 			fmt.Fprint(tw, r.GetTenant()+"\t")
 		}
 		lease := "-"
-		if r.GetState() == idemv1.State_STATE_PROCESSING || r.GetState() == idemv1.State_STATE_EXPIRED {
+		if r.GetState() == idemv1.State_STATE_PROCESSING || r.GetState() == idemv1.State_STATE_EXPIRED || r.GetState() == idemv1.State_STATE_UNRESOLVED {
 			lease = formatTime(r.GetLeaseExpiresAt())
 		}
 		policy := r.GetPolicy()
 		if policy == "" {
 			policy = "-"
+		} else if r.GetHold() {
+			policy += " (hold)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.GetNamespace(), r.GetKey(), stateName(r.GetState()),
 			r.GetToken(), r.GetAttempt(), formatTime(r.GetUpdatedAt()), lease, policy)

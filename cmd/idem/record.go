@@ -135,6 +135,10 @@ func (c *claimCmd) Run(a *app) error {
 	case idemv1.Outcome_OUTCOME_FAILED:
 		code = exitFailed
 		a.say("%s failed permanently earlier (replay): do not run it; its stored error: %s", c.name(), rec.GetError())
+	case idemv1.Outcome_OUTCOME_UNRESOLVED:
+		code = exitUnresolved
+		a.say("%s is unresolved: its lease (token %d) ran out under the hold policy %q: do not run it; park the message until it is resolved (idem resolve)",
+			c.name(), rec.GetToken(), rec.GetPolicy())
 	default:
 		return fmt.Errorf("claim %s: idemd answered with outcome %v, which this idem does not know; upgrade idem", c.name(), resp.GetOutcome())
 	}

@@ -185,6 +185,8 @@ REASON_ERRORS: Dict[str, type] = {
     "INVALID_WAIT": InvalidArgumentError,
     "NOT_OPERATOR": PermissionDeniedError,
     "INVALID_TENANT": InvalidArgumentError,
+    "NOT_UNRESOLVED": IdemError,
+    "INVALID_RESOLUTION": InvalidArgumentError,
 }
 
 # The gRPC codes by number (google.rpc.Status.code), and the class of an

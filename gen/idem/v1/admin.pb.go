@@ -38,6 +38,314 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ResolveRecordRequest names an UNRESOLVED record and how to resolve it.
+type ResolveRecordRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The record's key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Exactly one resolution.
+	//
+	// Types that are valid to be assigned to Resolution:
+	//
+	//	*ResolveRecordRequest_Completed
+	//	*ResolveRecordRequest_Failed
+	//	*ResolveRecordRequest_Released
+	Resolution isResolveRecordRequest_Resolution `protobuf_oneof:"resolution"`
+	// The tenant that owns the record; empty for the caller's own. Only an
+	// operator may name another tenant.
+	Tenant        string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveRecordRequest) Reset() {
+	*x = ResolveRecordRequest{}
+	mi := &file_idem_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRecordRequest) ProtoMessage() {}
+
+func (x *ResolveRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRecordRequest.ProtoReflect.Descriptor instead.
+func (*ResolveRecordRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResolveRecordRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ResolveRecordRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResolveRecordRequest) GetResolution() isResolveRecordRequest_Resolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+func (x *ResolveRecordRequest) GetCompleted() *ResolveCompleted {
+	if x != nil {
+		if x, ok := x.Resolution.(*ResolveRecordRequest_Completed); ok {
+			return x.Completed
+		}
+	}
+	return nil
+}
+
+func (x *ResolveRecordRequest) GetFailed() *ResolveFailed {
+	if x != nil {
+		if x, ok := x.Resolution.(*ResolveRecordRequest_Failed); ok {
+			return x.Failed
+		}
+	}
+	return nil
+}
+
+func (x *ResolveRecordRequest) GetReleased() *ResolveReleased {
+	if x != nil {
+		if x, ok := x.Resolution.(*ResolveRecordRequest_Released); ok {
+			return x.Released
+		}
+	}
+	return nil
+}
+
+func (x *ResolveRecordRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type isResolveRecordRequest_Resolution interface {
+	isResolveRecordRequest_Resolution()
+}
+
+type ResolveRecordRequest_Completed struct {
+	// The job is done: the record becomes COMPLETED with this result
+	// (at most the server's result limit; may be empty).
+	Completed *ResolveCompleted `protobuf:"bytes,3,opt,name=completed,proto3,oneof"`
+}
+
+type ResolveRecordRequest_Failed struct {
+	// The job failed for good: the record becomes FAILED with this error.
+	Failed *ResolveFailed `protobuf:"bytes,4,opt,name=failed,proto3,oneof"`
+}
+
+type ResolveRecordRequest_Released struct {
+	// The job should run again: the record becomes RELEASED.
+	Released *ResolveReleased `protobuf:"bytes,5,opt,name=released,proto3,oneof"`
+}
+
+func (*ResolveRecordRequest_Completed) isResolveRecordRequest_Resolution() {}
+
+func (*ResolveRecordRequest_Failed) isResolveRecordRequest_Resolution() {}
+
+func (*ResolveRecordRequest_Released) isResolveRecordRequest_Resolution() {}
+
+// ResolveCompleted resolves a record as COMPLETED.
+type ResolveCompleted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The result every later Claim replays.
+	Result        []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveCompleted) Reset() {
+	*x = ResolveCompleted{}
+	mi := &file_idem_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveCompleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveCompleted) ProtoMessage() {}
+
+func (x *ResolveCompleted) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveCompleted.ProtoReflect.Descriptor instead.
+func (*ResolveCompleted) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResolveCompleted) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ResolveFailed resolves a record as FAILED.
+type ResolveFailed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The error every later Claim replays (at most 4 KiB).
+	Error         string `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveFailed) Reset() {
+	*x = ResolveFailed{}
+	mi := &file_idem_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveFailed) ProtoMessage() {}
+
+func (x *ResolveFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveFailed.ProtoReflect.Descriptor instead.
+func (*ResolveFailed) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResolveFailed) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ResolveReleased resolves a record as RELEASED.
+type ResolveReleased struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveReleased) Reset() {
+	*x = ResolveReleased{}
+	mi := &file_idem_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReleased) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReleased) ProtoMessage() {}
+
+func (x *ResolveReleased) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReleased.ProtoReflect.Descriptor instead.
+func (*ResolveReleased) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+// ResolveRecordResponse is the resolved record.
+type ResolveRecordResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record as the resolution left it.
+	Record        *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveRecordResponse) Reset() {
+	*x = ResolveRecordResponse{}
+	mi := &file_idem_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRecordResponse) ProtoMessage() {}
+
+func (x *ResolveRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRecordResponse.ProtoReflect.Descriptor instead.
+func (*ResolveRecordResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ResolveRecordResponse) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 // ListRecordsRequest filters and pages a listing.
 type ListRecordsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -70,7 +378,7 @@ type ListRecordsRequest struct {
 
 func (x *ListRecordsRequest) Reset() {
 	*x = ListRecordsRequest{}
-	mi := &file_idem_v1_admin_proto_msgTypes[0]
+	mi := &file_idem_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -82,7 +390,7 @@ func (x *ListRecordsRequest) String() string {
 func (*ListRecordsRequest) ProtoMessage() {}
 
 func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[0]
+	mi := &file_idem_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -95,7 +403,7 @@ func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRecordsRequest) GetNamespace() string {
@@ -162,7 +470,7 @@ type ListRecordsResponse struct {
 
 func (x *ListRecordsResponse) Reset() {
 	*x = ListRecordsResponse{}
-	mi := &file_idem_v1_admin_proto_msgTypes[1]
+	mi := &file_idem_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +482,7 @@ func (x *ListRecordsResponse) String() string {
 func (*ListRecordsResponse) ProtoMessage() {}
 
 func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[1]
+	mi := &file_idem_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +495,7 @@ func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRecordsResponse) GetRecords() []*Record {
@@ -220,7 +528,7 @@ type DeleteRecordRequest struct {
 
 func (x *DeleteRecordRequest) Reset() {
 	*x = DeleteRecordRequest{}
-	mi := &file_idem_v1_admin_proto_msgTypes[2]
+	mi := &file_idem_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +540,7 @@ func (x *DeleteRecordRequest) String() string {
 func (*DeleteRecordRequest) ProtoMessage() {}
 
 func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[2]
+	mi := &file_idem_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +553,7 @@ func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteRecordRequest) GetNamespace() string {
@@ -280,7 +588,7 @@ type DeleteRecordResponse struct {
 
 func (x *DeleteRecordResponse) Reset() {
 	*x = DeleteRecordResponse{}
-	mi := &file_idem_v1_admin_proto_msgTypes[3]
+	mi := &file_idem_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +600,7 @@ func (x *DeleteRecordResponse) String() string {
 func (*DeleteRecordResponse) ProtoMessage() {}
 
 func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[3]
+	mi := &file_idem_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +613,7 @@ func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteRecordResponse) GetRecord() *Record {
@@ -333,7 +641,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_idem_v1_admin_proto_msgTypes[4]
+	mi := &file_idem_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +653,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[4]
+	mi := &file_idem_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +666,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatsRequest) GetNamespace() string {
@@ -394,7 +702,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_idem_v1_admin_proto_msgTypes[5]
+	mi := &file_idem_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +714,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[5]
+	mi := &file_idem_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +727,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatsResponse) GetRows() []*StatsRow {
@@ -446,7 +754,7 @@ type StatsRow struct {
 
 func (x *StatsRow) Reset() {
 	*x = StatsRow{}
-	mi := &file_idem_v1_admin_proto_msgTypes[6]
+	mi := &file_idem_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +766,7 @@ func (x *StatsRow) String() string {
 func (*StatsRow) ProtoMessage() {}
 
 func (x *StatsRow) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_admin_proto_msgTypes[6]
+	mi := &file_idem_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +779,7 @@ func (x *StatsRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRow.ProtoReflect.Descriptor instead.
 func (*StatsRow) Descriptor() ([]byte, []int) {
-	return file_idem_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatsRow) GetNamespace() string {
@@ -506,7 +814,23 @@ var File_idem_v1_admin_proto protoreflect.FileDescriptor
 
 const file_idem_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x13idem/v1/admin.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x12idem/v1/idem.proto\"\x87\x02\n" +
+	"\x13idem/v1/admin.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x12idem/v1/idem.proto\"\x91\x02\n" +
+	"\x14ResolveRecordRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x129\n" +
+	"\tcompleted\x18\x03 \x01(\v2\x19.idem.v1.ResolveCompletedH\x00R\tcompleted\x120\n" +
+	"\x06failed\x18\x04 \x01(\v2\x16.idem.v1.ResolveFailedH\x00R\x06failed\x126\n" +
+	"\breleased\x18\x05 \x01(\v2\x18.idem.v1.ResolveReleasedH\x00R\breleased\x12\x16\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenantB\f\n" +
+	"\n" +
+	"resolution\"*\n" +
+	"\x10ResolveCompleted\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\"%\n" +
+	"\rResolveFailed\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"\x11\n" +
+	"\x0fResolveReleased\"@\n" +
+	"\x15ResolveRecordResponse\x12'\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"\x87\x02\n" +
 	"\x12ListRecordsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x128\n" +
@@ -538,11 +862,12 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x03R\x05count\x12\x16\n" +
-	"\x06tenant\x18\x04 \x01(\tR\x06tenant2\xdd\x01\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant2\xad\x02\n" +
 	"\fAdminService\x12H\n" +
 	"\vListRecords\x12\x1b.idem.v1.ListRecordsRequest\x1a\x1c.idem.v1.ListRecordsResponse\x12K\n" +
 	"\fDeleteRecord\x12\x1c.idem.v1.DeleteRecordRequest\x1a\x1d.idem.v1.DeleteRecordResponse\x126\n" +
-	"\x05Stats\x12\x15.idem.v1.StatsRequest\x1a\x16.idem.v1.StatsResponseB\x81\x01\n" +
+	"\x05Stats\x12\x15.idem.v1.StatsRequest\x1a\x16.idem.v1.StatsResponse\x12N\n" +
+	"\rResolveRecord\x12\x1d.idem.v1.ResolveRecordRequest\x1a\x1e.idem.v1.ResolveRecordResponseB\x81\x01\n" +
 	"\vcom.idem.v1B\n" +
 	"AdminProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
@@ -558,37 +883,48 @@ func file_idem_v1_admin_proto_rawDescGZIP() []byte {
 	return file_idem_v1_admin_proto_rawDescData
 }
 
-var file_idem_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_idem_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_idem_v1_admin_proto_goTypes = []any{
-	(*ListRecordsRequest)(nil),   // 0: idem.v1.ListRecordsRequest
-	(*ListRecordsResponse)(nil),  // 1: idem.v1.ListRecordsResponse
-	(*DeleteRecordRequest)(nil),  // 2: idem.v1.DeleteRecordRequest
-	(*DeleteRecordResponse)(nil), // 3: idem.v1.DeleteRecordResponse
-	(*StatsRequest)(nil),         // 4: idem.v1.StatsRequest
-	(*StatsResponse)(nil),        // 5: idem.v1.StatsResponse
-	(*StatsRow)(nil),             // 6: idem.v1.StatsRow
-	(State)(0),                   // 7: idem.v1.State
-	(*durationpb.Duration)(nil),  // 8: google.protobuf.Duration
-	(*Record)(nil),               // 9: idem.v1.Record
+	(*ResolveRecordRequest)(nil),  // 0: idem.v1.ResolveRecordRequest
+	(*ResolveCompleted)(nil),      // 1: idem.v1.ResolveCompleted
+	(*ResolveFailed)(nil),         // 2: idem.v1.ResolveFailed
+	(*ResolveReleased)(nil),       // 3: idem.v1.ResolveReleased
+	(*ResolveRecordResponse)(nil), // 4: idem.v1.ResolveRecordResponse
+	(*ListRecordsRequest)(nil),    // 5: idem.v1.ListRecordsRequest
+	(*ListRecordsResponse)(nil),   // 6: idem.v1.ListRecordsResponse
+	(*DeleteRecordRequest)(nil),   // 7: idem.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),  // 8: idem.v1.DeleteRecordResponse
+	(*StatsRequest)(nil),          // 9: idem.v1.StatsRequest
+	(*StatsResponse)(nil),         // 10: idem.v1.StatsResponse
+	(*StatsRow)(nil),              // 11: idem.v1.StatsRow
+	(*Record)(nil),                // 12: idem.v1.Record
+	(State)(0),                    // 13: idem.v1.State
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_idem_v1_admin_proto_depIdxs = []int32{
-	7, // 0: idem.v1.ListRecordsRequest.state:type_name -> idem.v1.State
-	8, // 1: idem.v1.ListRecordsRequest.older_than:type_name -> google.protobuf.Duration
-	9, // 2: idem.v1.ListRecordsResponse.records:type_name -> idem.v1.Record
-	9, // 3: idem.v1.DeleteRecordResponse.record:type_name -> idem.v1.Record
-	6, // 4: idem.v1.StatsResponse.rows:type_name -> idem.v1.StatsRow
-	7, // 5: idem.v1.StatsRow.state:type_name -> idem.v1.State
-	0, // 6: idem.v1.AdminService.ListRecords:input_type -> idem.v1.ListRecordsRequest
-	2, // 7: idem.v1.AdminService.DeleteRecord:input_type -> idem.v1.DeleteRecordRequest
-	4, // 8: idem.v1.AdminService.Stats:input_type -> idem.v1.StatsRequest
-	1, // 9: idem.v1.AdminService.ListRecords:output_type -> idem.v1.ListRecordsResponse
-	3, // 10: idem.v1.AdminService.DeleteRecord:output_type -> idem.v1.DeleteRecordResponse
-	5, // 11: idem.v1.AdminService.Stats:output_type -> idem.v1.StatsResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1,  // 0: idem.v1.ResolveRecordRequest.completed:type_name -> idem.v1.ResolveCompleted
+	2,  // 1: idem.v1.ResolveRecordRequest.failed:type_name -> idem.v1.ResolveFailed
+	3,  // 2: idem.v1.ResolveRecordRequest.released:type_name -> idem.v1.ResolveReleased
+	12, // 3: idem.v1.ResolveRecordResponse.record:type_name -> idem.v1.Record
+	13, // 4: idem.v1.ListRecordsRequest.state:type_name -> idem.v1.State
+	14, // 5: idem.v1.ListRecordsRequest.older_than:type_name -> google.protobuf.Duration
+	12, // 6: idem.v1.ListRecordsResponse.records:type_name -> idem.v1.Record
+	12, // 7: idem.v1.DeleteRecordResponse.record:type_name -> idem.v1.Record
+	11, // 8: idem.v1.StatsResponse.rows:type_name -> idem.v1.StatsRow
+	13, // 9: idem.v1.StatsRow.state:type_name -> idem.v1.State
+	5,  // 10: idem.v1.AdminService.ListRecords:input_type -> idem.v1.ListRecordsRequest
+	7,  // 11: idem.v1.AdminService.DeleteRecord:input_type -> idem.v1.DeleteRecordRequest
+	9,  // 12: idem.v1.AdminService.Stats:input_type -> idem.v1.StatsRequest
+	0,  // 13: idem.v1.AdminService.ResolveRecord:input_type -> idem.v1.ResolveRecordRequest
+	6,  // 14: idem.v1.AdminService.ListRecords:output_type -> idem.v1.ListRecordsResponse
+	8,  // 15: idem.v1.AdminService.DeleteRecord:output_type -> idem.v1.DeleteRecordResponse
+	10, // 16: idem.v1.AdminService.Stats:output_type -> idem.v1.StatsResponse
+	4,  // 17: idem.v1.AdminService.ResolveRecord:output_type -> idem.v1.ResolveRecordResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_admin_proto_init() }
@@ -597,13 +933,18 @@ func file_idem_v1_admin_proto_init() {
 		return
 	}
 	file_idem_v1_idem_proto_init()
+	file_idem_v1_admin_proto_msgTypes[0].OneofWrappers = []any{
+		(*ResolveRecordRequest_Completed)(nil),
+		(*ResolveRecordRequest_Failed)(nil),
+		(*ResolveRecordRequest_Released)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idem_v1_admin_proto_rawDesc), len(file_idem_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,9 +35,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListRecords_FullMethodName  = "/idem.v1.AdminService/ListRecords"
-	AdminService_DeleteRecord_FullMethodName = "/idem.v1.AdminService/DeleteRecord"
-	AdminService_Stats_FullMethodName        = "/idem.v1.AdminService/Stats"
+	AdminService_ListRecords_FullMethodName   = "/idem.v1.AdminService/ListRecords"
+	AdminService_DeleteRecord_FullMethodName  = "/idem.v1.AdminService/DeleteRecord"
+	AdminService_Stats_FullMethodName         = "/idem.v1.AdminService/Stats"
+	AdminService_ResolveRecord_FullMethodName = "/idem.v1.AdminService/ResolveRecord"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -56,6 +57,13 @@ type AdminServiceClient interface {
 	DeleteRecord(ctx context.Context, in *DeleteRecordRequest, opts ...grpc.CallOption) (*DeleteRecordResponse, error)
 	// Stats counts the records per namespace and state.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// ResolveRecord moves an UNRESOLVED record on: COMPLETED with a result,
+	// FAILED with an error, or RELEASED so that the next Claim acquires it
+	// (with a token greater than any before). The token stays as it was, so
+	// the late holder's repeated Complete or Fail is answered as for any
+	// finished record. A record in another state is FAILED_PRECONDITION /
+	// NOT_UNRESOLVED; no record is NOT_FOUND.
+	ResolveRecord(ctx context.Context, in *ResolveRecordRequest, opts ...grpc.CallOption) (*ResolveRecordResponse, error)
 }
 
 type adminServiceClient struct {
@@ -96,6 +104,16 @@ func (c *adminServiceClient) Stats(ctx context.Context, in *StatsRequest, opts .
 	return out, nil
 }
 
+func (c *adminServiceClient) ResolveRecord(ctx context.Context, in *ResolveRecordRequest, opts ...grpc.CallOption) (*ResolveRecordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveRecordResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResolveRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -112,6 +130,13 @@ type AdminServiceServer interface {
 	DeleteRecord(context.Context, *DeleteRecordRequest) (*DeleteRecordResponse, error)
 	// Stats counts the records per namespace and state.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// ResolveRecord moves an UNRESOLVED record on: COMPLETED with a result,
+	// FAILED with an error, or RELEASED so that the next Claim acquires it
+	// (with a token greater than any before). The token stays as it was, so
+	// the late holder's repeated Complete or Fail is answered as for any
+	// finished record. A record in another state is FAILED_PRECONDITION /
+	// NOT_UNRESOLVED; no record is NOT_FOUND.
+	ResolveRecord(context.Context, *ResolveRecordRequest) (*ResolveRecordResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -130,6 +155,9 @@ func (UnimplementedAdminServiceServer) DeleteRecord(context.Context, *DeleteReco
 }
 func (UnimplementedAdminServiceServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedAdminServiceServer) ResolveRecord(context.Context, *ResolveRecordRequest) (*ResolveRecordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveRecord not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -206,6 +234,24 @@ func _AdminService_Stats_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ResolveRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResolveRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResolveRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResolveRecord(ctx, req.(*ResolveRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -224,6 +270,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _AdminService_Stats_Handler,
+		},
+		{
+			MethodName: "ResolveRecord",
+			Handler:    _AdminService_ResolveRecord_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -61,8 +61,8 @@ const (
 	// FAILED_PRECONDITION: the key was claimed before for a request with
 	// another fingerprint; use a new key for a new request.
 	ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH ErrorReason = 10
-	// FAILED_PRECONDITION: the record is no longer PROCESSING or EXPIRED, and
-	// this call is not a repeat of the call that ended it.
+	// FAILED_PRECONDITION: the record is no longer PROCESSING, EXPIRED or
+	// UNRESOLVED, and this call is not a repeat of the call that ended it.
 	ErrorReason_ERROR_REASON_ALREADY_TERMINAL ErrorReason = 11
 	// ABORTED: the token is not the record's current token; another worker
 	// took the lease over. Stop and do not retry.
@@ -111,6 +111,11 @@ const (
 	// INVALID_ARGUMENT (AdminService): the tenant named is not in idemd's
 	// config, or tenant and all_tenants are both set.
 	ErrorReason_ERROR_REASON_INVALID_TENANT ErrorReason = 27
+	// FAILED_PRECONDITION (AdminService.ResolveRecord): the record is not
+	// UNRESOLVED, so there is nothing to resolve.
+	ErrorReason_ERROR_REASON_NOT_UNRESOLVED ErrorReason = 28
+	// INVALID_ARGUMENT (AdminService.ResolveRecord): no resolution was given.
+	ErrorReason_ERROR_REASON_INVALID_RESOLUTION ErrorReason = 29
 )
 
 // Enum value maps for ErrorReason.
@@ -144,6 +149,8 @@ var (
 		25: "ERROR_REASON_INVALID_WAIT",
 		26: "ERROR_REASON_NOT_OPERATOR",
 		27: "ERROR_REASON_INVALID_TENANT",
+		28: "ERROR_REASON_NOT_UNRESOLVED",
+		29: "ERROR_REASON_INVALID_RESOLUTION",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -174,6 +181,8 @@ var (
 		"ERROR_REASON_INVALID_WAIT":          25,
 		"ERROR_REASON_NOT_OPERATOR":          26,
 		"ERROR_REASON_INVALID_TENANT":        27,
+		"ERROR_REASON_NOT_UNRESOLVED":        28,
+		"ERROR_REASON_INVALID_RESOLUTION":    29,
 	}
 )
 
@@ -208,7 +217,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xb0\a\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xf6\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -238,7 +247,9 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1fERROR_REASON_INVALID_PAGE_TOKEN\x10\x18\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_WAIT\x10\x19\x12\x1d\n" +
 	"\x19ERROR_REASON_NOT_OPERATOR\x10\x1a\x12\x1f\n" +
-	"\x1bERROR_REASON_INVALID_TENANT\x10\x1bB\x87\x01\n" +
+	"\x1bERROR_REASON_INVALID_TENANT\x10\x1b\x12\x1f\n" +
+	"\x1bERROR_REASON_NOT_UNRESOLVED\x10\x1c\x12#\n" +
+	"\x1fERROR_REASON_INVALID_RESOLUTION\x10\x1dB\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

@@ -22,8 +22,11 @@
 //   - FAILED_PRECONDITION / FINGERPRINT_MISMATCH: the key was used before for
 //     a request with another fingerprint.
 //   - FAILED_PRECONDITION / ALREADY_TERMINAL: the record is no longer
-//     PROCESSING or EXPIRED, and this call is not a repeat of the call that
-//     ended it.
+//     PROCESSING, EXPIRED or UNRESOLVED, and this call is not a repeat of
+//     the call that ended it.
+//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
+//     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
+//     resolution given.
 //   - ABORTED / LEASE_LOST: the token is not the record's current token; the
 //     lease was taken over by another worker. Stop and do not retry.
 //   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged
@@ -110,6 +113,15 @@ const (
 	// The lease ran out with no Complete or Fail (set by the sweeper): the next
 	// Claim acquires it.
 	State_STATE_EXPIRED State = 5
+	// Held for resolution: the record's policy says on_lease_expiry: hold
+	// (Record.hold), and its lease ran out with no Complete or Fail (set by the
+	// sweeper, or by the Claim that found it first). Nobody took it over, so
+	// the worker that held it still has the current token: its late Complete
+	// or Fail is accepted and resolves it (a Heartbeat makes it PROCESSING
+	// again). Otherwise an operator resolves it with
+	// AdminService.ResolveRecord. Every Claim meanwhile gets
+	// OUTCOME_UNRESOLVED. It is never purged: it waits for a resolution.
+	State_STATE_UNRESOLVED State = 6
 )
 
 // Enum value maps for State.
@@ -121,6 +133,7 @@ var (
 		3: "STATE_FAILED",
 		4: "STATE_RELEASED",
 		5: "STATE_EXPIRED",
+		6: "STATE_UNRESOLVED",
 	}
 	State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -129,6 +142,7 @@ var (
 		"STATE_FAILED":      3,
 		"STATE_RELEASED":    4,
 		"STATE_EXPIRED":     5,
+		"STATE_UNRESOLVED":  6,
 	}
 )
 
@@ -181,6 +195,12 @@ const (
 	// The job failed permanently earlier: record.error holds the stored error.
 	// Do not perform the side effect.
 	Outcome_OUTCOME_FAILED Outcome = 4
+	// The record is UNRESOLVED (see STATE_UNRESOLVED): an earlier attempt may
+	// or may not have performed the side effect, and its policy says a person
+	// or the late holder decides. Do not perform the side effect; park the
+	// message (a dead-letter queue) until the record is resolved. A Claim
+	// never takes an UNRESOLVED record over.
+	Outcome_OUTCOME_UNRESOLVED Outcome = 5
 )
 
 // Enum value maps for Outcome.
@@ -191,6 +211,7 @@ var (
 		2: "OUTCOME_IN_PROGRESS",
 		3: "OUTCOME_COMPLETED",
 		4: "OUTCOME_FAILED",
+		5: "OUTCOME_UNRESOLVED",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED": 0,
@@ -198,6 +219,7 @@ var (
 		"OUTCOME_IN_PROGRESS": 2,
 		"OUTCOME_COMPLETED":   3,
 		"OUTCOME_FAILED":      4,
+		"OUTCOME_UNRESOLVED":  5,
 	}
 )
 
@@ -273,7 +295,11 @@ type Record struct {
 	// The tenant that owns the record. Set in AdminService answers, where an
 	// operator may see several tenants' records; empty elsewhere, where it is
 	// always the caller's.
-	Tenant        string `protobuf:"bytes,16,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,16,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// True when that policy says on_lease_expiry: hold: a lease that runs out
+	// with no Complete or Fail makes the record UNRESOLVED instead of open to
+	// a takeover.
+	Hold          bool `protobuf:"varint,17,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +444,13 @@ func (x *Record) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *Record) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
 }
 
 // ClaimRequest asks for the right to perform one job.
@@ -1092,7 +1125,7 @@ var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
-	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x04\n" +
+	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x04\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
@@ -1113,7 +1146,8 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
 	"\x06policy\x18\x0f \x01(\tR\x06policy\x12\x16\n" +
-	"\x06tenant\x18\x10 \x01(\tR\x06tenant\"\x9c\x02\n" +
+	"\x06tenant\x18\x10 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04hold\x18\x11 \x01(\bR\x04hold\"\x9c\x02\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -1153,20 +1187,22 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"9\n" +
 	"\x0eLookupResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record*\x82\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record*\x98\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_PROCESSING\x10\x01\x12\x13\n" +
 	"\x0fSTATE_COMPLETED\x10\x02\x12\x10\n" +
 	"\fSTATE_FAILED\x10\x03\x12\x12\n" +
 	"\x0eSTATE_RELEASED\x10\x04\x12\x11\n" +
-	"\rSTATE_EXPIRED\x10\x05*|\n" +
+	"\rSTATE_EXPIRED\x10\x05\x12\x14\n" +
+	"\x10STATE_UNRESOLVED\x10\x06*\x94\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_COMPLETED\x10\x03\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x042\xe6\x04\n" +
+	"\x0eOUTCOME_FAILED\x10\x04\x12\x16\n" +
+	"\x12OUTCOME_UNRESOLVED\x10\x052\xe6\x04\n" +
 	"\x12IdempotencyService\x12q\n" +
 	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./v1/namespaces/{namespace}/records/{key}:claim\x12}\n" +
 	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/namespaces/{namespace}/records/{key}:complete\x12m\n" +

@@ -22,8 +22,11 @@
 //   - FAILED_PRECONDITION / FINGERPRINT_MISMATCH: the key was used before for
 //     a request with another fingerprint.
 //   - FAILED_PRECONDITION / ALREADY_TERMINAL: the record is no longer
-//     PROCESSING or EXPIRED, and this call is not a repeat of the call that
-//     ended it.
+//     PROCESSING, EXPIRED or UNRESOLVED, and this call is not a repeat of
+//     the call that ended it.
+//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
+//     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
+//     resolution given.
 //   - ABORTED / LEASE_LOST: the token is not the record's current token; the
 //     lease was taken over by another worker. Stop and do not retry.
 //   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged
@@ -102,7 +105,10 @@ type IdempotencyServiceClient interface {
 	// Claim asks for the right to perform the job identified by namespace and
 	// key. It is one atomic step: it creates the record, or takes over a
 	// RELEASED or EXPIRED record or one whose lease ran out, or reports the
-	// existing record. See Outcome for what to do with each answer.
+	// existing record. A record whose policy holds it (Record.hold) is never
+	// taken over: once its lease runs out it is UNRESOLVED (this Claim makes it
+	// so if the sweeper has not) and the answer is OUTCOME_UNRESOLVED. See
+	// Outcome for what to do with each answer.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 	// Complete records the job's success and its result. Only the current
 	// token's holder may call it. Repeating it with the same token after a
@@ -190,7 +196,10 @@ type IdempotencyServiceServer interface {
 	// Claim asks for the right to perform the job identified by namespace and
 	// key. It is one atomic step: it creates the record, or takes over a
 	// RELEASED or EXPIRED record or one whose lease ran out, or reports the
-	// existing record. See Outcome for what to do with each answer.
+	// existing record. A record whose policy holds it (Record.hold) is never
+	// taken over: once its lease runs out it is UNRESOLVED (this Claim makes it
+	// so if the sweeper has not) and the answer is OUTCOME_UNRESOLVED. See
+	// Outcome for what to do with each answer.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	// Complete records the job's success and its result. Only the current
 	// token's holder may call it. Repeating it with the same token after a
