@@ -46,7 +46,7 @@ __all__ = [
     "Error", "IdemError", "InvalidArgumentError", "FingerprintMismatchError",
     "AlreadyTerminalError", "LeaseLostError", "NotFoundError", "UnavailableError",
     "InternalError", "UnauthenticatedError", "PermissionDeniedError", "RateLimitedError",
-    "InProgressError", "JobFailedError", "CompletionUnknownError",
+    "InProgressError", "JobFailedError", "UnresolvedError", "CompletionUnknownError",
     "REASON_ERRORS", "canonical_json", "fingerprint", "fingerprint_json",
 ]
 
@@ -233,6 +233,19 @@ class InProgressError(Error):
         self.retry_after = retry_after
         super().__init__(f"idem: {record.namespace}/{record.key} is in progress in another worker; "
                          f"its lease runs out in {retry_after:.3f}s")
+
+
+class UnresolvedError(Error):
+    """Client.do's answer for a job held for resolution (UNRESOLVED): a
+    worker's lease ran out under a policy with on_lease_expiry: hold, so
+    nobody knows whether the side effect happened. fn was not called; park
+    the message until a person or a reconciler resolves the record
+    (idem resolve, or the holder's late Complete or Fail)."""
+
+    def __init__(self, record: "Record"):
+        self.record = record
+        super().__init__(f"idem: {record.namespace}/{record.key} is held for resolution (UNRESOLVED): "
+                         f"do not run it; park the message until the record is resolved")
 
 
 class JobFailedError(Error):
@@ -573,6 +586,8 @@ class Client:
                 return Result(value=res.record.result, replayed=True, record=res.record)
             if res.outcome == "OUTCOME_FAILED":
                 raise JobFailedError(res.record)
+            if res.outcome == "OUTCOME_UNRESOLVED":
+                raise UnresolvedError(res.record)
             if res.outcome == "OUTCOME_ACQUIRED":
                 return self._run(job, res.record, fn)
             if res.outcome != "OUTCOME_IN_PROGRESS":

@@ -255,6 +255,10 @@ function toBytes(value) {
  *     stored result; fn is not called.
  *   - FAILED: returns {outcome: 'failed', error, record} with the stored
  *     error; fn is not called.
+ *   - UNRESOLVED: returns {outcome: 'unresolved', record}: a lease ran out
+ *     under a hold policy and nobody knows whether the side effect happened;
+ *     fn is not called, and the message should be parked until the record
+ *     is resolved (idem resolve).
  *
  * A lost lease (LEASE_LOST from a heartbeat or from Complete) throws an
  * IdemError with reason 'LEASE_LOST'; when fn had returned, the error's
@@ -287,6 +291,8 @@ async function run(client, job, fn) {
       return { outcome: 'failed', error: record.error, record };
     case 'OUTCOME_IN_PROGRESS':
       return { outcome: 'in_progress', retryAfterMs: durationMs(resp.retry_after), record };
+    case 'OUTCOME_UNRESOLVED':
+      return { outcome: 'unresolved', record };
     case 'OUTCOME_ACQUIRED':
       return holdAndRun(client, job, record, fn);
     default:

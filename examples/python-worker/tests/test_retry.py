@@ -134,6 +134,15 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(json.loads(s.requests[1][3]),
                          {"token": "3", "error": "interrupted: KeyboardInterrupt()", "retryable": True})
 
+    def test_an_unresolved_job_is_not_run(self):
+        s = self.serve((200, {}, {"outcome": "OUTCOME_UNRESOLVED",
+                                  "record": {"namespace": "ns", "key": "k", "state": "STATE_UNRESOLVED"}}))
+        ran = []
+        with self.assertRaises(idem.UnresolvedError) as cm:
+            idem.Client(s.url, retry=FAST).do(idem.Job("ns", "k"), ran.append)
+        self.assertEqual((ran, cm.exception.record.state), ([], "STATE_UNRESOLVED"))
+        self.assertEqual([r[2] for r in s.requests], ["/v1/namespaces/ns/records/k:claim"])
+
     def test_keys_are_one_path_segment(self):
         s = self.serve((200, {}, {"record": {}}))
         idem.Client(s.url, retry=FAST).lookup("ns", "invoice/2024:17 100% ключ")
