@@ -141,24 +141,18 @@ func setsMaxConns(connString string) bool {
 }
 
 // ConnectConfig is Connect with a parsed configuration. Its connections get
-// StatementTimeout as their statement_timeout, and generic plans
-// (plan_cache_mode), unless cfg sets them.
+// StatementTimeout as their statement_timeout unless cfg sets one.
 //
-// Generic plans: pgx prepares every statement once per connection, and
-// Postgres then plans a prepared statement afresh on each execution unless
-// it judges a generic plan good enough, which for idem's statements it does
-// not. But every one of them finds its rows by primary key (or, for the
-// sweeper, by a partial index named in the SQL text), so the generic plan is
-// the plan they get anyway, and planning was a large part of their cost:
-// measured from a Postgres backend's own CPU time, a Claim and Complete one
-// row at a time cost 40% less with generic plans, and in batches of 64 45%
-// less (docs/BENCHMARKS.md, "Generic plans").
+// Plans stay Postgres's choice (plan_cache_mode = auto). Forcing generic
+// plans cut the CPU of the Claim and Complete statements (39–45% measured
+// from a backend's own CPU time), but a generic plan does not know a
+// statement's LIMIT, and the sweeper's purge then stopped using its partial
+// index: purging a million records took 194 s instead of 109 s and Claims
+// during it fell to 3% of their rate (docs/BENCHMARKS.md, "Generic plans").
+// A URL may still set plan_cache_mode.
 func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(StatementTimeout.Milliseconds())
-	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
