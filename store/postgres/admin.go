@@ -26,7 +26,7 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 		return nil, err
 	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]*store.Record, error) {
-		rows, err := db.Query(ctx, listSQL, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
+		rows, err := db.Query(ctx, listSQL, planned, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
 			p.After.Namespace, p.After.Key, p.Limit)
 		if err != nil {
 			return nil, interpretError(err)
@@ -66,7 +66,7 @@ func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.
 		return nil, err
 	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]store.StatsRow, error) {
-		rows, err := db.Query(ctx, statsSQL, p.Tenant, p.Namespace)
+		rows, err := db.Query(ctx, statsSQL, planned, p.Tenant, p.Namespace)
 		if err != nil {
 			return nil, interpretError(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,6 +182,42 @@ func TestConnectSetsAStatementTimeout(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("statement_timeout %s; want %s", got, tc.want)
+		}
+	}
+}
+
+// TestConnectUsesGenericPlans: Connect's connections plan idem's prepared
+// statements once (plan_cache_mode = force_generic_plan) unless the URL sets
+// plan_cache_mode.
+func TestConnectUsesGenericPlans(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	for _, tc := range []struct{ params, want string }{
+		{"", "force_generic_plan"},
+		{"plan_cache_mode=auto", "auto"},
+	} {
+		u, err := url.Parse(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("pool_max_conns", "1")
+		if k, v, ok := strings.Cut(tc.params, "="); ok {
+			q.Set(k, v)
+		}
+		u.RawQuery = q.Encode()
+		pool, err := postgres.Connect(t.Context(), u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(t.Context(), "SHOW plan_cache_mode").Scan(&got)
+		pool.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("URL params %q: plan_cache_mode %s; want %s", tc.params, got, tc.want)
 		}
 	}
 }

@@ -141,18 +141,26 @@ func setsMaxConns(connString string) bool {
 }
 
 // ConnectConfig is Connect with a parsed configuration. Its connections get
-// StatementTimeout as their statement_timeout unless cfg sets one.
+// StatementTimeout as their statement_timeout, and generic plans
+// (plan_cache_mode), unless cfg sets them.
 //
-// Plans stay Postgres's choice (plan_cache_mode = auto). Forcing generic
-// plans cut the CPU of the Claim and Complete statements (39–45% measured
-// from a backend's own CPU time), but a generic plan does not know a
-// statement's LIMIT, and the sweeper's purge then stopped using its partial
-// index: purging a million records took 194 s instead of 109 s and Claims
-// during it fell to 3% of their rate (docs/BENCHMARKS.md, "Generic plans").
-// A URL may still set plan_cache_mode.
+// Generic plans: pgx prepares every statement once per connection, and
+// Postgres then plans a prepared statement afresh on each execution unless
+// it judges a generic plan good enough, which for idem's statements it does
+// not. Claims, Completes and the other calls on one record find their rows
+// by primary key, so the generic plan is the plan they get anyway, and
+// planning was a large part of their cost: measured from a Postgres
+// backend's own CPU time, 39% of a Claim and Complete one row at a time and
+// 45% in batches of 64 (docs/BENCHMARKS.md, "Generic plans"). The statements
+// whose best plan depends on their arguments (a LIMIT, optional filters: the
+// sweeper's and the admin listing's) are sent with their arguments inline
+// (planned), so that Postgres plans each execution with the values.
 func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(StatementTimeout.Milliseconds())
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -166,6 +174,12 @@ func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, err
 	}
 	return pool, nil
 }
+
+// planned, as a statement's first argument, sends it with its arguments
+// written into the SQL text (pgx's simple protocol), so that Postgres plans
+// it for those values rather than reusing a generic plan: for statements
+// whose best plan depends on a LIMIT or on which optional filters are set.
+const planned = pgx.QueryExecModeSimpleProtocol
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {

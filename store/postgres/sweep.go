@@ -42,7 +42,7 @@ WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
 // records it expires (wait.go).
 func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
 	var n int64
-	if err := s.db.QueryRow(ctx, sweepExpireSQL, limit).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, sweepExpireSQL, planned, limit).Scan(&n); err != nil {
 		return 0, interpretError(err)
 	}
 	return int(n), nil
@@ -50,7 +50,7 @@ func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
 
 // SweepPurge implements store.Store.
 func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
-	tag, err := s.db.Exec(ctx, sweepPurgeSQL, limit)
+	tag, err := s.db.Exec(ctx, sweepPurgeSQL, planned, limit)
 	if err != nil {
 		return 0, interpretError(err)
 	}
