@@ -27,6 +27,20 @@ func recordColsOf(alias string) string {
 	return strings.Join(cols, ", ")
 }
 
+// Plans. These statements run as prepared statements with generic plans
+// (store.go), planned once per connection with the statistics of that
+// moment: on a new deployment, an empty table that Postgres takes for ten
+// pages. A join from the batch's arrays to idem_records would then be planned
+// as a hash join over a sequential scan of the whole table, and that plan
+// would stay with the connection while the table grows, so every batch would
+// read every record. So no statement here joins idem_records to anything:
+// each record is read through a LATERAL subquery that the planner cannot
+// flatten into a join (OFFSET 0, or its FOR UPDATE) and so can only run as a
+// lookup of the primary key per row, and each row is changed by INSERT … ON
+// CONFLICT, whose conflict check goes through the primary key by
+// construction. TestBatchPlansUseThePrimaryKey checks the plans on an empty
+// table.
+
 // claimBatchSQL is claimSQL for many keys. cur reads the batch's existing
 // rows as the statement's snapshot sees them; only the calls whose row is
 // absent or may be taken over go to the INSERT, in primary-key order, so that
@@ -40,8 +54,11 @@ WITH input AS (
 		WITH ORDINALITY AS i(tenant, namespace, key, claimant, fingerprint, lease_us, retention_us, policy, hold, ord)
 ),
 cur AS (
-	SELECT ` + recordColsOf("r") + `
-	FROM input i JOIN idem_records r ON r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
+	SELECT r.* FROM input i CROSS JOIN LATERAL (
+		SELECT ` + recordColsOf("r") + `
+		FROM idem_records r WHERE r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
+		OFFSET 0
+	) r
 ),
 claimed AS (
 	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
@@ -62,15 +79,34 @@ UNION ALL
 SELECT false, now(), cur.* FROM cur
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.tenant = cur.tenant AND c.namespace = cur.namespace AND c.key = cur.key)`
 
+// tokenChange is how one kind of token call changes a record, for
+// tokenBatchSQL.
+type tokenChange struct {
+	// cols and vals name columns of the row the batch proposes for each
+	// record, and the values it proposes (from the locked row l, whose
+	// columns include the call's own arguments a1, a2, …); set may read
+	// them as excluded.<col>.
+	cols, vals string
+	// set is the ON CONFLICT update: the columns the call changes.
+	set string
+}
+
 // tokenBatchSQL is tokenCallSQL for many keys. locked takes the batch's row
-// locks first, in primary-key order (FOR UPDATE above the sort), so that
-// batches sharing keys never deadlock; a row changed concurrently is locked
-// in its newest version, so the rows the update did not change are reported
-// as they now stand and need no second read. argTypes are the SQL types of
-// the call's own arrays, bound from $5 on as a1, a2, …; set may use them as
-// l.a1, l.a2. When wakes, the update notifies the waiting Claims of the rows
-// it changed that have their waiters flag set (wait.go).
-func tokenBatchSQL(set string, wakes bool, argTypes ...string) string {
+// locks first, one primary-key lookup per call in the order of the arrays,
+// which the coalescer sorts by primary key, so that batches sharing keys
+// never deadlock; a row changed concurrently is locked in its newest
+// version, so the rows the change does not apply to are reported as they now
+// stand and need no second read. The change itself is an INSERT of the
+// locked rows that always conflicts (each row exists and this statement
+// holds its lock, so none can have gone) and so updates: the update applies
+// only with the call's token while the record is PROCESSING, EXPIRED or
+// UNRESOLVED, judged on the newest row version. The proposed row carries the
+// locked row's own values for the columns the table requires, so it passes
+// every constraint that is checked before the conflict is found. argTypes
+// are the SQL types of the call's own arrays, bound from $5 on as a1, a2, ….
+// When wakes, the update notifies the waiting Claims of the rows it changed
+// that have their waiters flag set (wait.go).
+func tokenBatchSQL(change tokenChange, wakes bool, argTypes ...string) string {
 	params := "$1::text[], $2::text[], $3::text[], $4::bigint[]"
 	names := "tenant, namespace, key, token"
 	carried := "i.token AS in_token"
@@ -85,16 +121,19 @@ WITH input AS (
 	SELECT * FROM unnest(` + params + `) WITH ORDINALITY AS i(` + names + `, ord)
 ),
 locked AS (
-	SELECT ` + carried + `, ` + recordColsOf("r") + `
-	FROM input i JOIN idem_records r ON r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
-	ORDER BY i.ord
-	FOR UPDATE OF r
+	SELECT ` + carried + `, r.*
+	FROM input i CROSS JOIN LATERAL (
+		SELECT ` + recordColsOf("r") + `, r.retention
+		FROM idem_records r WHERE r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
+		FOR UPDATE
+	) r
 ),
 changed AS (
-	UPDATE idem_records r SET ` + set + `, updated_at = now()
+	INSERT INTO idem_records AS r (tenant, namespace, key, token, attempt, retention, created_at, updated_at, ` + change.cols + `)
+	SELECT l.tenant, l.namespace, l.key, l.in_token, l.attempt, l.retention, l.created_at, l.updated_at, ` + change.vals + `
 	FROM locked l
-	WHERE r.tenant = l.tenant AND r.namespace = l.namespace AND r.key = l.key
-		AND r.token = l.in_token AND r.state IN ('processing', 'expired', 'unresolved')
+	ON CONFLICT (tenant, namespace, key) DO UPDATE SET ` + change.set + `, updated_at = now()
+	WHERE r.token = excluded.token AND r.state IN ('processing', 'expired', 'unresolved')
 	RETURNING ` + recordColsOf("r") + wakeCol("r", wakes) + `
 )
 SELECT true, ` + recordNames + ` FROM changed
@@ -197,8 +236,11 @@ type tokenKind struct {
 var tokenKinds = [...]*tokenKind{
 	store.CallComplete: {
 		name: "complete",
-		batch: tokenBatchSQL(`state = 'completed', result = l.a1, error = NULL, lease_expires_at = NULL,
-			completed_at = now(), expires_at = now() + r.retention`, true, "bytea"),
+		batch: tokenBatchSQL(tokenChange{
+			cols: "state, result", vals: "l.state, l.a1",
+			set: `state = 'completed', result = excluded.result, error = NULL, lease_expires_at = NULL,
+			completed_at = now(), expires_at = now() + r.retention`,
+		}, true, "bytea"),
 		arrays: func(batch []*tokenBatchCall) []any {
 			results := make([][]byte, len(batch))
 			for i, c := range batch {
@@ -209,9 +251,12 @@ var tokenKinds = [...]*tokenKind{
 	},
 	store.CallFail: {
 		name: "fail",
-		batch: tokenBatchSQL(`state = CASE WHEN l.a2 THEN 'released' ELSE 'failed' END, error = l.a1, result = NULL,
-			lease_expires_at = NULL, completed_at = CASE WHEN l.a2 THEN NULL ELSE now() END,
-			expires_at = now() + r.retention`, true, "text", "boolean"),
+		batch: tokenBatchSQL(tokenChange{
+			cols: "state, error", vals: "CASE WHEN l.a2 THEN 'released' ELSE 'failed' END, l.a1",
+			set: `state = excluded.state, error = excluded.error, result = NULL,
+			lease_expires_at = NULL, completed_at = CASE WHEN excluded.state = 'released' THEN NULL ELSE now() END,
+			expires_at = now() + r.retention`,
+		}, true, "text", "boolean"),
 		arrays: func(batch []*tokenBatchCall) []any {
 			errs, retryable := make([]string, len(batch)), make([]bool, len(batch))
 			for i, c := range batch {
@@ -222,8 +267,10 @@ var tokenKinds = [...]*tokenKind{
 	},
 	store.CallHeartbeat: {
 		name: "heartbeat",
-		batch: tokenBatchSQL(`state = 'processing', lease_expires_at = now() + l.a1 * interval '1 microsecond',
-			expires_at = NULL`, false, "bigint"),
+		batch: tokenBatchSQL(tokenChange{
+			cols: "state, lease_expires_at", vals: "l.state, now() + l.a1 * interval '1 microsecond'",
+			set: `state = 'processing', lease_expires_at = excluded.lease_expires_at, expires_at = NULL`,
+		}, false, "bigint"),
 		arrays: func(batch []*tokenBatchCall) []any {
 			leases := make([]int64, len(batch))
 			for i, c := range batch {

@@ -116,3 +116,30 @@ func (s *Store) ClaimTogether(ctxs []context.Context, calls []*store.ClaimParams
 // Listens is how many times the store's listener started listening: once
 // per connection it made.
 func (s *Store) Listens() int64 { return s.listen.listens.Load() }
+
+// HotStatement is a statement of the calls workers make (Claim, Complete,
+// Fail, Heartbeat, Lookup, a waiting Claim, a held record's lapse) and of
+// the admin calls on one record, with arguments written as SQL for EXECUTE.
+type HotStatement struct{ Name, SQL, Args string }
+
+// HotStatements is every prepared statement on one record or a batch of
+// records, for the plan test.
+func HotStatements() []HotStatement {
+	one := `'acme', 'ns', 'k'`
+	two := `'{acme,acme}', '{ns,ns}', '{k1,k2}'`
+	return []HotStatement{
+		{"claim", claimSQL, one + `, 'c', '', 60000000, 3600000000, '', false`},
+		{"claim batch", claimBatchSQL, two + `, '{c,c}', '{"",""}', '{60000000,60000000}', '{3600000000,3600000000}', '{"",""}', '{f,f}'`},
+		{"complete", tokenCalls[store.CallComplete], one + `, 1, 'result'`},
+		{"complete batch", tokenKinds[store.CallComplete].batch, two + `, '{1,2}', '{r1,r2}'`},
+		{"fail", tokenCalls[store.CallFail], one + `, 1, 'error', true`},
+		{"fail batch", tokenKinds[store.CallFail].batch, two + `, '{1,2}', '{e1,e2}', '{t,f}'`},
+		{"heartbeat", tokenCalls[store.CallHeartbeat], one + `, 1, 60000000`},
+		{"heartbeat batch", tokenKinds[store.CallHeartbeat].batch, two + `, '{1,2}', '{60000000,60000000}'`},
+		{"lookup", getSQL, one},
+		{"lapse of a held record", holdSQL, one},
+		{"a waiting claim's mark", markWaitedSQL, one + `, 1`},
+		{"resolve", resolveSQL, one + `, 'completed', 'result', ''`},
+		{"delete", deleteSQL, one},
+	}
+}

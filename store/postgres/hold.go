@@ -11,11 +11,12 @@ import (
 // conditions are checked again under the row lock: a Heartbeat or Complete
 // of the holder that came first wins, and the Claim looks again. The
 // record's waiting Claims (wait.go) wake to the new state. It runs only on
-// this rare path, never on a Claim of a new key or a live one.
+// this rare path, never on a Claim of a new key or a live one. The row is
+// found by its primary key and changed by its ctid (rowByKeySQL).
 var holdSQL = `
 WITH held AS (
 	UPDATE idem_records SET state = 'unresolved', updated_at = now()
-	WHERE tenant = $1 AND namespace = $2 AND key = $3
+	WHERE ctid = (` + rowByKeySQL + `)
 		AND state = 'processing' AND hold AND lease_expires_at <= now()
 	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
 )

@@ -63,8 +63,10 @@ func wakeCol(table string, wakes bool) string {
 			json_build_array(` + table + `.tenant, ` + table + `.namespace, ` + table + `.key)::text) END AS woke`
 }
 
+// markWaitedSQL sets the waiters flag of a held row. The row is found by its
+// primary key and changed by its ctid (rowByKeySQL).
 const markWaitedSQL = `UPDATE idem_records SET waiters = true
-	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4 AND state = 'processing' AND NOT waiters`
+	WHERE ctid = (` + rowByKeySQL + `) AND token = $4 AND state = 'processing' AND NOT waiters`
 
 // RecordWatch implements store.Watcher. On a pool, the first watch of the
 // process starts the listener.
