@@ -41,43 +41,42 @@ func recordColsOf(alias string) string {
 // construction. TestBatchPlansUseThePrimaryKey checks the plans on an empty
 // table.
 
-// claimBatchSQL is claimSQL for many keys. cur reads the batch's existing
-// rows as the statement's snapshot sees them; only the calls whose row is
-// absent or may be taken over go to the INSERT, in primary-key order, so that
-// the ON CONFLICT row locks are taken in that order by every batch. Calls
-// answered from cur draw no token and lock nothing. A call whose key has
-// neither a claimed row nor a cur row (a concurrent insert the snapshot
-// missed) gets no row back and is tried again in a later statement.
+// claimBatchSQL is claimSQL for many keys. looked pairs each call with its
+// record as the statement's snapshot sees it (NULLs when there is none);
+// only the calls whose record is absent or may be taken over go to the
+// INSERT, in primary-key order, so that the ON CONFLICT row locks are taken
+// in that order by every batch. The statement answers with every row it
+// wrote (acquired) and every record it saw (not acquired): a call with both
+// was acquired, and the Go side keeps that answer. Calls answered from what
+// looked saw draw no token and lock nothing. A call with neither row (a
+// concurrent insert the snapshot missed) is tried again in a later
+// statement.
 var claimBatchSQL = `
-WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::text[], $9::boolean[])
-		WITH ORDINALITY AS i(tenant, namespace, key, claimant, fingerprint, lease_us, retention_us, policy, hold, ord)
-),
-cur AS (
-	SELECT r.* FROM input i CROSS JOIN LATERAL (
+WITH looked AS (
+	SELECT i.*, r.*
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::text[], $9::boolean[])
+		WITH ORDINALITY AS i(in_tenant, in_namespace, in_key, in_claimant, in_fingerprint, in_lease_us, in_retention_us, in_policy, in_hold, ord)
+	LEFT JOIN LATERAL (
 		SELECT ` + recordColsOf("r") + `
-		FROM idem_records r WHERE r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
+		FROM idem_records r WHERE r.tenant = i.in_tenant AND r.namespace = i.in_namespace AND r.key = i.in_key
 		OFFSET 0
-	) r
+	) r ON true
 ),
 claimed AS (
 	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 		lease_expires_at, retention, created_at, updated_at, policy, hold)
-	SELECT i.tenant, i.namespace, i.key, 'processing', nextval('idem_token_seq'), 1, i.claimant, i.fingerprint,
-		now() + i.lease_us * interval '1 microsecond', i.retention_us * interval '1 microsecond', now(), now(), i.policy, i.hold
-	FROM input i
-	WHERE NOT EXISTS (
-		SELECT 1 FROM cur
-		WHERE cur.tenant = i.tenant AND cur.namespace = i.namespace AND cur.key = i.key
-			AND NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now() AND NOT cur.hold))
-				AND (cur.fingerprint = '' OR i.fingerprint = '' OR cur.fingerprint = i.fingerprint)))
-	ORDER BY i.ord
+	SELECT l.in_tenant, l.in_namespace, l.in_key, 'processing', nextval('idem_token_seq'), 1, l.in_claimant, l.in_fingerprint,
+		now() + l.in_lease_us * interval '1 microsecond', l.in_retention_us * interval '1 microsecond', now(), now(), l.in_policy, l.in_hold
+	FROM looked l
+	WHERE l.state IS NULL
+		OR ((l.state IN ('released', 'expired') OR (l.state = 'processing' AND l.lease_expires_at <= now() AND NOT l.hold))
+			AND (l.fingerprint = '' OR l.in_fingerprint = '' OR l.fingerprint = l.in_fingerprint))
+	ORDER BY l.ord
 ` + claimTakeoverSQL + `
 )
 SELECT true, now(), claimed.* FROM claimed
 UNION ALL
-SELECT false, now(), cur.* FROM cur
-WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.tenant = cur.tenant AND c.namespace = cur.namespace AND c.key = cur.key)`
+SELECT false, now(), ` + recordNames + ` FROM looked WHERE state IS NOT NULL`
 
 // tokenChange is how one kind of token call changes a record, for
 // tokenBatchSQL.
@@ -95,8 +94,10 @@ type tokenChange struct {
 // locks first, one primary-key lookup per call in the order of the arrays,
 // which the coalescer sorts by primary key, so that batches sharing keys
 // never deadlock; a row changed concurrently is locked in its newest
-// version, so the rows the change does not apply to are reported as they now
-// stand and need no second read. The change itself is an INSERT of the
+// version, so a row the change does not apply to is reported as it now
+// stands and needs no second read. The statement answers with every row it
+// changed and every row it locked: a call with both changed its record,
+// and the Go side keeps the changed row. The change itself is an INSERT of the
 // locked rows that always conflicts (each row exists and this statement
 // holds its lock, so none can have gone) and so updates: the update applies
 // only with the call's token while the record is PROCESSING, EXPIRED or
@@ -117,12 +118,10 @@ func tokenBatchSQL(change tokenChange, wakes bool, argTypes ...string) string {
 		carried += ", i." + a
 	}
 	return `
-WITH input AS (
-	SELECT * FROM unnest(` + params + `) WITH ORDINALITY AS i(` + names + `, ord)
-),
-locked AS (
+WITH locked AS (
 	SELECT ` + carried + `, r.*
-	FROM input i CROSS JOIN LATERAL (
+	FROM unnest(` + params + `) WITH ORDINALITY AS i(` + names + `, ord)
+	CROSS JOIN LATERAL (
 		SELECT ` + recordColsOf("r") + `, r.retention
 		FROM idem_records r WHERE r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
 		FOR UPDATE
@@ -138,10 +137,7 @@ changed AS (
 )
 SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
-SELECT false, l.tenant, l.namespace, l.key, l.state, l.token, l.attempt, l.claimant, l.fingerprint,
-	l.lease_expires_at, l.retention_us, l.result, l.error, l.created_at, l.updated_at, l.completed_at, l.expires_at, l.policy, l.hold
-FROM locked l
-WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.tenant = l.tenant AND c.namespace = l.namespace AND c.key = l.key)`
+SELECT false, ` + recordNames + ` FROM locked`
 }
 
 // claimOutcome is one Claim's answer from a statement; settled is false when
@@ -199,8 +195,11 @@ func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 		}
 		c := batch[i]
 		if acquired {
-			c.res = claimOutcome{res: store.Acquired(rec), settled: true}
+			c.res, c.err = claimOutcome{res: store.Acquired(rec), settled: true}, nil
 			continue
+		}
+		if c.res.res != nil && c.res.res.Outcome == store.OutcomeAcquired {
+			continue // the record as it was before this statement acquired it
 		}
 		res, err := store.ReportClaim(rec, c.params, dbNow.Time)
 		c.res, c.err = claimOutcome{res: res, settled: res != nil || err != nil}, err
@@ -304,7 +303,9 @@ func (s *Store) runTokens(kind *tokenKind) func(ctx context.Context, batch []*to
 			return
 		}
 		defer rows.Close()
-		answered := make([]bool, n)
+		// A call whose row changed gets two rows, the changed one and the
+		// one it locked before the change; the changed one is its answer.
+		answered, changedRow := make([]bool, n), make([]bool, n)
 		var changed bool
 		for rows.Next() {
 			rec, err := scanRecord(rows, &changed)
@@ -314,10 +315,10 @@ func (s *Store) runTokens(kind *tokenKind) func(ctx context.Context, batch []*to
 				return
 			}
 			i := findCall(batch, rec.RecordID)
-			if i < 0 || answered[i] {
+			if i < 0 || changedRow[i] || (answered[i] && !changed) {
 				continue
 			}
-			answered[i] = true
+			answered[i], changedRow[i] = true, changed
 			c := batch[i]
 			c.res.rec, c.res.settled, c.err = settleTokenCall(c.params, rec, changed)
 		}
