@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -374,5 +375,78 @@ func TestSweeperCountsRecordsAtMostEveryCountEvery(t *testing.T) {
 	}
 	if n := counts.Load(); n != 2 {
 		t.Fatalf("a pass after CountEvery: %d counts in all, want 2", n)
+	}
+}
+
+// slowBatches makes every expiry batch take at least delay and records when
+// each began and ended.
+type slowBatches struct {
+	store.Store
+	delay      time.Duration
+	mu         sync.Mutex
+	began, end []time.Time
+}
+
+func (s *slowBatches) SweepExpire(ctx context.Context, limit int) (int, error) {
+	s.mu.Lock()
+	s.began = append(s.began, time.Now())
+	s.mu.Unlock()
+	time.Sleep(s.delay)
+	n, err := s.Store.SweepExpire(ctx, limit)
+	s.mu.Lock()
+	s.end = append(s.end, time.Now())
+	s.mu.Unlock()
+	return n, err
+}
+
+// TestSweepRestsBetweenFullBatches: with a backlog, a pass rests after each
+// full batch for the batch's time times (1 - Duty) / Duty, so that it takes
+// only Duty of the database's time; after the short batch that ends the
+// backlog it does not rest.
+func TestSweepRestsBetweenFullBatches(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	insertLapsed(t, ts.DB.Pool, 25)
+	slow := &slowBatches{Store: ts.Store, delay: 40 * time.Millisecond}
+	sw := server.NewSweeper(slow, nil)
+	sw.BatchSize = 10
+	sw.Duty = 0.25 // rest 3 × at least 40 ms after each full batch
+	stats, err := sw.SweepOnce(t.Context())
+	if err != nil || stats.Expired != 25 {
+		t.Fatalf("pass = %+v, %v; want 25 expired", stats, err)
+	}
+	if len(slow.began) != 3 {
+		t.Fatalf("%d expiry batches; want 10, 10, 5", len(slow.began))
+	}
+	for i := 1; i < len(slow.began); i++ {
+		took := slow.end[i-1].Sub(slow.began[i-1])
+		if rest := slow.began[i].Sub(slow.end[i-1]); rest < 3*took {
+			t.Errorf("rest before batch %d: %s after a batch of %s; want at least %s", i+1, rest, took, 3*took)
+		}
+	}
+	if min := slow.end[2].Sub(slow.began[0]); stats.Duration < min {
+		t.Errorf("pass took %s, less than its batches and rests (%s)", stats.Duration, min)
+	}
+}
+
+// TestSweepRestEndsWithTheContext: a pass resting between batches returns
+// as soon as its context ends.
+func TestSweepRestEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	insertLapsed(t, ts.DB.Pool, 25)
+	slow := &slowBatches{Store: ts.Store, delay: 50 * time.Millisecond}
+	sw := server.NewSweeper(slow, nil)
+	sw.BatchSize = 10
+	sw.Duty = 0.01 // a rest of 99 × 50 ms, about 5 s
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	began := time.Now()
+	_, err := sw.SweepOnce(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("SweepOnce = %v; want context.Canceled", err)
+	}
+	if took := time.Since(began); took > 2500*time.Millisecond {
+		t.Errorf("SweepOnce returned %s after it began, though cancelled after 200ms", took)
 	}
 }
