@@ -49,8 +49,7 @@ func TestJSONListenerWithMutualTLS(t *testing.T) {
   - name: billing
     tokens: ["`+config.HashToken(token)+`"]
 `)
-	jsonAddr := freeAddr(t)
-	startIdemd(t, "--config", cfg, "--tls-cert", certFile, "--tls-key", keyFile, "--client-ca", caFile, "--json-listen", jsonAddr)
+	jsonAddr := startIdemd(t, "--config", cfg, "--tls-cert", certFile, "--tls-key", keyFile, "--client-ca", caFile, "--json-listen", "127.0.0.1:0").JSONListen
 
 	httpsClient := func(certs ...tls.Certificate) *http.Client {
 		return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -147,8 +148,7 @@ func TestServeRefusesAnUnmigratedSchemaWithMigrateOff(t *testing.T) {
 func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, testdb.Unmigrated())
-	addr := freeAddr(t)
-	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json")
+	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+db.URL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -166,7 +166,7 @@ func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
 		}
 		close(logs)
 	}()
-	waitFor(t, logs, `"msg":"idemd serving"`)
+	addr := parseServing(t, waitFor(t, logs, servingMsg)).Listen
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -193,17 +193,46 @@ func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
+// servingMsg marks idemd's "idemd serving" line in a JSON log.
+const servingMsg = `"msg":"idemd serving"`
+
+// servedAddrs is what idemd's "idemd serving" line (--log-format json) says of
+// its listeners: the addresses it bound, with the port the system chose where
+// the flag asked for port 0; "" for a listener that is off.
+//
+// Tests start idemd on 127.0.0.1:0 and take its addresses from this line.
+// A port picked beforehand (listen on :0, read the port, close, pass it to
+// idemd) can be taken by any other socket on the machine before idemd binds
+// it, and idemd then fails with "address already in use".
+type servedAddrs struct {
+	Listen     string `json:"listen"`
+	HTTPListen string `json:"http_listen"`
+	JSONListen string `json:"json_listen"`
 }
 
-func waitFor(t *testing.T, logs <-chan string, want string) {
+// parseServing reads the addresses from idemd's serving line.
+func parseServing(t *testing.T, line string) servedAddrs {
+	t.Helper()
+	var m struct {
+		Msg string `json:"msg"`
+		servedAddrs
+	}
+	if err := json.Unmarshal([]byte(line), &m); err != nil || m.Msg != "idemd serving" {
+		t.Fatalf("not idemd's serving line in the JSON log format (%v): %s", err, line)
+	}
+	for _, addr := range []string{m.Listen, m.HTTPListen, m.JSONListen} {
+		if addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" || port == "0" {
+			t.Fatalf("serving line has the address %q; want host:port with the port bound: %s", addr, line)
+		}
+	}
+	return m.servedAddrs
+}
+
+// waitFor reads logs until a line contains want, and returns that line.
+func waitFor(t *testing.T, logs <-chan string, want string) string {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -213,7 +242,7 @@ func waitFor(t *testing.T, logs <-chan string, want string) {
 				t.Fatalf("idemd's log ended before %s", want)
 			}
 			if strings.Contains(line, want) {
-				return
+				return line
 			}
 		case <-timeout:
 			t.Fatalf("no log line with %s within 30s", want)

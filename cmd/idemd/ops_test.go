@@ -49,8 +49,8 @@ func startOpsServer(t *testing.T) *opsServer {
 	q.Set("connect_timeout", "2")
 	u.RawQuery = q.Encode()
 
-	s := &opsServer{addr: freeAddr(t), httpAddr: freeAddr(t), proxy: proxy, db: db}
-	cmd := exec.Command(idemdBinary, "serve", "--listen", s.addr, "--http-listen", s.httpAddr, "--json-listen", "",
+	s := &opsServer{proxy: proxy, db: db}
+	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--json-listen", "",
 		"--sweep-interval", "100ms", "--count-interval", "100ms", "--health-interval", "100ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+u.String())
 	stderr, err := cmd.StderrPipe()
@@ -74,7 +74,8 @@ func startOpsServer(t *testing.T) *opsServer {
 			}
 		}
 	}()
-	waitFor(t, logs, `"msg":"idemd serving"`)
+	addrs := parseServing(t, waitFor(t, logs, servingMsg))
+	s.addr, s.httpAddr = addrs.Listen, addrs.HTTPListen
 	s.conn, err = grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -157,12 +157,13 @@ func TestTokenNew(t *testing.T) {
 }
 
 // startIdemd runs `idemd serve` with args against a fresh schema until the
-// test ends, and returns its address once it serves.
-func startIdemd(t *testing.T, args ...string) string {
+// test ends, and returns its addresses once it serves. It listens on
+// 127.0.0.1:0 for gRPC; args may turn the JSON API on (--json-listen
+// 127.0.0.1:0 for a port of the system's choosing).
+func startIdemd(t *testing.T, args ...string) servedAddrs {
 	t.Helper()
 	db := testdb.New(t, testdb.Unmigrated())
-	addr := freeAddr(t)
-	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", addr, "--http-listen", "", "--json-listen", "", "--log-format", "json", "--sweep-interval", "0"}, args...)...)
+	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--log-format", "json", "--sweep-interval", "0"}, args...)...)
 	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), "IDEM_DATABASE_URL="+db.URL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -180,13 +181,15 @@ func startIdemd(t *testing.T, args ...string) string {
 	serving, ended := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var lines []string
+	var servingLine string
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			mu.Lock()
 			lines = append(lines, sc.Text())
 			mu.Unlock()
-			if strings.Contains(sc.Text(), `"msg":"idemd serving"`) {
+			if servingLine == "" && strings.Contains(sc.Text(), servingMsg) {
+				servingLine = sc.Text()
 				close(serving)
 			}
 		}
@@ -194,14 +197,14 @@ func startIdemd(t *testing.T, args ...string) string {
 	}()
 	select {
 	case <-serving:
-		return addr
+		return parseServing(t, servingLine)
 	case <-ended:
 	case <-time.After(30 * time.Second):
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	t.Fatalf("idemd did not serve; its log:\n%s", strings.Join(lines, "\n"))
-	return ""
+	return servedAddrs{}
 }
 
 // TestSDKAgainstServeWithConfig: the Go SDK's WithToken and WithTLS work
@@ -261,7 +264,7 @@ func TestSDKAgainstServeWithConfig(t *testing.T) {
 
 	t.Run("token on loopback", func(t *testing.T) {
 		t.Parallel()
-		addr := startIdemd(t, "--config", tokenConfig)
+		addr := startIdemd(t, "--config", tokenConfig).Listen
 		roundTrip(t, newClient(t, addr, client.WithInsecure(), client.WithToken(token)))
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -277,12 +280,12 @@ func TestSDKAgainstServeWithConfig(t *testing.T) {
 	})
 	t.Run("TLS with a token", func(t *testing.T) {
 		t.Parallel()
-		addr := startIdemd(t, "--config", tokenConfig, "--tls-cert", certFile, "--tls-key", keyFile)
+		addr := startIdemd(t, "--config", tokenConfig, "--tls-cert", certFile, "--tls-key", keyFile).Listen
 		roundTrip(t, newClient(t, addr, client.WithTLS(&tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}), client.WithToken(token)))
 	})
 	t.Run("mutual TLS, the certificate names the tenant", func(t *testing.T) {
 		t.Parallel()
-		addr := startIdemd(t, "--config", certConfig, "--tls-cert", certFile, "--tls-key", keyFile, "--client-ca", caFile)
+		addr := startIdemd(t, "--config", certConfig, "--tls-cert", certFile, "--tls-key", keyFile, "--client-ca", caFile).Listen
 		cert := ca.Client(t, pkix.Name{CommonName: "payments-worker"})
 		roundTrip(t, newClient(t, addr, client.WithTLS(&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
 

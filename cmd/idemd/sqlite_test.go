@@ -40,14 +40,15 @@ func environWithoutIdem() []string {
 }
 
 // startServe runs `idemd serve args...` in dir until the test ends, its
-// addresses given through the environment so that args can be empty, and
-// returns once it serves.
+// addresses (127.0.0.1:0, ports of the system's choosing) given through the
+// environment so that args can be empty, and returns once it serves, with
+// the addresses it logged.
 func startServe(t *testing.T, dir string, args ...string) *idemdProc {
 	t.Helper()
-	p := &idemdProc{addr: freeAddr(t), httpAddr: freeAddr(t), ended: make(chan struct{})}
+	p := &idemdProc{ended: make(chan struct{})}
 	p.cmd = exec.Command(idemdBinary, append([]string{"serve"}, args...)...)
 	p.cmd.Dir = dir
-	p.cmd.Env = append(environWithoutIdem(), "IDEM_LISTEN="+p.addr, "IDEM_HTTP_LISTEN="+p.httpAddr, "IDEM_JSON_LISTEN=", "IDEM_LOG_FORMAT=json")
+	p.cmd.Env = append(environWithoutIdem(), "IDEM_LISTEN=127.0.0.1:0", "IDEM_HTTP_LISTEN=127.0.0.1:0", "IDEM_JSON_LISTEN=", "IDEM_LOG_FORMAT=json")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -57,13 +58,15 @@ func startServe(t *testing.T, dir string, args ...string) *idemdProc {
 	}
 	t.Cleanup(p.kill)
 	serving := make(chan struct{})
+	var servingLine string
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			p.mu.Lock()
 			p.lines = append(p.lines, sc.Text())
 			p.mu.Unlock()
-			if strings.Contains(sc.Text(), `"msg":"idemd serving"`) {
+			if servingLine == "" && strings.Contains(sc.Text(), servingMsg) {
+				servingLine = sc.Text()
 				close(serving)
 			}
 		}
@@ -71,6 +74,8 @@ func startServe(t *testing.T, dir string, args ...string) *idemdProc {
 	}()
 	select {
 	case <-serving:
+		addrs := parseServing(t, servingLine)
+		p.addr, p.httpAddr = addrs.Listen, addrs.HTTPListen
 		return p
 	case <-p.ended:
 	case <-time.After(30 * time.Second):

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -87,8 +88,9 @@ func TestFlagErrorsAreOneLineWithAHint(t *testing.T) {
 }
 
 // TestStartupLogSaysWhatWasAskedFor: the serving line shows the listen
-// address as given (0.0.0.0, not the [::] Go reports), and a config file is
-// logged with its number of tenants.
+// address as given (0.0.0.0, not the [::] Go reports) with the port idemd
+// bound (the system's choice for port 0), and a config file is logged with
+// its number of tenants.
 func TestStartupLogSaysWhatWasAskedFor(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -102,8 +104,7 @@ func TestStartupLogSaysWhatWasAskedFor(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := strings.Cut(freeAddr(t), ":")
-	p := startServe(t, dir, "--listen", "0.0.0.0:"+port, "--config", cfg)
+	p := startServe(t, dir, "--listen", "0.0.0.0:0", "--config", cfg)
 
 	var serving, loaded map[string]any
 	for _, line := range strings.Split(p.log(), "\n") {
@@ -118,8 +119,14 @@ func TestStartupLogSaysWhatWasAskedFor(t *testing.T) {
 			loaded = m
 		}
 	}
-	if serving == nil || serving["listen"] != "0.0.0.0:"+port {
-		t.Errorf("serving line %v; want listen=0.0.0.0:%s", serving, port)
+	listen, _ := serving["listen"].(string)
+	host, port, err := net.SplitHostPort(listen)
+	if serving == nil || err != nil || host != "0.0.0.0" || port == "0" {
+		t.Errorf("serving line %v; want listen=0.0.0.0:<the port bound>", serving)
+	} else if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), 10*time.Second); err != nil {
+		t.Errorf("serving line says listen=%s, but idemd does not answer on port %s: %v", listen, port, err)
+	} else {
+		conn.Close() // the port logged is the one idemd listens on
 	}
 	if loaded == nil || loaded["file"] != cfg || loaded["tenants"] != float64(2) {
 		t.Errorf("config line %v; want file=%s tenants=2\n%s", loaded, cfg, p.log())

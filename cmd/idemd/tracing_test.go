@@ -89,8 +89,7 @@ func environWithoutTelemetry() []string {
 func claimTraced(t *testing.T, env []string, traceparent, jsonTraceparent string) []string {
 	t.Helper()
 	db := testdb.New(t)
-	addr, jsonAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(idemdBinary, "serve", "--listen", addr, "--http-listen", "", "--json-listen", jsonAddr,
+	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "127.0.0.1:0",
 		"--sweep-interval", "50ms", "--health-interval", "50ms", "--log-format", "json")
 	cmd.Env = append(environWithoutTelemetry(), append(env, "IDEM_DATABASE_URL="+db.URL)...)
 	stderr, err := cmd.StderrPipe()
@@ -119,7 +118,8 @@ func claimTraced(t *testing.T, env []string, traceparent, jsonTraceparent string
 		}
 		close(logs)
 	}()
-	waitFor(t, logs, `"msg":"idemd serving"`)
+	addrs := parseServing(t, waitFor(t, logs, servingMsg))
+	addr, jsonAddr := addrs.Listen, addrs.JSONListen
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
