@@ -54,8 +54,8 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		unary = append(unary, m.GRPC.UnaryServerInterceptor())
 		stream = append(stream, m.GRPC.StreamServerInterceptor())
 	}
-	// One line per RPC; health probes, which arrive every few seconds from
-	// every load balancer, only at debug.
+	// One line per RPC; health probes and the workers' answered calls only
+	// at debug (healthPrefix, workerPrefix).
 	unary = append(unary, logCalls(logger, svc.cfg.Tracing != nil))
 	// Then authentication and the tenant's rate limit (none without tenants;
 	// health and reflection skip both): a caller without credentials is
@@ -113,6 +113,17 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	return srv, healthSrv
 }
 
+// The services whose successful calls logCalls logs at debug: health
+// probes, which arrive every few seconds from every load balancer, and the
+// workers' calls, thousands a second on a busy server. A line per answered
+// Claim and Complete was 8% of idemd's CPU under load, and the metrics
+// already count every call by method and code; a call that ends in an error
+// code, and every AdminService call, keeps its line.
+var (
+	healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
+	workerPrefix = "/" + idemv1.IdempotencyService_ServiceDesc.ServiceName + "/"
+)
+
 // logCalls logs one line per finished call, at codeToLevel's level. It
 // builds the line only when that level is enabled: go-grpc-middleware's
 // logging interceptor built its fields for every call before it knew the
@@ -126,7 +137,7 @@ func logCalls(logger *slog.Logger, traced bool) grpc.UnaryServerInterceptor {
 		resp, err := handler(context.WithValue(ctx, callLineKey{}, line), req)
 		code := status.Code(err)
 		level := codeToLevel(code)
-		if strings.HasPrefix(info.FullMethod, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") {
+		if strings.HasPrefix(info.FullMethod, healthPrefix) || (code == codes.OK && strings.HasPrefix(info.FullMethod, workerPrefix)) {
 			level = slog.LevelDebug
 		}
 		if !logger.Enabled(ctx, level) {
@@ -176,7 +187,8 @@ func logTenant(ctx context.Context, tenant string) {
 	}
 }
 
-// codeToLevel gives every RPC one line at info: answered calls, the answers a
+// codeToLevel gives every RPC one line at info (logCalls lowers the workers'
+// answered calls and health probes to debug): answered calls, the answers a
 // worker expects (lease lost, not found, …), a cancelled call or a passed
 // deadline. A store outage logs at warn, a bug at error. Refused credentials
 // and rate-limited calls log at debug: a flood of them, the case they exist

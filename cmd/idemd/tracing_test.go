@@ -90,7 +90,8 @@ func claimTraced(t *testing.T, env []string, traceparent, jsonTraceparent string
 	t.Helper()
 	db := testdb.New(t)
 	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "127.0.0.1:0",
-		"--sweep-interval", "50ms", "--health-interval", "50ms", "--log-format", "json")
+		"--sweep-interval", "50ms", "--health-interval", "50ms", "--log-format", "json",
+		"--log-level", "debug") // an answered Claim's line is at debug
 	cmd.Env = append(environWithoutTelemetry(), append(env, "IDEM_DATABASE_URL="+db.URL)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
