@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,12 @@ import (
 // and its fsync; the parallel ones (16 goroutines per GOMAXPROCS, 32 on two
 // cores) measure throughput when concurrent writes share a batch and its
 // fsync (group commit).
+//
+// Each also reports cpu-µs/op, the CPU time of the whole process (user and
+// system) per op. On a shared machine the fsyncs make sec/op swing widely
+// from run to run; the CPU a write costs the store (its statements, the
+// writer's work) moves much less, and it is what bounds the throughput once
+// batches share their fsyncs.
 
 func benchStore(b *testing.B) (*sqlite.Store, context.Context) {
 	b.Helper()
@@ -33,6 +40,22 @@ func benchStore(b *testing.B) (*sqlite.Store, context.Context) {
 	}
 	b.Cleanup(func() { _ = st.Close() })
 	return st, b.Context()
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time used since start per op.
+func reportCPU(b *testing.B, start time.Duration) {
+	if b.N > 0 {
+		b.ReportMetric(float64((cpuTime(b)-start).Microseconds())/float64(b.N), "cpu-µs/op")
+	}
 }
 
 func benchClaimParams(key string) *store.ClaimParams {
@@ -47,6 +70,7 @@ func BenchmarkRecordClaim(b *testing.B) {
 	st, ctx := benchStore(b)
 	b.ReportAllocs()
 	i := 0
+	cpu := cpuTime(b)
 	for b.Loop() {
 		i++
 		res, err := st.RecordClaim(ctx, benchClaimParams("new-"+strconv.Itoa(i)))
@@ -54,6 +78,7 @@ func BenchmarkRecordClaim(b *testing.B) {
 			b.Fatalf("RecordClaim: %+v, %v", res, err)
 		}
 	}
+	reportCPU(b, cpu)
 }
 
 // BenchmarkClaimParallel claims a new key each time from 16 goroutines per
@@ -63,6 +88,8 @@ func BenchmarkClaimParallel(b *testing.B) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16)
+	cpu := cpuTime(b)
+	defer reportCPU(b, cpu)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			res, err := st.RecordClaim(ctx, benchClaimParams("p-"+strconv.FormatInt(n.Add(1), 10)))
@@ -81,6 +108,8 @@ func BenchmarkClaimCompleteParallel(b *testing.B) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16)
+	cpu := cpuTime(b)
+	defer reportCPU(b, cpu)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			p := benchClaimParams("p-" + strconv.FormatInt(n.Add(1), 10))
