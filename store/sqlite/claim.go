@@ -31,10 +31,6 @@ const (
 	holdSQL = `UPDATE idem_records SET state = 'unresolved', updated_at = ?4
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
 	RETURNING ` + recordCols
-
-	// nextTokenSQL draws a token. The counter never goes back, whatever is
-	// purged or deleted, so every token is greater than all earlier ones.
-	nextTokenSQL = `UPDATE idem_token SET value = value + 1 WHERE id = 1 RETURNING value`
 )
 
 // RecordClaim implements store.Store.
@@ -85,8 +81,10 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		default:
 			return err
 		}
-		var token int64
-		if err := tx.QueryRow(nextTokenSQL).Scan(&token); err != nil {
+		// The counter never goes back, whatever is purged or deleted, so
+		// the token is greater than all earlier ones (writer.go).
+		token, err := tx.drawToken()
+		if err != nil {
 			return err
 		}
 		if rec == nil {

@@ -88,6 +88,10 @@ type writer struct {
 	// batches and batched count the batches committed and the calls they
 	// held, for tests and benchmarks.
 	batches, batched int64
+
+	// tokens is the token counter as the running batch sees it; only run's
+	// goroutine uses it.
+	tokens tokenCounter
 }
 
 // startWriter starts the writer on conn, the write connection to path.
@@ -217,6 +221,7 @@ func (w *writer) runBatch(batch []*writeCall) {
 		w.fail(live, "begin", err)
 		return
 	}
+	w.tokens = tokenCounter{}
 	tx := &writeTx{w: w}
 	ran := live[:0:0]
 	for _, c := range live {
@@ -257,6 +262,10 @@ func (w *writer) runBatch(batch []*writeCall) {
 			return
 		}
 		ran = append(ran, c)
+	}
+	if err := w.storeTokens(); err != nil {
+		w.fail(live, "store the token counter", err)
+		return
 	}
 	if _, err := w.conn.ExecContext(batchCtx, "COMMIT"); err != nil {
 		w.fail(live, "commit", err)
@@ -366,6 +375,91 @@ func (tx *writeTx) Exec(query string, args ...any) (sql.Result, error) {
 // preparing it: for statements that run once, such as a migration.
 func (tx *writeTx) ExecScript(query string, args ...any) (sql.Result, error) {
 	return tx.w.conn.ExecContext(batchCtx, query, args...)
+}
+
+// Tokens. The counter idem_token holds the last token handed out; every
+// token is drawn from it, so a token is greater than every token drawn
+// before it, whatever records were purged or deleted since. Rather than one
+// UPDATE per token, the writer keeps the counter in memory for the length of
+// one batch:
+//
+//   - the first token a batch draws reads idem_token, inside the batch's
+//     transaction, so under the write lock: another Store on the file (this
+//     process's, taking turns, or another process's) may have drawn tokens
+//     since this writer's last batch, and a batch that failed left nothing;
+//   - each token drawn adds one in memory;
+//   - before COMMIT, the batch writes the counter back once, in the same
+//     transaction, so every token a batch commits is at most the counter it
+//     commits, and a later batch, of this Store or another, draws above it.
+//
+// A token drawn by a call that then fails, or that a conflicting insert did
+// not use, leaves a gap at most: gaps are harmless, repeats are not, and a
+// token that is given back (peekToken without takeToken) is not even a gap.
+// The counter is written by this code only; a statement that changed it
+// behind the writer's back within a batch would be overruled at most upwards
+// (storeTokensSQL keeps the greater value).
+type tokenCounter struct {
+	loaded bool
+	read   int64 // the value the batch read
+	last   int64 // the last token the batch drew
+}
+
+const (
+	loadTokensSQL  = `SELECT value FROM idem_token WHERE id = 1`
+	storeTokensSQL = `UPDATE idem_token SET value = max(value, ?1) WHERE id = 1`
+)
+
+// peekToken returns the token that the next takeToken of the batch draws,
+// reading the counter first if the batch has not. Until takeToken, the
+// token is not drawn, and a later peekToken returns it again.
+func (tx *writeTx) peekToken() (int64, error) {
+	t := &tx.w.tokens
+	if !t.loaded {
+		stmt, err := tx.w.stmt(loadTokensSQL)
+		if err != nil {
+			return 0, err
+		}
+		if err := stmt.QueryRowContext(batchCtx).Scan(&t.read); err != nil {
+			return 0, err
+		}
+		t.last, t.loaded = t.read, true
+	}
+	return t.last + 1, nil
+}
+
+// takeToken draws token, which peekToken has just returned.
+func (tx *writeTx) takeToken(token int64) {
+	if t := &tx.w.tokens; t.loaded && token == t.last+1 {
+		t.last = token
+		return
+	}
+	panic(fmt.Sprintf("sqlite: takeToken(%d) without peekToken", token))
+}
+
+// drawToken draws the next token.
+func (tx *writeTx) drawToken() (int64, error) {
+	token, err := tx.peekToken()
+	if err != nil {
+		return 0, err
+	}
+	tx.takeToken(token)
+	return token, nil
+}
+
+// storeTokens writes the counter back if the batch drew a token.
+func (w *writer) storeTokens() error {
+	t := &w.tokens
+	if !t.loaded || t.last == t.read {
+		return nil
+	}
+	res, err := w.exec(storeTokensSQL, t.last)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("the token counter's row is missing (%d rows updated, %v)", n, err)
+	}
+	return nil
 }
 
 // fileTurn makes the writers of the Stores that one process opens on one file
