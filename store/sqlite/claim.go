@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -11,13 +12,16 @@ import (
 
 // The two ways a Claim acquires: a new record, or a takeover of a RELEASED or
 // EXPIRED record or of a PROCESSING one whose lease ran out. Both run in a
-// write transaction that has read the row under the write lock, with a token
-// that transaction drew. The fingerprint is written when the record is
-// created only.
+// write transaction under the write lock, with a token that transaction
+// drew: the insert adds the row only when the key has none (it returns no
+// row otherwise, and changes nothing), the takeover follows a read of the
+// row in the same transaction. The fingerprint is written when the record
+// is created only.
 const (
 	insertSQL = `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 		lease_expires_at, retention_us, created_at, updated_at, policy, hold)
 	VALUES (?1, ?2, ?3, 'processing', ?4, 1, ?5, ifnull(?6, x''), ?7 + ?8, ?9, ?7, ?7, ?10, ?11)
+	ON CONFLICT (tenant, namespace, key) DO NOTHING
 	RETURNING ` + recordCols
 
 	takeoverSQL = `UPDATE idem_records SET state = 'processing', token = ?4, attempt = attempt + 1, claimant = ?5,
@@ -57,44 +61,55 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	}
 
 	// Otherwise decide again under the write lock: the row may have changed
-	// since the read.
+	// since the read. Most Claims that get here are of a new key, so the
+	// insert goes first: when it adds the row, the Claim is done in one
+	// statement. When the key exists, it inserts nothing, and the row it
+	// ran into is read and decided on as above; under the write lock
+	// nothing changes between the two statements.
 	var res *store.ClaimResult
 	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
-		rec, err := scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key))
+		token, err := tx.peekToken()
+		if err != nil {
+			return err
+		}
+		rec, err := scanRecord(tx.QueryRow(insertSQL, p.Tenant, p.Namespace, p.Key, token,
+			p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
 		switch {
 		case err == nil:
-			r, settled, err := report(rec, p, now)
-			if store.HoldsLapsed(r) {
-				// Held for resolution: this Claim makes it UNRESOLVED.
-				if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
-					return err
-				}
-				res = &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}
-				return nil
+			tx.takeToken(token)
+			res = store.Acquired(rec)
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		// The token was not used: it is still the next one to draw.
+		if rec, err = scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("sqlite: %s/%s/%s: the insert ran into a row that is not there", p.Tenant, p.Namespace, p.Key)
 			}
-			if settled {
-				res = r
+			return err
+		}
+		r, settled, err := report(rec, p, now)
+		if store.HoldsLapsed(r) {
+			// Held for resolution: this Claim makes it UNRESOLVED.
+			if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
 				return err
 			}
-		case errors.Is(err, sql.ErrNoRows):
-			rec = nil
-		default:
+			res = &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}
+			return nil
+		}
+		if settled {
+			res = r
 			return err
 		}
-		// The counter never goes back, whatever is purged or deleted, so
-		// the token is greater than all earlier ones (writer.go).
-		token, err := tx.drawToken()
-		if err != nil {
+		// A takeover. The counter never goes back, whatever is purged or
+		// deleted, so the token is greater than all earlier ones
+		// (writer.go).
+		if token, err = tx.drawToken(); err != nil {
 			return err
 		}
-		if rec == nil {
-			rec, err = scanRecord(tx.QueryRow(insertSQL, p.Tenant, p.Namespace, p.Key, token,
-				p.Claimant, p.Fingerprint, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
-		} else {
-			rec, err = scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
-				p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
-		}
-		if err != nil {
+		if rec, err = scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
+			p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold)); err != nil {
 			return err
 		}
 		res = store.Acquired(rec)
