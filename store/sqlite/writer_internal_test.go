@@ -20,9 +20,10 @@ import (
 // the next batch.
 
 type batchFixture struct {
-	ctx context.Context
-	s   *Store
-	raw *sql.DB // the test's own connection to the file, for backdoors
+	ctx  context.Context
+	s    *Store
+	raw  *sql.DB // the test's own connection to the file, for backdoors
+	path string
 }
 
 func newBatchFixture(t *testing.T) *batchFixture {
@@ -41,7 +42,7 @@ func newBatchFixture(t *testing.T) *batchFixture {
 	}
 	raw.SetMaxOpenConns(1)
 	t.Cleanup(func() { _ = raw.Close() })
-	return &batchFixture{ctx: ctx, s: s, raw: raw}
+	return &batchFixture{ctx: ctx, s: s, raw: raw, path: path}
 }
 
 // hold makes the writer run a call that waits, inside its batch, until
