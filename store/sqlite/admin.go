@@ -56,7 +56,7 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 		return nil, err
 	}
 	var rec *store.Record
-	err := s.inWriteTx(ctx, func(tx *writeTx, _ time.Time) error {
+	err := s.inWriteTxLazy(ctx, func(tx *writeTx, _ time.Time) error {
 		var err error
 		rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key))
 		return err // sql.ErrNoRows becomes store.ErrNotFound

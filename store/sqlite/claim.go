@@ -67,7 +67,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// ran into is read and decided on as above; under the write lock
 	// nothing changes between the two statements.
 	var res *store.ClaimResult
-	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+	err = s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
 		token, err := tx.peekToken()
 		if err != nil {
 			return err
@@ -83,7 +83,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 			return err
 		}
 		// The token was not used: it is still the next one to draw.
-		if rec, err = scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+		if rec, err = scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("sqlite: %s/%s/%s: the insert ran into a row that is not there", p.Tenant, p.Namespace, p.Key)
 			}

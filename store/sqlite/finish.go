@@ -36,7 +36,7 @@ var tokenCalls = [...]string{
 // runTokenCall is the store.TokenCalls the Store embeds.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
 	var out *store.Record
-	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
 		args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token, now.UnixMicro()}, call.Args...)
 		rec, err := scanRecord(tx.QueryRow(tokenCalls[call.Kind], args...))
 		if err == nil {
@@ -46,7 +46,7 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if rec, err = scanRecord(tx.QueryRow(getSQL, call.ID.Tenant, call.ID.Namespace, call.ID.Key)); err != nil {
+		if rec, err = scanRecord(tx.Read(getSQL, call.ID.Tenant, call.ID.Namespace, call.ID.Key)); err != nil {
 			return err // sql.ErrNoRows becomes store.ErrNotFound
 		}
 		if out, err = call.Settle(rec); out != nil || err != nil {

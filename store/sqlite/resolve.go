@@ -27,7 +27,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		return nil, err
 	}
 	var out *store.Record
-	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+	err = s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
 		rec, err := scanRecord(tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), now.UnixMicro(), result, errText))
 		if err == nil {
 			out = rec
@@ -36,7 +36,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if _, err := scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+		if _, err := scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
 			return err // sql.ErrNoRows becomes store.ErrNotFound
 		}
 		return store.ErrNotUnresolved

@@ -4,9 +4,9 @@
 // One connection writes and a few read. Every write is a call queued for the
 // one write connection, so the writes of a Store queue in Go for that
 // connection instead of polling SQLite's busy handler. The writer runs the
-// calls queued together as one BEGIN IMMEDIATE transaction, a savepoint per
-// call, and answers them once it has committed: group commit, one fsync for
-// all of them (writer.go). No transaction ever has to upgrade a read lock to
+// calls queued together as one BEGIN IMMEDIATE transaction, each call's
+// writes undone alone on its error, and answers them once it has committed:
+// group commit, one fsync for all of them (writer.go). No transaction ever has to upgrade a read lock to
 // a write lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is WAL, so readers never
 // wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
 // reads a committed snapshot and takes no write lock at all.
@@ -253,12 +253,27 @@ func now() time.Time {
 // nil) or failed (store.ErrUnavailable), or ctx has ended (ctx's error; fn
 // may still commit). The transaction is BEGIN IMMEDIATE: it holds the
 // database's write lock from its start, so what fn reads cannot change before
-// it writes. now is read when fn starts, under the lock.
+// it writes. now is read when fn starts, under the lock. fn runs in a
+// savepoint of its own: an error it returns undoes what it wrote, and only
+// that.
 func (s *Store) inWriteTx(ctx context.Context, fn writeFunc) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	return s.w.do(ctx, fn)
+	return s.w.do(ctx, fn, false)
+}
+
+// inWriteTxLazy is inWriteTx for a function whose first writing statement,
+// when it changes rows, is its last write, after which it returns nil: a
+// Claim's insert, a Complete's update. Such a call takes no savepoint
+// unless it goes on to a second writing statement (writeTx), which saves
+// two statements in most calls. A function that breaks the rule does not
+// corrupt anything: its batch fails with store.ErrUnavailable.
+func (s *Store) inWriteTxLazy(ctx context.Context, fn writeFunc) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return s.w.do(ctx, fn, true)
 }
 
 // interpretError is the store's one boundary for database errors: nothing

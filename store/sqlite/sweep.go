@@ -45,7 +45,7 @@ func (s *Store) sweep(ctx context.Context, query string, limit int) (int, error)
 	// SQLite reads a negative LIMIT as no limit at all.
 	limit = max(limit, 0)
 	var n int64
-	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
 		res, err := tx.Exec(query, now.UnixMicro(), limit)
 		if err != nil {
 			return err

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/idemhq/idem/store"
 )
 
@@ -20,8 +23,9 @@ import (
 //
 //	BEGIN IMMEDIATE
 //	SAVEPOINT call; <call 1's statements>; RELEASE call   (or ROLLBACK TO call on its error)
-//	SAVEPOINT call; <call 2's statements>; RELEASE call
+//	<call 2's one statement>                               (a lazy call: see below)
 //	…
+//	UPDATE idem_token …                                    (if the batch drew tokens)
 //	COMMIT                                                 (one fsync of the WAL)
 //
 // and answers every call of the batch only once COMMIT has returned. There is
@@ -36,13 +40,29 @@ import (
 // batch is there whole or not at all.
 //
 // One call's own error (a fingerprint mismatch, a lost lease, an already
-// terminal record, a failed constraint) rolls back that call's savepoint
-// only; the others go on. A failure of the transaction itself (BEGIN, a
-// savepoint or COMMIT that fails, a disk that is full or fails, a lock held
-// past the busy timeout, the transaction rolled back under the batch) answers
-// every call of the batch store.ErrUnavailable: its outcome is unknown, and
-// no answer that an earlier call of the batch computed is given, since it may
-// rest on writes that are not committed.
+// terminal record, a failed constraint) undoes that call's writes only; the
+// others go on. A call of inWriteTx has a savepoint from its start, and its
+// error rolls back to it. Most calls would pay for that in vain: a Claim of
+// a new key or a Complete runs one statement when it succeeds, and the
+// savepoint's two would triple it. So those calls (inWriteTxLazy) take
+// their savepoint lazily, before their second writing statement, which is
+// as good as one taken at the start as long as the first changed nothing (an
+// insert that ran into an existing row, an update that matched none). A
+// call whose only write fails is undone by SQLite itself: a statement that
+// fails on its own (a constraint, a type, a value too big) takes back what
+// it changed and leaves the transaction, and what the calls before it
+// wrote, alone; an error that may have ended the transaction (a full or
+// failing disk, the lock, memory) fails the batch as below. A lazy call
+// that changed rows unprotected must end there and succeed: one that writes
+// again, or returns an error, could not be undone alone, so its batch fails
+// instead (a bug, never a normal answer; writeTx).
+//
+// A failure of the transaction itself (BEGIN, a savepoint or COMMIT that
+// fails, a disk that is full or fails, a lock held past the busy timeout,
+// the transaction rolled back under the batch) answers every call of the
+// batch store.ErrUnavailable: its outcome is unknown, and no answer that an
+// earlier call of the batch computed is given, since it may rest on writes
+// that are not committed.
 //
 // The calls of a batch run one after another, in the order they were queued,
 // each with the store's clock read when it starts, under the write lock. A
@@ -54,15 +74,17 @@ import (
 const maxBatch = 128
 
 // writeFunc is one call's work: it runs in the batch's transaction with now,
-// the store's clock when the call started. An error it returns rolls back
-// what it wrote, and only that.
+// the store's clock when the call started. An error it returns undoes what
+// it wrote, and only that (within the rule of inWriteTxLazy for lazy calls).
 type writeFunc func(tx *writeTx, now time.Time) error
 
 // writeCall is one queued call.
 type writeCall struct {
 	ctx context.Context
 	fn  writeFunc
-	err error
+	// lazy makes the savepoint lazy (inWriteTxLazy).
+	lazy bool
+	err  error
 	// panicked is what fn panicked with, if it did: do panics with it in
 	// the caller's goroutine, where the server's recovery sees it.
 	panicked any
@@ -86,8 +108,13 @@ type writer struct {
 	exited  chan struct{}
 
 	// batches and batched count the batches committed and the calls they
-	// held, for tests and benchmarks.
-	batches, batched int64
+	// held, statements the prepared statements those ran, for tests and
+	// benchmarks.
+	batches, batched, statements int64
+
+	// ran counts the prepared statements of the running batch; only run's
+	// goroutine uses it.
+	ran int64
 
 	// tokens is the token counter as the running batch sees it; only run's
 	// goroutine uses it.
@@ -105,11 +132,11 @@ func startWriter(conn *sql.Conn, path string) *writer {
 // do queues fn and waits until its batch is committed or has failed, or ctx
 // ends. When ctx ends first, do returns ctx's error at once; the call may
 // still run and commit (or, when its batch had not started, it is dropped).
-func (w *writer) do(ctx context.Context, fn writeFunc) error {
+func (w *writer) do(ctx context.Context, fn writeFunc, lazy bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c := &writeCall{ctx: ctx, fn: fn, done: make(chan struct{})}
+	c := &writeCall{ctx: ctx, fn: fn, lazy: lazy, done: make(chan struct{})}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -152,6 +179,14 @@ func (w *writer) stats() (batches, calls int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.batches, w.batched
+}
+
+// statementsRun returns how many prepared statements the committed batches
+// ran (BEGIN and COMMIT, which run unprepared, are not counted).
+func (w *writer) statementsRun() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.statements
 }
 
 func (w *writer) run() {
@@ -222,6 +257,7 @@ func (w *writer) runBatch(batch []*writeCall) {
 		return
 	}
 	w.tokens = tokenCounter{}
+	w.ran = 0
 	tx := &writeTx{w: w}
 	ran := live[:0:0]
 	for _, c := range live {
@@ -229,37 +265,55 @@ func (w *writer) runBatch(batch []*writeCall) {
 			c.answer(err)
 			continue
 		}
-		if _, err := w.exec(savepointSQL); err != nil {
-			w.fail(live, "savepoint", err)
-			return
+		*tx = writeTx{w: w, lazy: c.lazy}
+		if !c.lazy {
+			if err := tx.save(); err != nil {
+				w.fail(live, "savepoint", err)
+				return
+			}
 		}
 		err := c.run(tx)
-		if c.panicked != nil {
+		switch {
+		case c.panicked != nil:
 			w.fail(live, "call", fmt.Errorf("a call panicked: %v", c.panicked))
 			return
-		}
-		if err == nil {
-			if _, err := w.exec(releaseSQL); err != nil {
-				w.fail(live, "release savepoint", err)
-				return
+		case tx.broken != nil:
+			w.fail(live, "savepoint", tx.broken)
+			return
+		case err == nil:
+			if tx.saved {
+				if _, err := w.exec(releaseSQL); err != nil {
+					w.fail(live, "release savepoint", err)
+					return
+				}
 			}
 			ran = append(ran, c)
 			continue
-		}
-		if errors.Is(interpretError(batchCtx, err), store.ErrUnavailable) {
+		case errors.Is(interpretError(batchCtx, err), store.ErrUnavailable):
 			// The disk, the lock or the connection failed: SQLite may have
 			// rolled back the whole transaction already.
 			w.fail(live, "call", err)
 			return
+		case !tx.saved && tx.changed:
+			// What the call changed cannot be taken back alone.
+			w.fail(live, "call", fmt.Errorf("a call failed after a change it took no savepoint for: %w", err))
+			return
+		case !tx.saved && mayEndTx(err):
+			// Nothing to roll back to, and no telling whether SQLite
+			// rolled back the transaction.
+			w.fail(live, "call", err)
+			return
 		}
 		c.err = err
-		if _, err := w.exec(rollbackToSQL); err != nil {
-			w.fail(live, "roll back to savepoint", err)
-			return
-		}
-		if _, err := w.exec(releaseSQL); err != nil {
-			w.fail(live, "release savepoint", err)
-			return
+		if tx.saved {
+			if _, err := w.exec(rollbackToSQL); err != nil {
+				w.fail(live, "roll back to savepoint", err)
+				return
+			}
+			if _, err := w.exec(releaseSQL); err != nil {
+				w.fail(live, "release savepoint", err)
+				return
+			}
 		}
 		ran = append(ran, c)
 	}
@@ -276,6 +330,7 @@ func (w *writer) runBatch(batch []*writeCall) {
 	w.mu.Lock()
 	w.batches++
 	w.batched += int64(len(ran))
+	w.statements += w.ran
 	w.mu.Unlock()
 	for _, c := range ran {
 		c.answer(interpretError(batchCtx, c.err))
@@ -328,6 +383,7 @@ func (c *writeCall) answer(err error) {
 // stmt returns query prepared on the write connection, preparing it the
 // first time.
 func (w *writer) stmt(query string) (*sql.Stmt, error) {
+	w.ran++ // the statement is about to run
 	if stmt, ok := w.stmts[query]; ok {
 		return stmt, nil
 	}
@@ -349,14 +405,127 @@ func (w *writer) exec(query string, args ...any) (sql.Result, error) {
 }
 
 // writeTx is the batch's transaction as a call sees it: statements on the
-// write connection, inside the call's savepoint. Each statement is prepared
-// once per Store and reused.
+// write connection, inside the call's savepoint once it has one. Each
+// statement is prepared once per Store and reused.
+//
+// A call of inWriteTx has its savepoint from its start. A call of
+// inWriteTxLazy runs its first writing statement (QueryRow, Exec) without
+// one; the savepoint is taken before the next writing statement (or
+// ExecScript), which is the same as taking it at the start as long as the
+// first changed nothing, as when an insert ran into an existing row or an
+// update matched none. Read runs no savepoint at all: it changes nothing.
+// tx tracks whether the unprotected statement changed anything, from what
+// it returned; runBatch relies on that to decide whether a failed call can
+// be answered alone.
 type writeTx struct {
 	w *writer
+	// lazy: the call's savepoint waits for its second writing statement.
+	lazy bool
+	// saved: the call's savepoint is taken.
+	saved bool
+	// wrote: the call ran a writing statement before it had a savepoint.
+	wrote bool
+	// changed: that statement changed rows, or may have.
+	changed bool
+	// broken is the error of a savepoint that failed inside the call: the
+	// batch fails.
+	broken error
 }
 
-// QueryRow runs query, which returns at most one row.
-func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
+// errUnprotected refuses a lazy call's second write after a first that
+// changed rows without a savepoint: what the first changed could not be
+// undone alone if the call then failed.
+var errUnprotected = errors.New("sqlite: a call wrote again after an unprotected change; use inWriteTx")
+
+// save takes the call's savepoint.
+func (tx *writeTx) save() error {
+	if _, err := tx.w.exec(savepointSQL); err != nil {
+		return err
+	}
+	tx.saved = true
+	return nil
+}
+
+// beforeWrite is called before every writing statement: it reports whether
+// the statement runs unprotected, taking the savepoint first when it is due.
+func (tx *writeTx) beforeWrite(force bool) (unprotected bool, err error) {
+	switch {
+	case tx.saved:
+		return false, nil
+	case !tx.wrote && !force:
+		tx.wrote = true
+		tx.changed = true // until the statement shows otherwise
+		return true, nil
+	case tx.changed:
+		return false, errUnprotected
+	}
+	if err := tx.save(); err != nil {
+		tx.broken = err
+		return false, err
+	}
+	return false, nil
+}
+
+// QueryRow runs query, a writing statement that returns at most one row
+// (UPDATE, INSERT or DELETE ... RETURNING). Unprotected, a row returned is
+// a row changed, and none returned is none changed.
+func (tx *writeTx) QueryRow(query string, args ...any) rowScanner {
+	unprotected, err := tx.beforeWrite(false)
+	if err != nil {
+		return errRow{err}
+	}
+	stmt, err := tx.w.stmt(query)
+	if err != nil {
+		if unprotected {
+			tx.changed = false // prepared nothing, ran nothing
+		}
+		return errRow{err}
+	}
+	rows, err := stmt.QueryContext(batchCtx, args...)
+	if err != nil {
+		// A statement that fails changes nothing: SQLite takes back
+		// what it did, or the batch fails (runBatch).
+		if unprotected {
+			tx.changed = false
+		}
+		return errRow{err}
+	}
+	return &writeRow{rows: rows, unprotected: unprotected, tx: tx}
+}
+
+// writeRow is QueryRow's row: like *sql.Row, and it tells tx whether the
+// statement changed a row.
+type writeRow struct {
+	rows        *sql.Rows
+	unprotected bool
+	tx          *writeTx
+}
+
+func (r *writeRow) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if r.unprotected {
+			r.tx.changed = false // no row back: no row changed, or the statement failed
+		}
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	return r.rows.Close()
+}
+
+// errRow is a row that carries an error to Scan.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// Read runs query, a statement that changes nothing (a SELECT), which
+// returns at most one row. It takes no savepoint.
+func (tx *writeTx) Read(query string, args ...any) *sql.Row {
 	stmt, err := tx.w.stmt(query)
 	if err != nil {
 		// Unprepared, the statement fails again, and the row carries
@@ -366,15 +535,51 @@ func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
 	return stmt.QueryRowContext(batchCtx, args...)
 }
 
-// Exec runs query.
+// Exec runs query, a writing statement. Unprotected, the rows it affected
+// are the rows it changed.
 func (tx *writeTx) Exec(query string, args ...any) (sql.Result, error) {
-	return tx.w.exec(query, args...)
+	unprotected, err := tx.beforeWrite(false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := tx.w.exec(query, args...)
+	if unprotected {
+		if err != nil {
+			tx.changed = false // failed: SQLite took it back, or the batch fails
+		} else if n, nerr := res.RowsAffected(); nerr == nil && n == 0 {
+			tx.changed = false
+		}
+	}
+	return res, err
 }
 
 // ExecScript runs query, which may hold several statements, without
-// preparing it: for statements that run once, such as a migration.
+// preparing it: for statements that run once, such as a migration. It
+// always runs under the call's savepoint, taking it if the call has none.
 func (tx *writeTx) ExecScript(query string, args ...any) (sql.Result, error) {
+	if _, err := tx.beforeWrite(true); err != nil {
+		return nil, err
+	}
 	return tx.w.conn.ExecContext(batchCtx, query, args...)
+}
+
+// mayEndTx reports whether err, a statement's error, may have rolled back
+// the whole transaction rather than the statement alone. SQLite takes back
+// just the failed statement for a constraint, a type mismatch, a value too
+// big, a bind out of range and a plain SQL error; other errors (a full or
+// failing disk, the lock, memory, an interrupt, corruption) may end the
+// transaction. Errors that are not SQLite's come from Go and touch nothing.
+func mayEndTx(err error) bool {
+	var sqliteErr *sqlite.Error
+	if !errors.As(err, &sqliteErr) {
+		return false
+	}
+	switch sqliteErr.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG,
+		sqlite3.SQLITE_RANGE, sqlite3.SQLITE_ERROR:
+		return false
+	}
+	return true
 }
 
 // Tokens. The counter idem_token holds the last token handed out; every

@@ -574,26 +574,45 @@ func TestCloseAnswersQueuedCalls(t *testing.T) {
 // goes on.
 func TestPanickingCallPanicsInItsCaller(t *testing.T) {
 	t.Parallel()
-	f := newBatchFixture(t)
-	var (
-		claimErr  error
-		recovered any
-	)
-	f.oneBatch(t,
-		func() { _, claimErr = f.s.RecordClaim(f.ctx, batchClaim("k", "w")) },
-		func() {
-			defer func() { recovered = recover() }()
-			_ = f.s.inWriteTx(f.ctx, func(*writeTx, time.Time) error { panic("boom") })
-		},
-	)
-	if recovered != "boom" {
-		t.Fatalf("the panicking call's caller recovered %v, want boom", recovered)
-	}
-	if !errors.Is(claimErr, store.ErrUnavailable) {
-		t.Fatalf("a claim in the batch of the panic: %v; want ErrUnavailable", claimErr)
-	}
-	f.requireGone(t, "k")
-	if res, err := f.s.RecordClaim(f.ctx, batchClaim("k", "w")); err != nil || res.Outcome != store.OutcomeAcquired {
-		t.Fatalf("claim after the panic: %+v, %v", res, err)
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lazy=%v", lazy), func(t *testing.T) {
+			t.Parallel()
+			f := newBatchFixture(t)
+			var (
+				claimErr  error
+				recovered any
+			)
+			inWriteTx := f.s.inWriteTx
+			if lazy {
+				inWriteTx = f.s.inWriteTxLazy
+			}
+			f.oneBatch(t,
+				func() { _, claimErr = f.s.RecordClaim(f.ctx, batchClaim("k", "w")) },
+				func() {
+					defer func() { recovered = recover() }()
+					_ = inWriteTx(f.ctx, func(tx *writeTx, _ time.Time) error {
+						// It has written, unprotected when lazy.
+						if _, err := tx.Exec(`UPDATE idem_token SET value = value + 1000`); err != nil {
+							return err
+						}
+						panic("boom")
+					})
+				},
+			)
+			if recovered != "boom" {
+				t.Fatalf("the panicking call's caller recovered %v, want boom", recovered)
+			}
+			if !errors.Is(claimErr, store.ErrUnavailable) {
+				t.Fatalf("a claim in the batch of the panic: %v; want ErrUnavailable", claimErr)
+			}
+			f.requireGone(t, "k")
+			res, err := f.s.RecordClaim(f.ctx, batchClaim("k", "w"))
+			if err != nil || res.Outcome != store.OutcomeAcquired {
+				t.Fatalf("claim after the panic: %+v, %v", res, err)
+			}
+			if got := f.tokenCounter(t); got != res.Record.Token {
+				t.Fatalf("token counter %d after the panic, want %d: the panicking call's write undone", got, res.Record.Token)
+			}
+		})
 	}
 }
