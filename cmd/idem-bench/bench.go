@@ -224,7 +224,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 // be skipped, after saying why on stderr and in the report.
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
-	case "service", "service-sqlite", "service-prefilled", "service-b":
+	case "service", "service-sqlite", "service-prefilled", "service-b", "service-sqlite-b":
 		addr := c.Addr
 		var idemd *localIdemd
 		if c.StartIdemd {
@@ -238,7 +238,7 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 				c.closers = append(c.closers, f.Close)
 			}
 			opts := idemdOptions{
-				bin: c.IdemdBin, sqlite: name == "service-sqlite", baseURL: c.DatabaseURL,
+				bin: c.IdemdBin, sqlite: name == "service-sqlite" || name == "service-sqlite-b", baseURL: c.DatabaseURL,
 				schema: "idem_bench_" + runID, appName: "idem-bench-idemd-" + runID,
 				poolMaxConns: c.IdemdPoolMaxConns, sweepInterval: c.SweepInterval,
 				logLevel: c.IdemdLogLevel, log: logw,
@@ -246,6 +246,8 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 			switch name {
 			case "service-sqlite":
 				opts.schema, opts.appName = "", ""
+			case "service-sqlite-b":
+				opts.bin, opts.schema, opts.appName = c.IdemdBinB, "", ""
 			case "service-prefilled":
 				opts.schema += "_prefilled"
 				opts.appName = "idem-bench-idemd-prefilled-" + runID

@@ -61,7 +61,7 @@ type cli struct {
 	IdemdMemProfile   string        `name:"idemd-memprofile" placeholder:"FILE" help:"Write the started idemd's allocation profile (/debug/pprof/allocs) at the end; named like --idemd-cpuprofile."`
 	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
 
-	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,service-prefilled,service-b,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), service-prefilled (an idemd on Postgres whose table holds --prefill records before the first round; needs --start-idemd), service-b (the idemd binary --idemd-bin-b on Postgres, to compare two builds in one run), sql, redis. Default: service, or service, sql and redis with --compare."`
+	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,service-prefilled,service-b,service-sqlite-b,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), service-prefilled (an idemd on Postgres whose table holds --prefill records before the first round; needs --start-idemd), service-b (the idemd binary --idemd-bin-b on Postgres, to compare two builds in one run), service-sqlite-b (the same on SQLite), sql, redis. Default: service, or service, sql and redis with --compare."`
 	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay,wait" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys), wait (alone: the time from a Complete on one replica to the answer of a Claim waiting on another; see --wait-addr)."`
 	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop); with --rate, the most jobs in flight at once."`
 	Rate        float64       `env:"IDEM_BENCH_RATE" default:"0" placeholder:"R" help:"Open loop: start R jobs per second in all (per round, on a fixed schedule) instead of a closed loop; 0 is the closed loop. Latency is measured from each job's intended start time, so time spent waiting for one of the --concurrency workers counts (no coordinated omission); jobs that start over 1 ms late are reported."`
@@ -108,8 +108,8 @@ func (c *cli) Validate() error {
 		return fmt.Errorf("--warmup is %s; it must be 0 or more", c.Warmup)
 	case (slices.Contains(c.Targets, "service-sqlite") || slices.Contains(c.Targets, "service-prefilled")) && !c.StartIdemd:
 		return errors.New("--target service-sqlite and service-prefilled need --start-idemd: idem-bench starts those idemds itself")
-	case slices.Contains(c.Targets, "service-b") && (!c.StartIdemd || c.IdemdBinB == ""):
-		return errors.New("--target service-b needs --start-idemd and --idemd-bin-b")
+	case (slices.Contains(c.Targets, "service-b") || slices.Contains(c.Targets, "service-sqlite-b")) && (!c.StartIdemd || c.IdemdBinB == ""):
+		return errors.New("--target service-b and service-sqlite-b need --start-idemd and --idemd-bin-b")
 	case slices.Contains(c.Scenarios, scenarioWait) && (len(dedupe(c.Scenarios)) > 1 || c.Compare || c.Rate > 0 ||
 		(len(c.Targets) > 0 && !slices.Equal(dedupe(c.Targets), []string{"service"}))):
 		return errWaitAlone
