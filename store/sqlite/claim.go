@@ -48,16 +48,23 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// Most Claims of a busy key only report: IN_PROGRESS while the holder
 	// works, a replay once it is done. Those are answered from a committed
 	// snapshot without queueing for the write lock. The answer holds as of
-	// the read, which is after every commit that preceded the call.
-	rec, err := getRecord(ctx, s.readStmts[getSQL], p.RecordID)
-	switch {
-	case err == nil:
-		if res, settled, err := report(rec, p, now()); settled && !store.HoldsLapsed(res) {
-			return res, err
+	// the read, which is after every commit that preceded the call. While
+	// the keys are new, that read finds nothing, and Claims skip it
+	// (firstread.go).
+	readFirst := s.firstReads.worth()
+	if readFirst {
+		rec, err := getRecord(ctx, s.readStmts[getSQL], p.RecordID)
+		switch {
+		case err == nil:
+			if res, settled, err := report(rec, p, now()); settled && !store.HoldsLapsed(res) {
+				s.firstReads.note(true)
+				return res, err
+			}
+		case errors.Is(err, sql.ErrNoRows):
+		default:
+			return nil, interpretError(ctx, err)
 		}
-	case errors.Is(err, sql.ErrNoRows):
-	default:
-		return nil, interpretError(ctx, err)
+		s.firstReads.note(false)
 	}
 
 	// Otherwise decide again under the write lock: the row may have changed
@@ -66,8 +73,12 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// statement. When the key exists, it inserts nothing, and the row it
 	// ran into is read and decided on as above; under the write lock
 	// nothing changes between the two statements.
-	var res *store.ClaimResult
-	err = s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
+	var (
+		res      *store.ClaimResult
+		reported bool // answered without a write: a read would have done
+	)
+	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
+		reported = false
 		token, err := tx.peekToken()
 		if err != nil {
 			return err
@@ -99,7 +110,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 			return nil
 		}
 		if settled {
-			res = r
+			res, reported = r, true
 			return err
 		}
 		// A takeover. The counter never goes back, whatever is purged or
@@ -115,6 +126,9 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		res = store.Acquired(rec)
 		return nil
 	})
+	if !readFirst && (err == nil || reported) {
+		s.firstReads.note(reported)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -81,6 +81,9 @@ type Store struct {
 	closed    atomic.Bool
 	// watches are the Claims waiting on a record (wait.go).
 	watches store.Watches
+	// firstReads decides whether a Claim reads before it writes
+	// (firstread.go).
+	firstReads firstReads
 }
 
 // readQueries are the statements Open prepares on the read connections.

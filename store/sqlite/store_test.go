@@ -12,14 +12,21 @@ import (
 	"github.com/idemhq/idem/store/storetest"
 )
 
+// TestStore runs the conformance suite on new stores, whose Claims mostly go
+// straight to the writer (firstread.go); TestStoreReadingFirst runs it again
+// with every Claim reading first, as Claims do once keys repeat.
 func TestStore(t *testing.T) {
 	storetest.Run(t, harness{})
+}
+
+func TestStoreReadingFirst(t *testing.T) {
+	storetest.Run(t, harness{readFirst: true})
 }
 
 // harness runs the conformance suite on a file of its own per test, in the
 // test's temporary directory. Its backdoors write to the file through a
 // connection of their own, beside the store's.
-type harness struct{}
+type harness struct{ readFirst bool }
 
 // harnessStore is a Store with the test's own connection to its file.
 type harnessStore struct {
@@ -27,8 +34,11 @@ type harnessStore struct {
 	raw *sql.DB
 }
 
-func (harness) New(t *testing.T, _ int) store.Store {
+func (h harness) New(t *testing.T, _ int) store.Store {
 	st, raw := open(t, filepath.Join(t.TempDir(), "idem.db"))
+	if h.readFirst {
+		sqlite.AlwaysReadFirst(st)
+	}
 	return &harnessStore{Store: st, raw: raw}
 }
 

@@ -179,10 +179,11 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 	}
 }
 
-// TestReportingClaimTakesNoWriteLock: while another connection holds the
-// write lock, Claims that only report (IN_PROGRESS, a replay, the same
-// claimant again) still answer; a Claim that must write waits for the lock
-// and gives up when its context ends, with the context's error.
+// TestReportingClaimTakesNoWriteLock: once the keys Claims ask for repeat
+// (firstread.go), Claims that only report (IN_PROGRESS, a replay, the same
+// claimant again) still answer while another connection holds the write
+// lock; a Claim that must write waits for the lock and gives up when its
+// context ends, with the context's error.
 func TestReportingClaimTakesNoWriteLock(t *testing.T) {
 	t.Parallel()
 	st, raw := open(t, filepath.Join(t.TempDir(), "idem.db"))
@@ -198,6 +199,13 @@ func TestReportingClaimTakesNoWriteLock(t *testing.T) {
 	}
 	if _, err := st.RecordComplete(ctx, &store.CompleteParams{RecordID: id("done"), Token: done.Record.Token}); err != nil {
 		t.Fatal(err)
+	}
+	// A new store's Claims go straight to the writer; replays teach it
+	// that reading first pays.
+	for range 20 {
+		if res, err := st.RecordClaim(ctx, claimParams(id("done"), "other")); err != nil || res.Outcome != store.OutcomeCompleted {
+			t.Fatalf("replay: %+v, %v", res, err)
+		}
 	}
 
 	conn, err := raw.Conn(ctx)
