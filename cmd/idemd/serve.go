@@ -120,6 +120,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
+	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
@@ -194,7 +195,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
 	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil)
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", procs)
 	for _, w := range sec.warnings {
 		logger.Warn(w)
 	}
