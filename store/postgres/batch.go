@@ -96,8 +96,11 @@ type tokenChange struct {
 // never deadlock; a row changed concurrently is locked in its newest
 // version, so a row the change does not apply to is reported as it now
 // stands and needs no second read. The statement answers with every row it
-// changed and every row it locked: a call with both changed its record,
-// and the Go side keeps the changed row. The change itself is an INSERT of the
+// changed, and every row it locked that the change does not apply to: the
+// change's condition is judged on the version locked, which no one else can
+// change before this statement commits, so each call gets one row (the Go
+// side would keep a changed row over a locked one all the same). The
+// change itself is an INSERT of the
 // locked rows that always conflicts (each row exists and this statement
 // holds its lock, so none can have gone) and so updates: the update applies
 // only with the call's token while the record is PROCESSING, EXPIRED or
@@ -137,7 +140,8 @@ changed AS (
 )
 SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
-SELECT false, ` + recordNames + ` FROM locked`
+SELECT false, ` + recordNames + ` FROM locked
+WHERE NOT (token = in_token AND state IN ('processing', 'expired', 'unresolved'))`
 }
 
 // claimOutcome is one Claim's answer from a statement; settled is false when
@@ -303,8 +307,8 @@ func (s *Store) runTokens(kind *tokenKind) func(ctx context.Context, batch []*to
 			return
 		}
 		defer rows.Close()
-		// A call whose row changed gets two rows, the changed one and the
-		// one it locked before the change; the changed one is its answer.
+		// Each call gets one row; were a call to get both its changed and
+		// its locked row, the changed one is its answer.
 		answered, changedRow := make([]bool, n), make([]bool, n)
 		var changed bool
 		for rows.Next() {
