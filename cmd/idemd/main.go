@@ -92,6 +92,7 @@ func main() {
 			"sweep_interval":   server.DefaultSweepInterval.String(),
 			"sweep_batch_size": strconv.Itoa(server.DefaultSweepBatchSize),
 			"count_interval":   server.DefaultCountEvery.String(),
+			"sweep_duty":       strconv.FormatFloat(server.DefaultSweepDuty, 'g', -1, 64),
 		},
 	)
 	kctx, err := parser.Parse(os.Args[1:])

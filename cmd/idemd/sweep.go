@@ -15,11 +15,24 @@ type sweepCmd struct {
 	Once      bool          `help:"Run one pass and exit, printing what it did."`
 	Interval  time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between passes, without --once."`
 	BatchSize int           `default:"${sweep_batch_size}" help:"Rows one statement touches at most (1 to 100000)."`
+	Duty      float64       `default:"${sweep_duty}" help:"Share of its time a pass with a backlog spends in statements (above 0, at most 1); 1 runs the batches back to back."`
+}
+
+// checkDuty checks a sweeper's duty flag: a share of time, above 0 and at
+// most 1.
+func checkDuty(flag string, duty float64) error {
+	if !(duty > 0 && duty <= 1) {
+		return fmt.Errorf("%s is %g; it must be above 0 and at most 1 (1 runs the batches back to back)", flag, duty)
+	}
+	return nil
 }
 
 func (c *sweepCmd) Run(ctx context.Context) error {
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
 		return fmt.Errorf("--batch-size is %d; it must be between 1 and 100000", c.BatchSize)
+	}
+	if err := checkDuty("--duty", c.Duty); err != nil {
+		return err
 	}
 	if !c.Once && c.Interval <= 0 {
 		return fmt.Errorf("--interval is %s; it must be positive", c.Interval)
@@ -36,6 +49,7 @@ func (c *sweepCmd) Run(ctx context.Context) error {
 	sw := server.NewSweeper(db, logger)
 	sw.BatchSize = c.BatchSize
 	sw.Interval = c.Interval
+	sw.Duty = c.Duty
 	if !c.Once {
 		logger.Info("sweeping", "interval", c.Interval)
 		sw.Run(ctx)
