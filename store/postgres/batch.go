@@ -38,8 +38,8 @@ func recordColsOf(alias string) string {
 // flatten into a join (OFFSET 0, or its FOR UPDATE) and so can only run as a
 // lookup of the primary key per row, and each row is changed by INSERT … ON
 // CONFLICT, whose conflict check goes through the primary key by
-// construction. TestBatchPlansUseThePrimaryKey checks the plans on an empty
-// table.
+// construction. TestHotStatementPlansUseThePrimaryKey checks the plans on an
+// empty table.
 
 // claimBatchSQL is claimSQL for many keys. looked pairs each call with its
 // record as the statement's snapshot sees it (NULLs when there is none);
@@ -99,12 +99,13 @@ type tokenChange struct {
 // changed, and every row it locked that the change does not apply to: the
 // change's condition is judged on the version locked, which no one else can
 // change before this statement commits, so each call gets one row (the Go
-// side would keep a changed row over a locked one all the same). The
-// change itself is an INSERT of the
-// locked rows that always conflicts (each row exists and this statement
-// holds its lock, so none can have gone) and so updates: the update applies
-// only with the call's token while the record is PROCESSING, EXPIRED or
-// UNRESOLVED, judged on the newest row version. The proposed row carries the
+// side would keep a changed row over a locked one all the same).
+//
+// The change itself is an INSERT of the locked rows that always conflicts
+// (each row exists and this statement holds its lock, so none can have
+// gone) and so updates: the update applies only with the call's token while
+// the record is PROCESSING, EXPIRED or UNRESOLVED, judged on the newest row
+// version. The proposed row carries the
 // locked row's own values for the columns the table requires, so it passes
 // every constraint that is checked before the conflict is found. argTypes
 // are the SQL types of the call's own arrays, bound from $5 on as a1, a2, ….
