@@ -5,6 +5,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,8 +53,9 @@ type Store interface {
 	// was.
 	RecordDelete(ctx context.Context, id RecordID) (*Record, error)
 	// RecordResolve moves an UNRESOLVED record on as params.Resolution says,
-	// keeping its token, and returns it. It returns ErrNotUnresolved when the
-	// record is in another state.
+	// keeping its token, and returns it. A record that already is what params
+	// asks for (a retry whose first answer was lost) is returned as it is;
+	// one in any other state is ErrNotUnresolved.
 	RecordResolve(ctx context.Context, params *ResolveParams) (*Record, error)
 	// RecordStats counts one tenant's records per namespace and state.
 	RecordStats(ctx context.Context, params *StatsParams) ([]StatsRow, error)
@@ -209,6 +211,24 @@ func (p *ResolveParams) Values() (state State, result []byte, errText *string, e
 		return StateReleased, nil, nil, nil
 	}
 	return "", nil, nil, fmt.Errorf("resolution %d is not a store.Resolution", p.Resolution)
+}
+
+// Holds reports whether rec already is what p asks for: the state p resolves
+// to, with the same result or error. A RecordResolve whose answer was lost
+// and is sent again finds the record so, and is answered with it, as the
+// first was, instead of ErrNotUnresolved.
+func (p *ResolveParams) Holds(rec *Record) bool {
+	state, result, errText, err := p.Values()
+	if err != nil || rec.State != state {
+		return false
+	}
+	switch state {
+	case StateCompleted:
+		return bytes.Equal(rec.Result, result)
+	case StateFailed:
+		return rec.Error == *errText
+	}
+	return true
 }
 
 // ResolveParams are the inputs of RecordResolve.

@@ -68,7 +68,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		if err != nil {
 			return nil, interpretError(err)
 		}
-		if !changed {
+		if !changed && !p.Holds(rec) {
 			return nil, store.ErrNotUnresolved
 		}
 		return rec, nil

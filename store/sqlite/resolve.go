@@ -36,10 +36,15 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if _, err := scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+		rec, err = scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key))
+		if err != nil {
 			return err // sql.ErrNoRows becomes store.ErrNotFound
 		}
-		return store.ErrNotUnresolved
+		if !p.Holds(rec) {
+			return store.ErrNotUnresolved
+		}
+		out = rec // a retry of a resolution that was made
+		return nil
 	})
 	if err != nil {
 		return nil, err
