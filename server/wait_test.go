@@ -33,6 +33,7 @@ const waitLease = 5 * time.Minute
 type waitServer struct {
 	client  idemv1.IdempotencyServiceClient
 	metrics *server.Metrics
+	store   store.Store
 }
 
 // waitStores opens a fresh store of each kind.
@@ -56,7 +57,7 @@ func startWaitServer(t *testing.T, st store.Store, cfg server.Config) *waitServe
 	t.Helper()
 	cfg.Metrics = server.NewMetrics()
 	c, _ := serve(t, st, cfg)
-	return &waitServer{client: c, metrics: cfg.Metrics}
+	return &waitServer{client: c, metrics: cfg.Metrics, store: st}
 }
 
 // forEachStore runs test on a server over each kind of store.
@@ -228,6 +229,24 @@ func TestWaitWokenByRelease(t *testing.T) {
 			r := await(t, answers)
 			wantOutcome(t, r, idemv1.Outcome_OUTCOME_COMPLETED, 10*time.Second)
 		}
+	})
+}
+
+// TestWaitRecordDeleted: deleting a record that Claims wait on (an
+// operator's DeleteRecord) wakes them, and the first takes the key, long
+// before its wait or the holder's lease would end.
+func TestWaitRecordDeleted(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, server.Config{}, func(t *testing.T, s *waitServer) {
+		ctx := testContext(t)
+		key := waitKey()
+		hold(t, s.client, key)
+		ch := startWait(ctx, s.client, key, "waiter", 30*time.Second)
+		s.awaitWaiting(t, 1)
+		if _, err := s.store.RecordDelete(ctx, store.RecordID{Tenant: "default", Namespace: ns, Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		wantOutcome(t, await(t, ch), idemv1.Outcome_OUTCOME_ACQUIRED, 10*time.Second)
 	})
 }
 

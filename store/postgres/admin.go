@@ -39,7 +39,15 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	})
 }
 
-const deleteSQL = `DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3 RETURNING ` + recordCols
+// deleteSQL deletes a record and, like the statements that end a lease,
+// wakes the Claims waiting on it (wait.go): the next Claim of the key
+// acquires it.
+var deleteSQL = `
+WITH gone AS (
+	DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3
+	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+)
+SELECT ` + recordNames + ` FROM gone`
 
 // RecordDelete implements store.Store.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
