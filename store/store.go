@@ -53,9 +53,9 @@ type Store interface {
 	// was.
 	RecordDelete(ctx context.Context, id RecordID) (*Record, error)
 	// RecordResolve moves an UNRESOLVED record on as params.Resolution says,
-	// keeping its token, and returns it. A record that already is what params
-	// asks for (a retry whose first answer was lost) is returned as it is;
-	// one in any other state is ErrNotUnresolved.
+	// keeping its token, and returns it. A record that already is COMPLETED
+	// or FAILED as params asks (a retry whose first answer was lost) is
+	// returned as it is; one in any other state is ErrNotUnresolved.
 	RecordResolve(ctx context.Context, params *ResolveParams) (*Record, error)
 	// RecordStats counts one tenant's records per namespace and state.
 	RecordStats(ctx context.Context, params *StatsParams) ([]StatsRow, error)
@@ -213,10 +213,12 @@ func (p *ResolveParams) Values() (state State, result []byte, errText *string, e
 	return "", nil, nil, fmt.Errorf("resolution %d is not a store.Resolution", p.Resolution)
 }
 
-// Holds reports whether rec already is what p asks for: the state p resolves
-// to, with the same result or error. A RecordResolve whose answer was lost
-// and is sent again finds the record so, and is answered with it, as the
-// first was, instead of ErrNotUnresolved.
+// Holds reports whether rec already is what p asks for: COMPLETED with the
+// same result, or FAILED with the same error. A RecordResolve whose answer
+// was lost and is sent again finds the record so, and is answered with it,
+// as the first was, instead of ErrNotUnresolved. A release is not: a
+// RELEASED record does not tell who released it (its holder's retryable Fail
+// does too), and the next Claim acquires it either way.
 func (p *ResolveParams) Holds(rec *Record) bool {
 	state, result, errText, err := p.Values()
 	if err != nil || rec.State != state {
@@ -228,7 +230,7 @@ func (p *ResolveParams) Holds(rec *Record) bool {
 	case StateFailed:
 		return rec.Error == *errText
 	}
-	return true
+	return false
 }
 
 // ResolveParams are the inputs of RecordResolve.

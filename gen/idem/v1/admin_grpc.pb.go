@@ -61,9 +61,9 @@ type AdminServiceClient interface {
 	// FAILED with an error, or RELEASED so that the next Claim acquires it
 	// (with a token greater than any before). The token stays as it was, so
 	// the late holder's repeated Complete or Fail is answered as for any
-	// finished record. A record that already is what the request asks for
-	// (the same state, result or error: a retry whose answer was lost) is
-	// answered with the record; one in another state is FAILED_PRECONDITION /
+	// finished record. A record already COMPLETED or FAILED as the request
+	// asks (the same result or error: a retry whose answer was lost) is
+	// answered with the record; any other is FAILED_PRECONDITION /
 	// NOT_UNRESOLVED; no record is NOT_FOUND.
 	ResolveRecord(ctx context.Context, in *ResolveRecordRequest, opts ...grpc.CallOption) (*ResolveRecordResponse, error)
 }
@@ -136,9 +136,9 @@ type AdminServiceServer interface {
 	// FAILED with an error, or RELEASED so that the next Claim acquires it
 	// (with a token greater than any before). The token stays as it was, so
 	// the late holder's repeated Complete or Fail is answered as for any
-	// finished record. A record that already is what the request asks for
-	// (the same state, result or error: a retry whose answer was lost) is
-	// answered with the record; one in another state is FAILED_PRECONDITION /
+	// finished record. A record already COMPLETED or FAILED as the request
+	// asks (the same result or error: a retry whose answer was lost) is
+	// answered with the record; any other is FAILED_PRECONDITION /
 	// NOT_UNRESOLVED; no record is NOT_FOUND.
 	ResolveRecord(context.Context, *ResolveRecordRequest) (*ResolveRecordResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
