@@ -118,8 +118,9 @@ func (s *Store) ClaimTogether(ctxs []context.Context, calls []*store.ClaimParams
 func (s *Store) Listens() int64 { return s.listen.listens.Load() }
 
 // HotStatement is a statement of the calls workers make (Claim, Complete,
-// Fail, Heartbeat, Lookup, a waiting Claim, a held record's lapse) and of
-// the admin calls on one record, with arguments written as SQL for EXECUTE.
+// Fail, Heartbeat, Lookup, a waiting Claim) and of the admin calls on one
+// record, with arguments written as SQL for EXECUTE. A held record's lapse
+// is planned per execution instead (holdSQL).
 type HotStatement struct{ Name, SQL, Args string }
 
 // HotStatements is every prepared statement on one record or a batch of
@@ -137,7 +138,6 @@ func HotStatements() []HotStatement {
 		{"heartbeat", tokenCalls[store.CallHeartbeat], one + `, 1, 60000000`},
 		{"heartbeat batch", tokenKinds[store.CallHeartbeat].batch, two + `, '{1,2}', '{60000000,60000000}'`},
 		{"lookup", getSQL, one},
-		{"lapse of a held record", holdSQL, one},
 		{"a waiting claim's mark", markWaitedSQL, one + `, 1`},
 		{"resolve", resolveSQL, one + `, 'completed', 'result', ''`},
 		{"delete", deleteSQL, one},

@@ -11,12 +11,13 @@ import (
 // conditions are checked again under the row lock: a Heartbeat or Complete
 // of the holder that came first wins, and the Claim looks again. The
 // record's waiting Claims (wait.go) wake to the new state. It runs only on
-// this rare path, never on a Claim of a new key or a live one. The row is
-// found by its primary key and changed by its ctid (rowByKeySQL).
+// this rare path, never on a Claim of a new key or a live one, and is
+// planned per execution (planned): its test of state would let a generic
+// plan made on an empty table scan the partial index of PROCESSING leases.
 var holdSQL = `
 WITH held AS (
 	UPDATE idem_records SET state = 'unresolved', updated_at = now()
-	WHERE ctid = (` + rowByKeySQL + `)
+	WHERE tenant = $1 AND namespace = $2 AND key = $3
 		AND state = 'processing' AND hold AND lease_expires_at <= now()
 	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
 )
@@ -25,7 +26,7 @@ SELECT ` + recordNames + ` FROM held`
 // holdLapsed runs holdSQL. held is false when the row no longer qualifies:
 // the Claim must run again.
 func holdLapsed(ctx context.Context, db dbtx, id store.RecordID) (rec *store.Record, held bool, err error) {
-	rec, err = scanRecord(db.QueryRow(ctx, holdSQL, id.Tenant, id.Namespace, id.Key))
+	rec, err = scanRecord(db.QueryRow(ctx, holdSQL, planned, id.Tenant, id.Namespace, id.Key))
 	if err != nil {
 		err = interpretError(err)
 		if err == store.ErrNotFound {

@@ -82,16 +82,6 @@ func utc(t pgtype.Timestamptz) time.Time {
 const getSQL = `SELECT ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3`
 
-// rowByKeySQL finds the row of the record $1, $2, $3 by its primary key, for
-// an UPDATE that also tests the record's state: written as
-// "WHERE ctid = (rowByKeySQL) AND state = 'processing' …", it cannot be
-// planned as a scan of the partial index on PROCESSING leases, which the
-// generic plan made on an empty table would otherwise choose and keep while
-// the table grows (TestHotStatementPlansUseThePrimaryKey). A row updated
-// concurrently is followed to its newest version and tested again, as with
-// any UPDATE under READ COMMITTED.
-const rowByKeySQL = `SELECT ctid FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3`
-
 // RecordGet reads one record.
 func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	if err := id.CheckText(); err != nil {

@@ -63,10 +63,15 @@ func wakeCol(table string, wakes bool) string {
 			json_build_array(` + table + `.tenant, ` + table + `.namespace, ` + table + `.key)::text) END AS woke`
 }
 
-// markWaitedSQL sets the waiters flag of a held row. The row is found by its
-// primary key and changed by its ctid (rowByKeySQL).
+// markWaitedSQL sets the waiters flag of the row held with token $4. It
+// tests no state: a row that finished meanwhile keeps the token, and the
+// waiting Claim looks again after marking anyway; without a test of state
+// no partial index can serve it, so even the generic plan made on an empty
+// table is a primary-key lookup. A row changed by another transaction while
+// the statement waited for its lock is followed to its newest version, as
+// by any UPDATE under READ COMMITTED.
 const markWaitedSQL = `UPDATE idem_records SET waiters = true
-	WHERE ctid = (` + rowByKeySQL + `) AND token = $4 AND state = 'processing' AND NOT waiters`
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4 AND NOT waiters`
 
 // RecordWatch implements store.Watcher. On a pool, the first watch of the
 // process starts the listener.

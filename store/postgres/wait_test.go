@@ -134,6 +134,41 @@ func TestMarkWaited(t *testing.T) {
 	}
 }
 
+// TestMarkWaitedFollowsAConcurrentUpdate: a waiting Claim's mark that waits
+// for the row lock of another transaction changing the row (a Heartbeat)
+// still sets the flag once that commits. Otherwise the holder's Complete
+// would find no waiter to notify and the Claim would sleep to the end of
+// its wait.
+func TestMarkWaitedFollowsAConcurrentUpdate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := uniqueID(t)
+	rec := b.acquire(t, id, "w1")
+	tx, pid := b.begin(t)
+	if _, err := tx.Exec(b.ctx, `UPDATE idem_records SET lease_expires_at = now() + interval '1 hour', updated_at = now()
+		WHERE tenant = $1 AND namespace = $2 AND key = $3`, id.Tenant, id.Namespace, id.Key); err != nil {
+		t.Fatal(err)
+	}
+	marked := make(chan error, 1)
+	done := make(chan struct{})
+	go func() { defer close(done); marked <- b.store.RecordMarkWaited(b.ctx, id, rec.Token) }()
+	b.waitBlockedBy(t, pid, done)
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-marked; err != nil {
+		t.Fatal(err)
+	}
+	var w bool
+	if err := b.pool.QueryRow(b.ctx, `SELECT waiters FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3`,
+		id.Tenant, id.Namespace, id.Key).Scan(&w); err != nil {
+		t.Fatal(err)
+	}
+	if !w {
+		t.Fatal("waiters not set: the mark missed the row version the Heartbeat left")
+	}
+}
+
 // TestSweepExpireNotifies: the sweeper's expiry wakes the Claims waiting on
 // the leases it ends.
 func TestSweepExpireNotifies(t *testing.T) {
