@@ -61,10 +61,10 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 		rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key))
 		return err // sql.ErrNoRows becomes store.ErrNotFound
 	})
+	s.watches.Wake(id) // even on an error: the delete may have committed (finish.go)
 	if err != nil {
 		return nil, err
 	}
-	s.watches.Wake(id)
 	return rec, nil
 }
 

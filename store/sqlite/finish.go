@@ -57,11 +57,14 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		return fmt.Errorf("sqlite: %s/%s/%s: state %s with the current token, yet the update applied nothing",
 			call.ID.Tenant, call.ID.Namespace, call.ID.Key, rec.State)
 	})
+	if call.Kind != store.CallHeartbeat {
+		// Committed, or perhaps: a caller whose context ended may have
+		// left while its batch still committed. A spare wake costs a
+		// waiting Claim one more look; a missed one, its whole wait.
+		s.watches.Wake(call.ID)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if call.Kind != store.CallHeartbeat {
-		s.watches.Wake(call.ID) // committed: a waiting Claim now sees it
 	}
 	return out, nil
 }

@@ -46,9 +46,9 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		out = rec // a retry of a resolution that was made
 		return nil
 	})
+	s.watches.Wake(p.RecordID) // even on an error: it may have committed (finish.go)
 	if err != nil {
 		return nil, err
 	}
-	s.watches.Wake(p.RecordID)
 	return out, nil
 }
