@@ -167,6 +167,10 @@ func TestOperatorListsCountsAndDeletesAcrossTenants(t *testing.T) {
 			_, err := ts.Admin.Stats(ctx, &idemv1.StatsRequest{Tenant: "team-a", AllTenants: true})
 			return err
 		}},
+		{"tenant with a NUL byte", func() error {
+			_, err := ts.Admin.Stats(ctx, &idemv1.StatsRequest{Tenant: "team-\x00"})
+			return err
+		}},
 		{"unknown tenant to delete from", func() error {
 			_, err := ts.Admin.DeleteRecord(ctx, &idemv1.DeleteRecordRequest{Tenant: "nobody", Namespace: "jobs.a", Key: "k2"})
 			return err

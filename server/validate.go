@@ -40,6 +40,7 @@ var textReasons = map[string]idemv1.ErrorReason{
 	"key":       idemv1.ErrorReason_ERROR_REASON_INVALID_KEY,
 	"claimant":  idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT,
 	"error":     idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
+	"tenant":    idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
 }
 
 // validateText applies the rule every text field of a request meets before
