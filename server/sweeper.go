@@ -32,6 +32,9 @@ const (
 	// Claims' p99 while they ran; paced, the purge takes four times as long
 	// and the Claims barely notice (docs/BENCHMARKS.md).
 	DefaultSweepDuty = 0.25
+	// MinSweepDuty is the lowest Duty: below it a backlog (leases to end,
+	// records to purge) would wait on rests a hundred times its work.
+	MinSweepDuty = 0.01
 )
 
 // Sweeper expires PROCESSING records whose lease ran out and purges records
@@ -57,7 +60,8 @@ type Sweeper struct {
 	// Duty is the share of a pass's time spent in statements while it has a
 	// backlog: after a full batch the pass rests for the batch's duration
 	// times (1 - Duty) / Duty before the next one. 1 runs the batches back
-	// to back. It defaults to DefaultSweepDuty, 0.25.
+	// to back. It defaults to DefaultSweepDuty, 0.25; below MinSweepDuty it
+	// is MinSweepDuty, and a rest is never longer than Interval.
 	Duty      float64
 	logger    *slog.Logger
 	lastCount atomic.Int64 // UnixNano of the last count
@@ -143,13 +147,19 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 // worked off at Duty of the database's time instead of all of it.
 func (s *Sweeper) rest(ctx context.Context, took time.Duration) error {
 	duty := s.Duty
-	if duty <= 0 || duty > 1 {
+	switch {
+	case duty <= 0 || duty > 1:
 		duty = DefaultSweepDuty
-	}
-	if duty == 1 {
+	case duty < MinSweepDuty:
+		duty = MinSweepDuty
+	case duty == 1:
 		return nil
 	}
-	t := time.NewTimer(time.Duration(float64(took) * (1 - duty) / duty))
+	d := time.Duration(float64(took) * (1 - duty) / duty)
+	if interval := s.Interval; interval > 0 && d > interval {
+		d = interval // a slow batch never parks the backlog longer than a pass interval
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

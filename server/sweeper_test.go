@@ -429,6 +429,29 @@ func TestSweepRestsBetweenFullBatches(t *testing.T) {
 	}
 }
 
+// TestSweepRestIsBoundedByTheInterval: however slow a batch and low the
+// duty, a rest is never longer than the sweeper's interval.
+func TestSweepRestIsBoundedByTheInterval(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	insertLapsed(t, ts.DB.Pool, 15)
+	slow := &slowBatches{Store: ts.Store, delay: 50 * time.Millisecond}
+	sw := server.NewSweeper(slow, nil)
+	sw.BatchSize = 10
+	sw.Duty = 0.001 // below MinSweepDuty: a rest of 99 × 50 ms unbounded
+	sw.Interval = 100 * time.Millisecond
+	stats, err := sw.SweepOnce(t.Context())
+	if err != nil || stats.Expired != 15 {
+		t.Fatalf("pass = %+v, %v; want 15 expired", stats, err)
+	}
+	if len(slow.began) != 2 {
+		t.Fatalf("%d expiry batches; want 10, 5", len(slow.began))
+	}
+	if rest := slow.began[1].Sub(slow.end[0]); rest < sw.Interval || rest > 3*time.Second {
+		t.Errorf("rest %s; want the interval, %s (4.95 s unbounded)", rest, sw.Interval)
+	}
+}
+
 // TestSweepRestEndsWithTheContext: a pass resting between batches returns
 // as soon as its context ends.
 func TestSweepRestEndsWithTheContext(t *testing.T) {

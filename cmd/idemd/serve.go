@@ -32,7 +32,7 @@ type serveCmd struct {
 	Listen              string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
 	SweepInterval       time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
 	CountInterval       time.Duration `default:"${count_interval}" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
-	SweepDuty           float64       `default:"${sweep_duty}" env:"IDEM_SWEEP_DUTY" help:"Share of its time a sweeper pass with a backlog spends in statements (above 0, at most 1): after each full batch it rests until the share is kept; 1 runs the batches back to back."`
+	SweepDuty           float64       `default:"${sweep_duty}" env:"IDEM_SWEEP_DUTY" help:"Share of its time a sweeper pass with a backlog spends in statements (0.01 to 1): after each full batch it rests until the share is kept, at most --sweep-interval; 1 runs the batches back to back."`
 	DefaultLeaseTTL     time.Duration `default:"5m" env:"IDEM_DEFAULT_LEASE_TTL" help:"Lease of a Claim or Heartbeat that sends none (1s to 24h)."`
 	DefaultRetention    time.Duration `default:"24h" env:"IDEM_DEFAULT_RETENTION" help:"How long a record is kept after it leaves PROCESSING when the Claim sends no retention (1m to 90 days)."`
 	MaxResultBytes      int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`

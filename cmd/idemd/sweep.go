@@ -15,14 +15,14 @@ type sweepCmd struct {
 	Once      bool          `help:"Run one pass and exit, printing what it did."`
 	Interval  time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between passes, without --once."`
 	BatchSize int           `default:"${sweep_batch_size}" help:"Rows one statement touches at most (1 to 100000)."`
-	Duty      float64       `default:"${sweep_duty}" help:"Share of its time a pass with a backlog spends in statements (above 0, at most 1); 1 runs the batches back to back."`
+	Duty      float64       `default:"${sweep_duty}" help:"Share of its time a pass with a backlog spends in statements (0.01 to 1); 1 runs the batches back to back."`
 }
 
-// checkDuty checks a sweeper's duty flag: a share of time, above 0 and at
-// most 1.
+// checkDuty checks a sweeper's duty flag: a share of time, from
+// server.MinSweepDuty to 1.
 func checkDuty(flag string, duty float64) error {
-	if !(duty > 0 && duty <= 1) {
-		return fmt.Errorf("%s is %g; it must be above 0 and at most 1 (1 runs the batches back to back)", flag, duty)
+	if !(duty >= server.MinSweepDuty && duty <= 1) {
+		return fmt.Errorf("%s is %g; it must be between %g and 1 (1 runs the batches back to back)", flag, duty, server.MinSweepDuty)
 	}
 	return nil
 }
