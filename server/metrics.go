@@ -41,7 +41,7 @@ func NewMetrics() *Metrics {
 			grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}))),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_claims_total",
-			Help: "Claims answered, by namespace and outcome (acquired, in_progress, completed, failed). Namespaces beyond the labelled ones count as _other.",
+			Help: "Claims answered, by namespace and outcome (acquired, in_progress, completed, failed, unresolved). Namespaces beyond the labelled ones count as _other.",
 		}, []string{"namespace", "outcome"}),
 		namespaces: newNamespaceLabels(),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{

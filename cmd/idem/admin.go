@@ -166,7 +166,8 @@ Exit codes:
 
     0   resolved; the record is shown with -o json
     13  no such record
-    21  the record is not UNRESOLVED (its holder or another operator resolved it first)
+    21  the record is not UNRESOLVED (its holder or another operator resolved it
+        first; the same --completed or --failed sent again answers 0)
 
 ` + otherExitCodes + `
 

@@ -9,7 +9,8 @@
 // group commit, one fsync for all of them (writer.go). No transaction ever has to upgrade a read lock to
 // a write lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is WAL, so readers never
 // wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
-// reads a committed snapshot and takes no write lock at all.
+// reads a committed snapshot and takes no write lock at all, while such reads
+// have been answering Claims (firstread.go).
 //
 // Durability: synchronous=FULL. In WAL mode every commit fsyncs the WAL before
 // it returns, so an acknowledged Complete survives kill -9 of the process and
