@@ -342,7 +342,8 @@ func (a *AdminService) ResolveRecord(ctx context.Context, req *idemv1.ResolveRec
 		if limit <= 0 {
 			limit = DefaultConfig().MaxResultBytes
 		}
-		if err := validateMaxBytes("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, len(r.Completed.GetResult()), limit); err != nil {
+		// The record's own tenant's limit: its Claims replay the result.
+		if err := checkResultLimit(a.Tenants.lookup(tenant), len(r.Completed.GetResult()), limit); err != nil {
 			return nil, err
 		}
 		p.Resolution, p.Result = store.ResolveCompleted, r.Completed.GetResult()

@@ -162,13 +162,19 @@ func namespaceNotAllowed(tenant, namespace string) error {
 // has one below the server's, against the server's otherwise; the message
 // names whose limit it is.
 func (s *Service) checkResult(t *tenant, n int) error {
-	if t != nil && t.maxResultBytes > 0 && t.maxResultBytes < s.cfg.MaxResultBytes {
+	return checkResultLimit(t, n, s.cfg.MaxResultBytes)
+}
+
+// checkResultLimit checks a result of n bytes against tenant t's limit when
+// it is below the server's, limit.
+func checkResultLimit(t *tenant, n, limit int) error {
+	if t != nil && t.maxResultBytes > 0 && t.maxResultBytes < limit {
 		if n > t.maxResultBytes {
 			return invalid("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, "result is %d bytes; tenant %q's limit is %d (max_result_bytes in idemd's config)", n, t.name, t.maxResultBytes)
 		}
 		return nil
 	}
-	return validateMaxBytes("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, n, s.cfg.MaxResultBytes)
+	return validateMaxBytes("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, n, limit)
 }
 
 // unaryInterceptors are authentication, then the rate limit, both skipped

@@ -335,3 +335,26 @@ func TestTenantFieldWithoutAConfigFile(t *testing.T) {
 		t.Errorf("message %q; want it to say why there is no such tenant", st.Message())
 	}
 }
+
+// TestOperatorResolveKeepsTheTenantsResultLimit: a result an operator
+// resolves a record with is one the record's tenant's Claims will replay,
+// so it is held to that tenant's max_result_bytes, not only the server's.
+func TestOperatorResolveKeepsTheTenantsResultLimit(t *testing.T) {
+	t.Parallel()
+	f := &config.File{Tenants: []config.Tenant{
+		{Name: "small", Tokens: []string{config.HashToken(workersToken)}, MaxResultBytes: 8},
+		{Name: "root", Tokens: []string{config.HashToken(rootToken)}, Operator: true},
+	}}
+	ts, _ := startTenancy(t, f, testserver.Options{})
+	ctx := asTenant(testContext(t), rootToken)
+	_, err := ts.Admin.ResolveRecord(ctx, &idemv1.ResolveRecordRequest{Tenant: "small", Namespace: "jobs", Key: "k",
+		Resolution: &idemv1.ResolveRecordRequest_Completed{Completed: &idemv1.ResolveCompleted{Result: []byte("123456789")}}})
+	st := requireStatus(t, err, codes.InvalidArgument, "INVALID_RESULT")
+	if !strings.Contains(st.Message(), "result") || !strings.Contains(st.Message(), "8") {
+		t.Errorf("message %q; want it to name the result and small's limit", st.Message())
+	}
+	// Within the limit the call reaches the store: there is no such record.
+	_, err = ts.Admin.ResolveRecord(ctx, &idemv1.ResolveRecordRequest{Tenant: "small", Namespace: "jobs", Key: "k",
+		Resolution: &idemv1.ResolveRecordRequest_Completed{Completed: &idemv1.ResolveCompleted{Result: []byte("12345678")}}})
+	requireStatus(t, err, codes.NotFound, "NOT_FOUND")
+}

@@ -98,8 +98,14 @@ func (ts *Tenants) names() []string {
 	return names
 }
 
-// lookup returns the tenant named name, nil when there is none.
-func (ts *Tenants) lookup(name string) *tenant { return ts.byName[name] }
+// lookup returns the tenant named name, nil when there is none (or no
+// tenants at all: a nil ts).
+func (ts *Tenants) lookup(name string) *tenant {
+	if ts == nil {
+		return nil
+	}
+	return ts.byName[name]
+}
 
 // byTokenHash returns the tenant whose token hashes to sum. The map lookup
 // works on a SHA-256 of the token, so its timing tells nothing usable about
