@@ -140,3 +140,23 @@ func TestMigrateOnNewerSchemaLogs(t *testing.T) {
 		t.Fatalf("SchemaVersion: %d, %v; want 999 untouched", v, err)
 	}
 }
+
+// TestStateCheckBindsNewRows: the state constraint, added NOT VALID so that
+// the migration reads no rows under its lock, still refuses a state that is
+// not one of idem's, on insert and on update.
+func TestStateCheckBindsNewRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, stmt := range []string{
+		`INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, retention, created_at, updated_at)
+			VALUES ('acme', 'ns', 'bogus', 'bogus', 1, 1, interval '1 hour', now(), now())`,
+	} {
+		if _, err := b.pool.Exec(b.ctx, stmt); err == nil || !strings.Contains(err.Error(), "idem_records_state_check") {
+			t.Errorf("%s: %v; want a violation of idem_records_state_check", strings.Fields(stmt)[0], err)
+		}
+	}
+	b.acquire(t, recordID("k"), "w") // a row for the UPDATE to reach
+	if _, err := b.pool.Exec(b.ctx, `UPDATE idem_records SET state = 'bogus'`); err == nil || !strings.Contains(err.Error(), "idem_records_state_check") {
+		t.Errorf("UPDATE of a row: %v; want a violation of idem_records_state_check", err)
+	}
+}
