@@ -53,9 +53,9 @@ func (s *Store) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error)
 // LatestVersion implements store.Backend.
 func (s *Store) LatestVersion() int { return LatestVersion() }
 
-// Collectors implements store.Backend: the SQLite store has no pool worth
-// watching.
-func (s *Store) Collectors() []prometheus.Collector { return nil }
+// Collectors implements store.Backend: the histogram of calls per write
+// transaction, idem_sqlite_batch_calls.
+func (s *Store) Collectors() []prometheus.Collector { return []prometheus.Collector{s.w.batchCalls} }
 
 // migrationTx is the migrate.Tx of SQLite.
 type migrationTx struct {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -111,6 +112,9 @@ type writer struct {
 	// held, statements the prepared statements those ran, for tests and
 	// benchmarks.
 	batches, batched, statements int64
+	// batchCalls observes the calls of each committed batch
+	// (idem_sqlite_batch_calls).
+	batchCalls prometheus.Histogram
 
 	// ran counts the prepared statements of the running batch; only run's
 	// goroutine uses it.
@@ -121,9 +125,20 @@ type writer struct {
 	tokens tokenCounter
 }
 
+// newBatchCalls is the histogram of the calls per committed write
+// transaction: how many calls share one commit, and so one fsync.
+func newBatchCalls() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "idem_sqlite_batch_calls",
+		Help:    "Calls committed by one write transaction of the SQLite store (one fsync): 1 when writes do not overlap, more under load.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+	})
+}
+
 // startWriter starts the writer on conn, the write connection to path.
 func startWriter(conn *sql.Conn, path string) *writer {
-	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, turn: takeTurns(path), exited: make(chan struct{})}
+	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, turn: takeTurns(path), exited: make(chan struct{}),
+		batchCalls: newBatchCalls()}
 	w.queued.L = &w.mu
 	go w.run()
 	return w
@@ -332,6 +347,7 @@ func (w *writer) runBatch(batch []*writeCall) {
 	w.batched += int64(len(ran))
 	w.statements += w.ran
 	w.mu.Unlock()
+	w.batchCalls.Observe(float64(len(ran)))
 	for _, c := range ran {
 		c.answer(interpretError(batchCtx, c.err))
 	}

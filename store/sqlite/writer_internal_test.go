@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemhq/idem/store"
 )
 
@@ -614,5 +616,44 @@ func TestPanickingCallPanicsInItsCaller(t *testing.T) {
 				t.Fatalf("token counter %d after the panic, want %d: the panicking call's write undone", got, res.Record.Token)
 			}
 		})
+	}
+}
+
+// TestBatchCallsMetric checks idem_sqlite_batch_calls, the histogram that
+// tells an operator how many calls share a commit: one observation per
+// committed batch, of that batch's calls.
+func TestBatchCallsMetric(t *testing.T) {
+	f := newBatchFixture(t)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(f.s.Collectors()...)
+	observed := func() (count uint64, sum float64) {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range families {
+			if mf.GetName() == "idem_sqlite_batch_calls" {
+				h := mf.GetMetric()[0].GetHistogram()
+				return h.GetSampleCount(), h.GetSampleSum()
+			}
+		}
+		t.Fatal("idem_sqlite_batch_calls is not among the store's collectors")
+		return 0, 0
+	}
+	count0, sum0 := observed()
+	before := f.stats()
+	claim := func(key string) func() {
+		return func() {
+			if _, err := f.s.RecordClaim(f.ctx, batchClaim(key, "w")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	// oneBatch's hold is a batch of its own, of one call.
+	f.oneBatch(t, claim("m1"), claim("m2"), claim("m3"))
+	f.requireCommitted(t, before, 2, 4)
+	if count, sum := observed(); count-count0 != 2 || sum-sum0 != 4 {
+		t.Fatalf("idem_sqlite_batch_calls gained %d observations summing to %g, want 2 (of 1 and 3 calls)", count-count0, sum-sum0)
 	}
 }
