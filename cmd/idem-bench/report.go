@@ -121,6 +121,14 @@ type result struct {
 	TargetRate float64 `json:"target_rate,omitempty"`
 	Late       *int64  `json:"late,omitempty"`
 	Missed     *int64  `json:"missed,omitempty"`
+	// Also fixed rate only: percentiles of how late jobs started (the wait
+	// for a free worker, and this process's own scheduling delay), and of
+	// the Claim's latency from when its job did start, which leaves the
+	// start lag out. The claim columns count it in.
+	StartLagP50Ms *float64 `json:"start_lag_p50_ms,omitempty"`
+	StartLagP99Ms *float64 `json:"start_lag_p99_ms,omitempty"`
+	ClaimRunP50Ms *float64 `json:"claim_from_start_p50_ms,omitempty"`
+	ClaimRunP99Ms *float64 `json:"claim_from_start_p99_ms,omitempty"`
 }
 
 type skipped struct {
@@ -193,6 +201,10 @@ func (r *report) add(tallies []*tally) {
 		if r.Rate > 0 {
 			late, missed := t.late, t.missed
 			res.TargetRate, res.Late, res.Missed = r.Rate, &late, &missed
+			lag50, lag99 := ms(t.lag, 50), ms(t.lag, 99)
+			run50, run99 := ms(t.claimRun, 50), ms(t.claimRun, 99)
+			res.StartLagP50Ms, res.StartLagP99Ms = &lag50, &lag99
+			res.ClaimRunP50Ms, res.ClaimRunP99Ms = &run50, &run99
 		}
 		for o, n := range t.outcomes {
 			if n > 0 {
@@ -323,6 +335,10 @@ func (r *report) writeTable(w io.Writer) {
 		sched := ""
 		if res.Late != nil && res.Missed != nil {
 			sched = fmt.Sprintf("; %d started over 1 ms late, %d never started", *res.Late, *res.Missed)
+			if res.StartLagP99Ms != nil && res.ClaimRunP99Ms != nil {
+				sched += fmt.Sprintf("; start lag p50 %.2f ms, p99 %.2f ms; Claim from its job's actual start p50 %.2f ms, p99 %.2f ms",
+					*res.StartLagP50Ms, *res.StartLagP99Ms, *res.ClaimRunP50Ms, *res.ClaimRunP99Ms)
+			}
 		}
 		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), wait, sched)
 		if res.FirstError != "" {

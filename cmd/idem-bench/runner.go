@@ -80,6 +80,11 @@ type tally struct {
 	// never started because every worker was busy until the round ended.
 	late   int64
 	missed int64
+	// Fixed rate only: how late each job started (lag), and its Claim's
+	// latency from when it did start (claimRun), which leaves out the wait
+	// for a free worker and the load generator's own scheduling delay that
+	// claim counts in.
+	lag, claimRun *hdrhistogram.Histogram
 }
 
 // served is a target whose store runs in processes on this machine that it
@@ -112,17 +117,20 @@ type pooled interface {
 }
 
 func newTally(target, scenario string) *tally {
-	return &tally{target: target, scenario: scenario, op: newHistogram(), claim: newHistogram()}
+	return &tally{target: target, scenario: scenario, op: newHistogram(), claim: newHistogram(),
+		lag: newHistogram(), claimRun: newHistogram()}
 }
 
 // workerSlot is one worker's private histograms, reused from round to round.
 type workerSlot struct {
 	op, claim *hdrhistogram.Histogram
-	ops       int64
-	errors    int64
-	firstErr  error
-	outcomes  [numOutcomes]int64
-	late      int64 // fixed rate: jobs that started more than lateAfter after their intended start
+	// Fixed rate only: start lag and Claim latency from the actual start.
+	lag, claimRun *hdrhistogram.Histogram
+	ops           int64
+	errors        int64
+	firstErr      error
+	outcomes      [numOutcomes]int64
+	late          int64 // fixed rate: jobs that started more than lateAfter after their intended start
 }
 
 // runner runs rounds with a fixed set of workers.
@@ -138,6 +146,7 @@ func newRunner(concurrency int, p *progress, pg *pgMonitor) *runner {
 	r := &runner{concurrency: concurrency, slots: make([]workerSlot, concurrency), progress: p, pg: pg}
 	for i := range r.slots {
 		r.slots[i].op, r.slots[i].claim = newHistogram(), newHistogram()
+		r.slots[i].lag, r.slots[i].claimRun = newHistogram(), newHistogram()
 	}
 	return r
 }
@@ -167,6 +176,8 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		s := &r.slots[i]
 		s.op.Reset()
 		s.claim.Reset()
+		s.lag.Reset()
+		s.claimRun.Reset()
 		s.ops, s.errors, s.firstErr, s.outcomes, s.late = 0, 0, nil, [numOutcomes]int64{}, 0
 	}
 	var (
@@ -241,10 +252,11 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 				t0 := time.Now()
 				o, claimTook, err := t.job(ctx, key)
 				took := time.Since(t0)
+				var lag time.Duration
 				if rate > 0 {
 					// Measured from the intended start: the wait for a
 					// free worker is part of the latency.
-					lag := t0.Sub(intended)
+					lag = max(t0.Sub(intended), 0)
 					if lag > lateAfter {
 						s.late++
 					}
@@ -266,6 +278,10 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 				wl.finished(i, key, o)
 				recordLatency(s.op, took)
 				recordLatency(s.claim, claimTook)
+				if rate > 0 {
+					recordLatency(s.lag, lag)
+					recordLatency(s.claimRun, claimTook-lag)
+				}
 				s.ops++
 				s.outcomes[o]++
 				r.progress.add(1)
@@ -312,6 +328,8 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		into.late += s.late
 		into.op.Merge(s.op)
 		into.claim.Merge(s.claim)
+		into.lag.Merge(s.lag)
+		into.claimRun.Merge(s.claimRun)
 		into.ops += s.ops
 		roundOps += s.ops
 		into.errors += s.errors
