@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -146,10 +147,39 @@ WHERE NOT (token = in_token AND state IN ('processing', 'expired', 'unresolved')
 }
 
 // claimOutcome is one Claim's answer from a statement; settled is false when
-// the statement neither wrote the row nor saw one that explains why.
+// the statement neither wrote the row nor saw one that explains why. now is
+// the database's clock in the statement.
 type claimOutcome struct {
 	res     *store.ClaimResult
 	settled bool
+	now     time.Time
+}
+
+// followClaim answers f, a Claim of the key that leader's statement wrote or
+// read, from what the statement found, as if f ran right after it: a
+// replay, IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again,
+// a fingerprint mismatch. It leaves f to a statement of its own (false) when
+// leader's answer carries no record, or when f would write: take the record
+// over (leader saw it RELEASED, say, and refused it on its fingerprint).
+//
+// The answer is true at a moment within f's call: f was queued before the
+// statement began and is answered after it ended. A record that leader's
+// statement wrote is f's from the statement's commit on, which no other
+// write can come between while the statement holds the row's lock; a record
+// it only read is the statement's snapshot, taken after f was queued, and is
+// what leader itself is answered with.
+func followClaim(leader, f *claimCall) bool {
+	out := leader.res
+	if !out.settled || out.res == nil || out.res.Record == nil {
+		return false
+	}
+	rec := *out.res.Record // the callers' records are their own
+	res, err := store.ReportClaim(&rec, f.params, out.now)
+	if res == nil && err == nil {
+		return false
+	}
+	f.res, f.err = claimOutcome{res: res, settled: true, now: out.now}, err
+	return true
 }
 
 type claimCall = pending[*store.ClaimParams, claimOutcome]
@@ -158,7 +188,7 @@ type claimCall = pending[*store.ClaimParams, claimOutcome]
 func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 	if len(batch) == 1 && !s.alwaysBatchSQL {
 		c := batch[0]
-		c.res.res, c.res.settled, c.err = claimOnce(ctx, s.db, c.params)
+		c.res.res, c.res.settled, c.res.now, c.err = claimOnce(ctx, s.db, c.params)
 		if c.err != nil {
 			c.err = batchError(c.err)
 		}
@@ -200,14 +230,14 @@ func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 		}
 		c := batch[i]
 		if acquired {
-			c.res, c.err = claimOutcome{res: store.Acquired(rec), settled: true}, nil
+			c.res, c.err = claimOutcome{res: store.Acquired(rec), settled: true, now: dbNow.Time}, nil
 			continue
 		}
 		if c.res.res != nil && c.res.res.Outcome == store.OutcomeAcquired {
 			continue // the record as it was before this statement acquired it
 		}
 		res, err := store.ReportClaim(rec, c.params, dbNow.Time)
-		c.res, c.err = claimOutcome{res: res, settled: res != nil || err != nil}, err
+		c.res, c.err = claimOutcome{res: res, settled: res != nil || err != nil, now: dbNow.Time}, err
 	}
 	// The rows are only known to be committed once the statement has ended
 	// without an error.

@@ -148,12 +148,12 @@ func TestCompleteBatchMixesEveryOutcome(t *testing.T) {
 	requireSameRecord(t, "the successor's record", b.get(t, taken.RecordID), successor)
 }
 
-// TestCoalescedSameKeyTwice: two Claims of one key that queue together go
-// into different statements (one statement cannot touch a row twice): the
-// second goes in a statement of its own beside the batch, so either may run
-// first, and exactly one acquires while the other sees it IN_PROGRESS. The
-// coalescer's one statement slot is kept busy by a Claim that waits for a
-// row lock until both are queued.
+// TestCoalescedSameKeyTwice: two Claims of one key that queue together are
+// answered by one statement (one statement cannot touch a row twice): the
+// first goes in it, and the second follows it, answered from the row the
+// statement wrote as if it ran right after: IN_PROGRESS on the first's
+// token. The coalescer's one statement slot is kept busy by a Claim that
+// waits for a row lock until both are queued.
 func TestCoalescedSameKeyTwice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -198,22 +198,202 @@ func TestCoalescedSameKeyTwice(t *testing.T) {
 		got[a.who] = a
 	}
 	won, lost := got["first"].res, got["second"].res
-	if won.Outcome != store.OutcomeAcquired {
-		won, lost = lost, won
-	}
-	if won.Outcome != store.OutcomeAcquired || lost.Outcome != store.OutcomeInProgress || lost.Record.Token != won.Record.Token {
-		t.Fatalf("two Claims of the key: %v (token %d) and %v (token %d); want one acquired and the other in_progress on its token",
-			got["first"].res.Outcome, got["first"].res.Record.Token, got["second"].res.Outcome, got["second"].res.Record.Token)
+	if won.Outcome != store.OutcomeAcquired || lost.Outcome != store.OutcomeInProgress || lost.Record.Token != won.Record.Token ||
+		lost.RetryAfter <= 0 {
+		t.Fatalf("two Claims of the key: first %v (token %d), second %v (token %d, retry after %v); want the first acquired and the second in_progress on its token",
+			won.Outcome, won.Record.Token, lost.Outcome, lost.Record.Token, lost.RetryAfter)
 	}
 	if o := got["third"].res.Outcome; o != store.OutcomeAcquired {
 		t.Fatalf("Claim of another key in the batch: %v, want acquired", o)
 	}
-	// The blocker alone, first and third together, then second (a call the
-	// statement could not settle is sent again and counted again): at least
-	// three statements and four calls, one statement carrying two, as
-	// idem_db_batch_calls tells an operator.
-	if n, calls := st.BatchCalls("claim"); n < 3 || calls < 4 || float64(n) >= calls {
-		t.Fatalf("idem_db_batch_calls{kind=\"claim\"}: %d statements carrying %v calls; want at least 3 carrying at least 4, one of them two", n, calls)
+	// The blocker alone, then first and third with second following: two
+	// statements answering four calls, as idem_db_batch_calls tells an
+	// operator.
+	if n, calls := st.BatchCalls("claim"); n != 2 || calls != 4 {
+		t.Fatalf("idem_db_batch_calls{kind=\"claim\"}: %d statements answering %v calls; want 2 answering 4", n, calls)
+	}
+}
+
+// TestClaimFollowers: many Claims of one key queued together, as when a
+// queue redelivers a message to every worker at once, take one statement:
+// exactly one acquires, the same claimant asking again gets its ACQUIRED
+// back, the others are IN_PROGRESS on its token, and a Claim with another
+// fingerprint is refused, all without a second statement. A record the
+// statement only read (COMPLETED) answers its followers with the replay.
+func TestClaimFollowers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	st := postgres.NewBatching(b.pool, 1)
+	type answer struct {
+		who string
+		res *store.ClaimResult
+		err error
+	}
+
+	// queueBehindBlocker queues the claims behind a statement that waits
+	// for a row lock, then lets it go, and returns every answer by name.
+	blockerN := 0
+	queueBehindBlocker := func(claims ...*store.ClaimParams) map[string]answer {
+		t.Helper()
+		blockerN++
+		blocker := recordID(fmt.Sprintf("blocker-%d", blockerN))
+		tx, pid := b.begin(t)
+		if _, err := tx.Exec(b.ctx, insertProcessingSQL, blocker.Tenant, blocker.Namespace, blocker.Key, "other"); err != nil {
+			t.Fatal(err)
+		}
+		answers := make(chan answer, len(claims)+1)
+		blocked := make(chan struct{})
+		go func() {
+			defer close(blocked)
+			res, err := st.RecordClaim(b.ctx, claimParams(blocker, "blocked"))
+			answers <- answer{"blocked", res, err}
+		}()
+		b.waitBlockedBy(t, pid, blocked)
+		for i, p := range claims {
+			go func() {
+				res, err := st.RecordClaim(b.ctx, p)
+				answers <- answer{p.Claimant, res, err}
+			}()
+			waitQueued(t, st, i+1)
+		}
+		if err := tx.Rollback(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]answer{}
+		for range len(claims) + 1 {
+			a := <-answers
+			got[a.who] = a
+		}
+		return got
+	}
+
+	id := recordID("redelivered")
+	withFingerprint := func(claimant string, fp string) *store.ClaimParams {
+		p := claimParams(id, claimant)
+		p.Fingerprint = []byte(fp)
+		return p
+	}
+	claims := []*store.ClaimParams{withFingerprint("w0", "f")}
+	for i := 1; i <= 6; i++ {
+		claims = append(claims, withFingerprint(fmt.Sprintf("w%d", i), "f"))
+	}
+	claims = append(claims, withFingerprint("mismatch", "g"))
+	statements, calls := st.BatchCalls("claim")
+	got := queueBehindBlocker(claims...)
+	first := got["w0"]
+	if first.err != nil || first.res.Outcome != store.OutcomeAcquired {
+		t.Fatalf("first Claim: %+v, %v; want acquired", first.res, first.err)
+	}
+	token := first.res.Record.Token
+	for i := 1; i <= 6; i++ {
+		a := got[fmt.Sprintf("w%d", i)]
+		if a.err != nil || a.res.Outcome != store.OutcomeInProgress || a.res.Record.Token != token || a.res.RetryAfter <= 0 {
+			t.Fatalf("%s: %+v, %v; want in_progress on token %d", a.who, a.res, a.err, token)
+		}
+	}
+	if a := got["mismatch"]; !errors.Is(a.err, store.ErrFingerprintMismatch) {
+		t.Fatalf("Claim with another fingerprint: %+v, %v; want a fingerprint mismatch", a.res, a.err)
+	}
+	n, c := st.BatchCalls("claim")
+	if n-statements != 2 || c-calls != float64(len(claims)+1) {
+		t.Fatalf("idem_db_batch_calls{kind=\"claim\"} grew by %d statements answering %v calls; want 2 (the blocker, then the key) answering %d",
+			n-statements, c-calls, len(claims)+1)
+	}
+
+	// The same claimant twice in one batch: the second gets the first's
+	// ACQUIRED back, with its token.
+	twiceID := recordID("asked-twice")
+	a1, a2 := claimParams(twiceID, "same"), claimParams(twiceID, "same")
+	answers := make(chan answer, 2)
+	blockerN++
+	blocker := recordID(fmt.Sprintf("blocker-%d", blockerN))
+	tx, pid := b.begin(t)
+	if _, err := tx.Exec(b.ctx, insertProcessingSQL, blocker.Tenant, blocker.Namespace, blocker.Key, "other"); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan struct{})
+	go func() { defer close(blocked); _, _ = st.RecordClaim(b.ctx, claimParams(blocker, "blocked")) }()
+	b.waitBlockedBy(t, pid, blocked)
+	for i, p := range []*store.ClaimParams{a1, a2} {
+		go func() {
+			res, err := st.RecordClaim(b.ctx, p)
+			answers <- answer{fmt.Sprint(i), res, err}
+		}()
+		waitQueued(t, st, i+1)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	r1, r2 := <-answers, <-answers
+	if r1.err != nil || r2.err != nil || r1.res.Outcome != store.OutcomeAcquired || r2.res.Outcome != store.OutcomeAcquired ||
+		r1.res.Record.Token != r2.res.Record.Token {
+		t.Fatalf("the same claimant twice: %+v, %v and %+v, %v; want acquired twice with one token", r1.res, r1.err, r2.res, r2.err)
+	}
+
+	// Followers of a record the statement only read: the replay.
+	done := b.complete(t, id, token, "charged")
+	got = queueBehindBlocker(claimParams(id, "late-1"), claimParams(id, "late-2"), claimParams(id, "late-3"))
+	for _, who := range []string{"late-1", "late-2", "late-3"} {
+		a := got[who]
+		if a.err != nil || a.res.Outcome != store.OutcomeCompleted || string(a.res.Record.Result) != string(done.Result) {
+			t.Fatalf("%s after the Complete: %+v, %v; want the completed replay", who, a.res, a.err)
+		}
+	}
+}
+
+// TestClaimFollowerThatWouldWrite: a follower that its leader's answer does
+// not settle goes in a statement of its own. The record is RELEASED with
+// fingerprint f: the leader, with fingerprint g, is refused, and its
+// follower, with f, takes the record over in the next statement.
+func TestClaimFollowerThatWouldWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	st := postgres.NewBatching(b.pool, 1)
+	id := recordID("released")
+	p := claimParams(id, "setup")
+	p.Fingerprint = []byte("f")
+	res, err := st.RecordClaim(b.ctx, p)
+	if err != nil || res.Outcome != store.OutcomeAcquired {
+		t.Fatalf("setup claim: %+v, %v", res, err)
+	}
+	if _, err := st.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: res.Record.Token, Error: "try again", Retryable: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, pid := b.begin(t)
+	blocker := recordID("blocker")
+	if _, err := tx.Exec(b.ctx, insertProcessingSQL, blocker.Tenant, blocker.Namespace, blocker.Key, "other"); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan struct{})
+	go func() { defer close(blocked); _, _ = st.RecordClaim(b.ctx, claimParams(blocker, "blocked")) }()
+	b.waitBlockedBy(t, pid, blocked)
+	type answer struct {
+		res *store.ClaimResult
+		err error
+	}
+	leader, follower := make(chan answer, 1), make(chan answer, 1)
+	lp, fp := claimParams(id, "leader"), claimParams(id, "follower")
+	lp.Fingerprint, fp.Fingerprint = []byte("g"), []byte("f")
+	go func() { r, err := st.RecordClaim(b.ctx, lp); leader <- answer{r, err} }()
+	waitQueued(t, st, 1)
+	go func() { r, err := st.RecordClaim(b.ctx, fp); follower <- answer{r, err} }()
+	waitQueued(t, st, 2)
+	statements, _ := st.BatchCalls("claim")
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	l, f := <-leader, <-follower
+	if !errors.Is(l.err, store.ErrFingerprintMismatch) {
+		t.Fatalf("leader with another fingerprint: %+v, %v; want a fingerprint mismatch", l.res, l.err)
+	}
+	if f.err != nil || f.res.Outcome != store.OutcomeAcquired || !f.res.Takeover {
+		t.Fatalf("follower with the record's fingerprint: %+v, %v; want it to take the record over", f.res, f.err)
+	}
+	if n, _ := st.BatchCalls("claim"); n-statements != 2 {
+		t.Fatalf("%d claim statements after the blocker's; want 2: the leader's, and then one of the follower's own", n-statements)
 	}
 }
 

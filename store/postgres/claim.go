@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -75,7 +76,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	if s.claims == nil {
 		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
 			for try := 0; try < maxStatementTries; try++ {
-				res, settled, err := claimOnce(ctx, db, p)
+				res, settled, _, err := claimOnce(ctx, db, p)
 				if err == nil && store.HoldsLapsed(res) {
 					rec, held, err := holdLapsed(ctx, db, p.RecordID)
 					if err != nil || held {
@@ -123,7 +124,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 
 // claimOnce runs claimSQL once. settled is false when the statement neither
 // wrote a row nor saw one that explains why it did not.
-func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.ClaimResult, settled bool, err error) {
+func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.ClaimResult, settled bool, now time.Time, err error) {
 	fingerprint := p.Fingerprint
 	if fingerprint == nil {
 		fingerprint = []byte{}
@@ -137,18 +138,18 @@ func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.C
 	if err != nil {
 		err = interpretError(err)
 		if err == store.ErrNotFound {
-			return nil, false, nil // neither written nor seen: a concurrent insert
+			return nil, false, time.Time{}, nil // neither written nor seen: a concurrent insert
 		}
-		return nil, false, err
+		return nil, false, time.Time{}, err
 	}
-	now := dbNow.Time
+	now = dbNow.Time
 	if acquired {
-		return store.Acquired(rec), true, nil
+		return store.Acquired(rec), true, now, nil
 	}
 	if res, err := store.ReportClaim(rec, p, now); res != nil || err != nil {
-		return res, true, err
+		return res, true, now, err
 	}
 	// The snapshot shows a record this Claim should have taken over, so the
 	// row changed under the statement: look again.
-	return nil, false, nil
+	return nil, false, now, nil
 }

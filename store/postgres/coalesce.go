@@ -31,18 +31,23 @@ import (
 // kind is busy queue, and the first slot to come free takes them all (up to
 // maxRows) into its next statement. The batch size therefore follows the
 // load: one at low concurrency, tens when the database is the bottleneck.
-// Calls a batch cannot take (a second call for a key it holds, or more than
-// maxRows) start a statement of their own beside it, up to maxOverflow more,
-// so that workers polling one held key are not answered one statement after
-// another.
+// Calls a batch cannot take (more than maxRows, or a second Complete, Fail
+// or Heartbeat for a key it holds) start a statement of their own beside
+// it, up to maxOverflow more, so that workers polling one held key are not
+// answered one statement after another.
 //
 // Rules that keep every guarantee of a single-row call:
 //   - A batch's rows are sorted by primary key and locked in that order by
 //     every batch statement of every kind, so two batches that share keys
 //     wait for each other but never deadlock.
-//   - A key appears at most once in a statement: a second call for a key
-//     already in the batch goes in another statement (see drain), and
-//     Postgres orders the two as it orders any two concurrent Claims.
+//   - A key appears at most once in a statement. A second Claim of a key
+//     already in the batch follows the first (followClaim): it is answered
+//     from the row the statement wrote or read, as if it ran right after
+//     the first, or, when it would write (take over a record the first
+//     was refused), goes in a later statement. A second token call of a
+//     key goes in another statement (see drain), and Postgres orders the
+//     two as it orders any two concurrent calls. So N workers that get
+//     one message at once cost one statement, not N.
 //   - Each row gets its own answer (a fingerprint mismatch, a lost lease, a
 //     row that must be read again), never its neighbours'.
 //   - A statement that fails as a whole (connection lost, its time bound
@@ -77,7 +82,7 @@ const (
 func newBatchRows() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_db_batch_calls",
-		Help:    "Calls carried by one statement of the coalescer, by kind (claim, complete, fail, heartbeat): 1 when calls do not overlap, more under load.",
+		Help:    "Calls answered by one statement of the coalescer, by kind (claim, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the statement count with it.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	}, []string{"kind"})
 }
@@ -91,6 +96,9 @@ type pending[P, R any] struct {
 	err       error
 	done      chan struct{}
 	abandoned atomic.Bool // the caller stopped waiting before the call was sent
+	// followers are the calls of the same key that queued with this one and
+	// wait for its answer (coalescer.follow).
+	followers []*pending[P, R]
 
 	// With tracing on (trace.go): the call's span, and what its batch's
 	// statement was, set before done is closed.
@@ -108,6 +116,12 @@ type coalescer[P, R any] struct {
 	rows        prometheus.Observer // each statement's number of calls
 	kind        string              // claim, complete, fail or heartbeat
 	tracer      trace.Tracer        // nil unless the store is traced (trace.go)
+	// follow, when set, answers follower, a call of the key that leader
+	// holds in the batch, from leader's answer once leader's statement has
+	// ended, and reports whether it did; a follower it does not answer goes
+	// in a later statement. Without follow, a second call of a key waits
+	// for a later statement.
+	follow func(leader, follower *pending[P, R]) bool
 
 	mu       sync.Mutex
 	queue    []*pending[P, R]
@@ -197,7 +211,11 @@ func (c *coalescer[P, R]) drain() {
 		if spawn {
 			go c.drain()
 		}
-		c.rows.Observe(float64(len(batch)))
+		calls := len(batch)
+		for _, call := range batch {
+			calls += len(call.followers)
+		}
+		c.rows.Observe(float64(calls))
 		ctx, cancel := context.WithTimeout(context.Background(), statementDeadline)
 		var st *statementTrace
 		if c.tracer != nil {
@@ -205,20 +223,37 @@ func (c *coalescer[P, R]) drain() {
 		}
 		c.run(ctx, batch)
 		cancel()
+		var again []*pending[P, R]
 		for _, call := range batch {
+			for _, f := range call.followers {
+				if call.err == nil && c.follow(call, f) {
+					f.trace = st
+					close(f.done)
+				} else {
+					again = append(again, f)
+				}
+			}
+			call.followers = nil
 			call.trace = st
 			close(call.done)
+		}
+		if len(again) > 0 {
+			// Ahead of the calls that queued after them.
+			c.mu.Lock()
+			c.queue = append(again, c.queue...)
+			c.mu.Unlock()
 		}
 	}
 }
 
 // take removes the next batch from the queue: calls in arrival order, at
-// most maxRows, each key once (a repeated key stays queued, in order, for a
-// later batch), without the calls whose callers stopped waiting. It returns
-// the batch sorted by primary key. c.mu is held.
+// most maxRows, each key once, without the calls whose callers stopped
+// waiting. A repeated key becomes a follower of the batch's call of that key
+// when the coalescer has follow, and otherwise stays queued, in order, for a
+// later batch. It returns the batch sorted by primary key. c.mu is held.
 func (c *coalescer[P, R]) take() []*pending[P, R] {
 	var batch []*pending[P, R]
-	var seen map[store.RecordID]struct{}
+	var seen map[store.RecordID]*pending[P, R]
 	rest := c.queue[:0]
 	for i, call := range c.queue {
 		if len(batch) == c.maxRows {
@@ -230,14 +265,18 @@ func (c *coalescer[P, R]) take() []*pending[P, R] {
 			continue
 		}
 		if len(batch) == 1 {
-			seen = map[store.RecordID]struct{}{batch[0].id: {}}
+			seen = map[store.RecordID]*pending[P, R]{batch[0].id: batch[0]}
 		}
 		if seen != nil {
-			if _, dup := seen[call.id]; dup {
-				rest = append(rest, call)
+			if leader, dup := seen[call.id]; dup {
+				if c.follow != nil {
+					leader.followers = append(leader.followers, call)
+				} else {
+					rest = append(rest, call)
+				}
 				continue
 			}
-			seen[call.id] = struct{}{}
+			seen[call.id] = call
 		}
 		batch = append(batch, call)
 	}

@@ -75,8 +75,8 @@ func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 	}
 	s.listen = &listener{pool: db.(*pgxpool.Pool), watches: &s.watches}
 	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
-	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, maxInFlight: maxInFlight, maxRows: maxRows,
-		rows: s.batchRows.WithLabelValues("claim"), kind: "claim"}
+	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, follow: followClaim,
+		maxInFlight: maxInFlight, maxRows: maxRows, rows: s.batchRows.WithLabelValues("claim"), kind: "claim"}
 	for k, kind := range tokenKinds {
 		if kind != nil {
 			s.tokens[k] = &coalescer[*store.TokenCall, tokenOutcome]{run: s.runTokens(kind), maxInFlight: maxInFlight, maxRows: maxRows,
