@@ -70,8 +70,7 @@ claimed AS (
 		now() + l.in_lease_us * interval '1 microsecond', l.in_retention_us * interval '1 microsecond', now(), now(), l.in_policy, l.in_hold
 	FROM looked l
 	WHERE l.state IS NULL
-		OR ((l.state IN ('released', 'expired') OR (l.state = 'processing' AND l.lease_expires_at <= now() AND NOT l.hold))
-			AND (l.fingerprint = '' OR l.in_fingerprint = '' OR l.fingerprint = l.in_fingerprint))
+		OR (` + takeableSQL("l", "l.in_fingerprint") + `)
 	ORDER BY l.ord
 ` + claimTakeoverSQL + `
 )

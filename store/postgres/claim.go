@@ -19,7 +19,7 @@ import (
 // token of a takeover is drawn inside the UPDATE, after the row lock is held,
 // so it is greater than every token handed out before. A takeover clears the
 // row's waiters flag (wait.go): it was set for the lease that just ended.
-const claimSQL = `
+var claimSQL = `
 WITH cur AS (
 	SELECT ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3
@@ -31,8 +31,7 @@ claimed AS (
 		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text, $9::boolean
 	WHERE NOT EXISTS (
 		SELECT 1 FROM cur
-		WHERE NOT ((cur.state IN ('released', 'expired') OR (cur.state = 'processing' AND cur.lease_expires_at <= now() AND NOT cur.hold))
-			AND (cur.fingerprint = '' OR $5::bytea = '' OR cur.fingerprint = $5::bytea)))
+		WHERE NOT (` + takeableSQL("cur", "$5::bytea") + `))
 ` + claimTakeoverSQL + `
 )
 SELECT true, now(), claimed.* FROM claimed
@@ -43,7 +42,7 @@ SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
 // conflict, a takeover of a RELEASED or EXPIRED record, or of a PROCESSING
 // one whose lease ran out, unless the fingerprints differ, re-checked under
 // the row lock; the token is drawn after the lock is held.
-const claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+var claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		state = 'processing',
 		token = nextval('idem_token_seq'),
 		attempt = r.attempt + 1,
@@ -58,9 +57,20 @@ const claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 		expires_at = NULL,
 		waiters = false,
 		updated_at = now()
-	WHERE (r.state IN ('released', 'expired') OR (r.state = 'processing' AND r.lease_expires_at <= now() AND NOT r.hold))
-		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
+	WHERE ` + takeableSQL("r", "excluded.fingerprint") + `
 	RETURNING ` + recordCols
+
+// takeableSQL is the condition under which a Claim with fingerprint fp may
+// take over the record that alias names: it is RELEASED or EXPIRED, or
+// PROCESSING under a lease that ran out and no hold, and neither side's
+// fingerprint differs from the other's. claimSQL and claimBatchSQL judge it
+// on their snapshot, the takeover again on the newest row under its lock;
+// store.ReportClaim is the same rule in Go.
+func takeableSQL(alias, fp string) string {
+	a := alias + "."
+	return "(" + a + "state IN ('released', 'expired') OR (" + a + "state = 'processing' AND " + a + "lease_expires_at <= now() AND NOT " + a + "hold))" +
+		" AND (" + a + "fingerprint = '' OR " + fp + " = '' OR " + a + "fingerprint = " + fp + ")"
+}
 
 // maxStatementTries bounds how often a call re-runs its statement when a
 // concurrent transaction changed the row while the statement ran.
