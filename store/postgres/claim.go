@@ -85,28 +85,20 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	}
 	if s.claims == nil {
 		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
-			for try := 0; try < maxStatementTries; try++ {
-				res, settled, _, err := claimOnce(ctx, db, p)
-				if err == nil && store.HoldsLapsed(res) {
-					rec, held, err := holdLapsed(ctx, db, p.RecordID)
-					if err != nil || held {
-						return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}, err
-					}
-					continue // the row changed under the Claim: look again
-				}
-				if err != nil || settled {
-					return res, err
-				}
-				// Under READ COMMITTED the statement's snapshot may miss a row that a
-				// concurrent transaction inserted or changed while the statement
-				// waited for its lock. A new statement takes a new snapshot.
-			}
-			return nil, store.ErrContention
+			return claimTries(
+				func() (*store.ClaimResult, bool, error) {
+					res, settled, _, err := claimOnce(ctx, db, p)
+					return res, settled, err
+				},
+				func() (*store.Record, bool, error) { return holdLapsed(ctx, db, p.RecordID) })
 		})
 	}
-	for try := 0; try < maxStatementTries; try++ {
-		out, err := s.claims.do(ctx, p.RecordID, p)
-		if err == nil && store.HoldsLapsed(out.res) {
+	return claimTries(
+		func() (*store.ClaimResult, bool, error) {
+			out, err := s.claims.do(ctx, p.RecordID, p)
+			return out.res, out.settled, err
+		},
+		func() (*store.Record, bool, error) {
 			type held struct {
 				rec *store.Record
 				ok  bool
@@ -115,19 +107,32 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 				rec, ok, err := holdLapsed(ctx, db, p.RecordID)
 				return held{rec, ok}, err
 			})
-			if err != nil || h.ok {
-				if err != nil {
-					return nil, err
-				}
-				return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: h.rec}, nil
+			return h.rec, h.ok, err
+		})
+}
+
+// claimTries runs a Claim's statement (once) until it settles, at most
+// maxStatementTries times. Under READ COMMITTED a statement's snapshot may
+// miss a row that a concurrent transaction inserted or changed while the
+// statement waited for its lock, and a new statement takes a new snapshot.
+// A held record whose lease ran out is made UNRESOLVED first (hold); when
+// the row changed under that too, the Claim looks again.
+func claimTries(once func() (*store.ClaimResult, bool, error), hold func() (*store.Record, bool, error)) (*store.ClaimResult, error) {
+	for try := 0; try < maxStatementTries; try++ {
+		res, settled, err := once()
+		if err == nil && store.HoldsLapsed(res) {
+			rec, held, err := hold()
+			if err != nil {
+				return nil, err
+			}
+			if held {
+				return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}, nil
 			}
 			continue // the row changed under the Claim: look again
 		}
-		if err != nil || out.settled {
-			return out.res, err
+		if err != nil || settled {
+			return res, err
 		}
-		// Not settled: a row the statement's snapshot missed. A later
-		// statement takes a new snapshot.
 	}
 	return nil, store.ErrContention
 }
