@@ -2,7 +2,10 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"time"
+
+	"github.com/idemhq/idem/store"
 )
 
 // Each sweeper statement is one write transaction over at most limit rows.
@@ -26,14 +29,32 @@ const sweepPurgeSQL = `DELETE FROM idem_records
 		ORDER BY expires_at
 		LIMIT ?2)`
 
-// SweepExpire implements store.Store. When it expired records, it wakes
-// every waiting Claim (the statement does not say which records it took).
+// SweepExpire implements store.Store. It wakes the Claims waiting on the
+// records it expired (or made UNRESOLVED), once their batch has committed.
 func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
-	n, err := s.sweep(ctx, sweepExpireSQL, limit)
-	if n > 0 {
+	var ids []store.RecordID
+	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
+		ids = ids[:0]
+		return tx.Query(sweepExpireSQL+` RETURNING tenant, namespace, key`, func(rows *sql.Rows) error {
+			var id store.RecordID
+			if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+			return nil
+		}, now.UnixMicro(), max(limit, 0)) // SQLite reads a negative LIMIT as none
+	})
+	if err != nil {
+		// The batch may still commit after a caller that left (ids is
+		// then the writer's, not ours to read): a spare look for every
+		// waiter costs less than a missed wake.
 		s.watches.WakeAll()
+		return 0, err
 	}
-	return n, err
+	for _, id := range ids {
+		s.watches.Wake(id)
+	}
+	return len(ids), nil
 }
 
 // SweepPurge implements store.Store.

@@ -509,6 +509,50 @@ func (tx *writeTx) QueryRow(query string, args ...any) rowScanner {
 	return &writeRow{rows: rows, unprotected: unprotected, tx: tx}
 }
 
+// Query runs query, a writing statement that returns any number of rows
+// (UPDATE or DELETE ... RETURNING), and calls each for every row. SQLite
+// makes all of such a statement's changes in its first step, so an error
+// from the statement comes before any row. Unprotected, rows returned are
+// rows changed, and none returned is none changed.
+func (tx *writeTx) Query(query string, each func(*sql.Rows) error, args ...any) error {
+	unprotected, err := tx.beforeWrite(false)
+	if err != nil {
+		return err
+	}
+	stmt, err := tx.w.stmt(query)
+	if err != nil {
+		if unprotected {
+			tx.changed = false // prepared nothing, ran nothing
+		}
+		return err
+	}
+	rows, err := stmt.QueryContext(batchCtx, args...)
+	if err != nil {
+		if unprotected {
+			tx.changed = false
+		}
+		return err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		if unprotected && n == 0 {
+			tx.changed = false // failed in its first step: SQLite took it back
+		}
+		return err
+	}
+	if unprotected && n == 0 {
+		tx.changed = false
+	}
+	return rows.Close()
+}
+
 // writeRow is QueryRow's row: like *sql.Row, and it tells tx whether the
 // statement changed a row.
 type writeRow struct {

@@ -657,3 +657,34 @@ func TestBatchCallsMetric(t *testing.T) {
 		t.Fatalf("idem_sqlite_batch_calls gained %d observations summing to %g, want 2 (of 1 and 3 calls)", count-count0, sum-sum0)
 	}
 }
+
+// TestSweepExpireWakesItsRecords: the sweeper's expiry wakes the Claims
+// waiting on the records it expired, and no others (it used to wake every
+// waiter in the process).
+func TestSweepExpireWakesItsRecords(t *testing.T) {
+	f := newBatchFixture(t)
+	f.acquire(t, "lapsed")
+	f.lapse(t, "lapsed")
+	f.acquire(t, "live")
+	lapsed, live := f.s.RecordWatch(batchID("lapsed")), f.s.RecordWatch(batchID("live"))
+	defer lapsed.Close()
+	defer live.Close()
+
+	n, err := f.s.SweepExpire(f.ctx, 100)
+	if err != nil || n != 1 {
+		t.Fatalf("SweepExpire: %d, %v; want 1 record expired", n, err)
+	}
+	if got := f.get(t, "lapsed").State; got != store.StateExpired {
+		t.Fatalf("the lapsed record is %s, want EXPIRED", got)
+	}
+	select {
+	case <-lapsed.C:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Claim waiting on the expired record was not woken")
+	}
+	select {
+	case <-live.C:
+		t.Fatal("the Claim waiting on a live lease was woken by the expiry of another record")
+	default:
+	}
+}
