@@ -124,18 +124,27 @@ func (c *coalescer[P, R]) startCall(ctx context.Context) trace.Span {
 
 // traceStatement prepares the statement a batch runs in ctx: its span's
 // parent, its links and its name, for queryTracer.
+// A batch's followers (coalescer.follow) are its callers too: the statement
+// answers them, so it counts them and links to them like the others.
 func (c *coalescer[P, R]) traceStatement(ctx context.Context, batch []*pending[P, R]) (context.Context, *statementTrace) {
-	st := &statementTrace{kind: c.kind, calls: len(batch)}
-	for _, call := range batch {
+	st := &statementTrace{kind: c.kind}
+	add := func(call *pending[P, R]) {
+		st.calls++
 		if call.span == nil {
-			continue
+			return
 		}
 		if st.parent == nil && call.span.IsRecording() {
 			st.parent = call.span
-			continue
+			return
 		}
 		if sc := call.span.SpanContext(); sc.IsSampled() {
 			st.links = append(st.links, trace.Link{SpanContext: sc})
+		}
+	}
+	for _, call := range batch {
+		add(call)
+		for _, f := range call.followers {
+			add(f)
 		}
 	}
 	if st.parent == nil {

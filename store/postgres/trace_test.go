@@ -34,9 +34,25 @@ func TestOpenBackendWithoutTracingInstallsNothing(t *testing.T) {
 // TestTracedBatch: calls coalesced into one statement each get a call span
 // under their caller's span that records the batch's size; the statement's
 // span is a child of one of them and links to the others, which link back
-// to it. A statement without a traced caller makes no span.
+// to it. A statement without a traced caller makes no span. A Claim that
+// follows another of its key in the batch counts and links like the rest.
 func TestTracedBatch(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		key  func(i int) string
+	}{
+		{"distinct keys", func(i int) string { return fmt.Sprint("traced-", i) }},
+		{"a follower", func(i int) string { return fmt.Sprint("traced-follower-", min(i, 1)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testTracedBatch(t, tc.key)
+		})
+	}
+}
+
+func testTracedBatch(t *testing.T, key func(i int) string) {
 	db := testdb.New(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -58,7 +74,7 @@ func TestTracedBatch(t *testing.T) {
 	calls := make([]*store.ClaimParams, n)
 	for i := range n {
 		ctxs[i], callers[i] = tp.Tracer("test").Start(t.Context(), fmt.Sprint("caller ", i))
-		calls[i] = claimParams(recordID(fmt.Sprint("traced-", i)), "")
+		calls[i] = claimParams(recordID(key(i)), "")
 	}
 	_, errs := b.ClaimTogether(ctxs, calls)
 	for i, err := range errs {
