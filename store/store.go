@@ -317,7 +317,7 @@ var (
 	// PROCESSING or EXPIRED, and the call does not repeat the one that ended it.
 	ErrAlreadyTerminal = errors.New("record is already terminal")
 	// ErrNotUnresolved: RecordResolve found the record in a state other
-	// than UNRESOLVED.
+	// than UNRESOLVED, and not already resolved as asked (ResolveParams.Holds).
 	ErrNotUnresolved = errors.New("record is not unresolved")
 	// ErrFingerprintMismatch: the key was claimed before with another fingerprint.
 	ErrFingerprintMismatch = errors.New("fingerprint does not match the record's")

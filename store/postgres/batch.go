@@ -12,8 +12,9 @@ import (
 
 // The multi-row statements the coalescers send (coalesce.go). Each takes the
 // batch as parallel arrays, one element per call, sorted by primary key, and
-// answers with one row per record it wrote or read; the Go side matches the
-// rows to the calls by primary key (unique within a batch).
+// answers with the rows it wrote and the rows it read (a Claim that took a
+// record over gets both; claimBatchSQL says which wins); the Go side
+// matches the rows to the calls by primary key (unique within a batch).
 
 // recordColsOf is recordCols qualified by a table alias.
 func recordColsOf(alias string) string {
@@ -159,7 +160,8 @@ type claimOutcome struct {
 // replay, IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again,
 // a fingerprint mismatch. It leaves f to a statement of its own (false) when
 // leader's answer carries no record, or when f would write: take the record
-// over (leader saw it RELEASED, say, and refused it on its fingerprint).
+// over (leader saw it RELEASED, say, and refused it on its fingerprint), or
+// make a held record whose lease ran out UNRESOLVED.
 //
 // The answer is true at a moment within f's call: f was queued before the
 // statement began and is answered after it ended. A record that leader's
@@ -172,9 +174,14 @@ func followClaim(leader, f *claimCall) bool {
 	if !out.settled || out.res == nil || out.res.Record == nil {
 		return false
 	}
-	rec := *out.res.Record // the callers' records are their own
+	// A Record of its own (the byte slices it shares with the leader's are
+	// never written).
+	rec := *out.res.Record
 	res, err := store.ReportClaim(&rec, f.params, out.now)
-	if res == nil && err == nil {
+	if (res == nil && err == nil) || store.HoldsLapsed(res) {
+		// A held lease that ran out is made UNRESOLVED by one statement
+		// (holdLapsed) that the leader runs; the follower reads the
+		// result in the next statement instead of running it again.
 		return false
 	}
 	f.res, f.err = claimOutcome{res: res, settled: true, now: out.now}, err

@@ -17,8 +17,9 @@ import (
 // Waking waiting Claims across replicas (store.Watcher).
 //
 // A Claim that waits for a lease to end sets the row's waiters flag
-// (RecordMarkWaited), a rare write. The statements that end a lease
-// (Complete and Fail, one row or a batch, and the sweeper's expiry) send
+// (RecordMarkWaited), a rare write. The statements that end a lease or the
+// record (Complete and Fail, one row or a batch; the sweeper's expiry; a
+// held lease made UNRESOLVED; an operator's resolve; a delete) send
 // pg_notify on notifyChannel for the rows they changed that have the flag
 // set, in their own statement, so the notification leaves at their commit
 // and never before; rows without the flag, which is nearly all of them, cost
