@@ -147,13 +147,18 @@ func TestMigrateOnNewerSchemaLogs(t *testing.T) {
 func TestStateCheckBindsNewRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, stmt := range []string{
-		`INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, retention, created_at, updated_at)
-			VALUES ('acme', 'ns', 'bogus', 'bogus', 1, 1, interval '1 hour', now(), now())`,
-	} {
-		if _, err := b.pool.Exec(b.ctx, stmt); err == nil || !strings.Contains(err.Error(), "idem_records_state_check") {
-			t.Errorf("%s: %v; want a violation of idem_records_state_check", strings.Fields(stmt)[0], err)
-		}
+	var validated bool
+	if err := b.pool.QueryRow(b.ctx, `SELECT convalidated FROM pg_constraint
+		WHERE conname = 'idem_records_state_check' AND conrelid = 'idem_records'::regclass`).Scan(&validated); err != nil {
+		t.Fatalf("read the state constraint: %v", err)
+	}
+	if validated {
+		t.Error("idem_records_state_check is validated: migration 004 must add it NOT VALID, so that it reads no rows under its lock")
+	}
+	insert := `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, retention, created_at, updated_at)
+		VALUES ('acme', 'ns', 'bogus', 'bogus', 1, 1, interval '1 hour', now(), now())`
+	if _, err := b.pool.Exec(b.ctx, insert); err == nil || !strings.Contains(err.Error(), "idem_records_state_check") {
+		t.Errorf("INSERT: %v; want a violation of idem_records_state_check", err)
 	}
 	b.acquire(t, recordID("k"), "w") // a row for the UPDATE to reach
 	if _, err := b.pool.Exec(b.ctx, `UPDATE idem_records SET state = 'bogus'`); err == nil || !strings.Contains(err.Error(), "idem_records_state_check") {
