@@ -59,9 +59,11 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 	err := s.inWriteTxLazy(ctx, func(tx *writeTx, _ time.Time) error {
 		var err error
 		rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key))
+		if err == nil {
+			tx.WakeAfterCommit(id)
+		}
 		return err // sql.ErrNoRows becomes store.ErrNotFound
 	})
-	s.watches.Wake(id) // even on an error: the delete may have committed (finish.go)
 	if err != nil {
 		return nil, err
 	}

@@ -73,12 +73,17 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// statement. When the key exists, it inserts nothing, and the row it
 	// ran into is read and decided on as above; under the write lock
 	// nothing changes between the two statements.
-	var (
-		res      *store.ClaimResult
-		reported bool // answered without a write: a read would have done
-	)
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
-		reported = false
+	var res *store.ClaimResult
+	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) (err error) {
+		// Noted here, in the writer, and not by the caller after the
+		// call: a caller whose context ends returns at once while this
+		// still runs.
+		reported := false // answered without a write: a read would have done
+		defer func() {
+			if !readFirst && (err == nil || reported) {
+				s.firstReads.note(reported)
+			}
+		}()
 		token, err := tx.peekToken()
 		if err != nil {
 			return err
@@ -96,7 +101,8 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		// The token was not used: it is still the next one to draw.
 		if rec, err = scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("sqlite: %s/%s/%s: the insert ran into a row that is not there", p.Tenant, p.Namespace, p.Key)
+				// Not the key: internal errors are logged, keys never.
+				return fmt.Errorf("sqlite: tenant %s, namespace %s: the insert ran into a row that is not there", p.Tenant, p.Namespace)
 			}
 			return err
 		}
@@ -107,6 +113,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 				return err
 			}
 			res = &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}
+			tx.WakeAfterCommit(p.RecordID) // a Claim waiting on the lease sees it ended
 			return nil
 		}
 		if settled {
@@ -126,14 +133,8 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		res = store.Acquired(rec)
 		return nil
 	})
-	if !readFirst && (err == nil || reported) {
-		s.firstReads.note(reported)
-	}
 	if err != nil {
 		return nil, err
-	}
-	if res.Outcome == store.OutcomeUnresolved {
-		s.watches.Wake(p.RecordID) // a Claim waiting on the lease sees it ended
 	}
 	return res, nil
 }

@@ -40,6 +40,9 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token, now.UnixMicro()}, call.Args...)
 		rec, err := scanRecord(tx.QueryRow(tokenCalls[call.Kind], args...))
 		if err == nil {
+			if call.Kind != store.CallHeartbeat {
+				tx.WakeAfterCommit(call.ID) // the lease ended
+			}
 			out = rec
 			return nil
 		}
@@ -54,15 +57,10 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		}
 		// The update and the read ran under one write lock, so the row the
 		// update skipped cannot be one it should have changed.
-		return fmt.Errorf("sqlite: %s/%s/%s: state %s with the current token, yet the update applied nothing",
-			call.ID.Tenant, call.ID.Namespace, call.ID.Key, rec.State)
+		// Not the key: internal errors are logged, keys never.
+		return fmt.Errorf("sqlite: tenant %s, namespace %s: state %s with the current token, yet the update applied nothing",
+			call.ID.Tenant, call.ID.Namespace, rec.State)
 	})
-	if call.Kind != store.CallHeartbeat {
-		// Committed, or perhaps: a caller whose context ended may have
-		// left while its batch still committed. A spare wake costs a
-		// waiting Claim one more look; a missed one, its whole wait.
-		s.watches.Wake(call.ID)
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	err = s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
 		rec, err := scanRecord(tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), now.UnixMicro(), result, errText))
 		if err == nil {
+			tx.WakeAfterCommit(p.RecordID)
 			out = rec
 			return nil
 		}
@@ -46,7 +47,6 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		out = rec // a retry of a resolution that was made
 		return nil
 	})
-	s.watches.Wake(p.RecordID) // even on an error: it may have committed (finish.go)
 	if err != nil {
 		return nil, err
 	}

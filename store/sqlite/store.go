@@ -130,7 +130,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err))
 	}
-	s := &Store{write: write, w: startWriter(conn, path)}
+	s := &Store{write: write}
+	s.w = startWriter(conn, path, &s.watches)
 	s.TokenCalls = s.runTokenCall
 	if _, err := s.migrate(ctx, slog.Default()); err != nil {
 		_ = s.Close()

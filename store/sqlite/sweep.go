@@ -32,29 +32,23 @@ const sweepPurgeSQL = `DELETE FROM idem_records
 // SweepExpire implements store.Store. It wakes the Claims waiting on the
 // records it expired (or made UNRESOLVED), once their batch has committed.
 func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
-	var ids []store.RecordID
+	var n int
 	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
-		ids = ids[:0]
+		n = 0
 		return tx.Query(sweepExpireSQL+` RETURNING tenant, namespace, key`, func(rows *sql.Rows) error {
 			var id store.RecordID
 			if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key); err != nil {
 				return err
 			}
-			ids = append(ids, id)
+			tx.WakeAfterCommit(id)
+			n++
 			return nil
 		}, now.UnixMicro(), max(limit, 0)) // SQLite reads a negative LIMIT as none
 	})
 	if err != nil {
-		// The batch may still commit after a caller that left (ids is
-		// then the writer's, not ours to read): a spare look for every
-		// waiter costs less than a missed wake.
-		s.watches.WakeAll()
 		return 0, err
 	}
-	for _, id := range ids {
-		s.watches.Wake(id)
-	}
-	return len(ids), nil
+	return n, nil
 }
 
 // SweepPurge implements store.Store.

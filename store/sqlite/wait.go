@@ -10,9 +10,11 @@ var _ store.Watcher = (*Store)(nil)
 
 // Waking waiting Claims (store.Watcher). Every write to the file goes through
 // this process (idemd keeps a second server off it), so the calls that end a
-// lease (Complete, Fail, the sweeper's expiry, a delete) wake the Claims
-// waiting on the record themselves, once their batch has committed. When
-// nobody waits that costs them one atomic load.
+// lease or the record (Complete, Fail, the sweeper's expiry, a held lease
+// made UNRESOLVED, an operator's resolve, a delete) ask the writer to wake
+// the Claims waiting on it (writeTx.WakeAfterCommit), which it does once
+// their batch has committed and before it answers them, whether or not
+// their caller still waits. When nobody waits that costs one atomic load.
 
 // RecordWatch implements store.Watcher.
 func (s *Store) RecordWatch(id store.RecordID) *store.Watch {

@@ -90,6 +90,11 @@ type writeCall struct {
 	// the caller's goroutine, where the server's recovery sees it.
 	panicked any
 	done     chan struct{} // closed once err is set
+	// wakes are the records whose waiting Claims fn asked to wake once its
+	// batch has committed (writeTx.WakeAfterCommit), in wakeBuf while they
+	// fit; only run's goroutine uses them.
+	wakes   []store.RecordID
+	wakeBuf [1]store.RecordID
 }
 
 // writer runs the queued calls of a Store in batches on the write connection.
@@ -115,6 +120,8 @@ type writer struct {
 	// batchCalls observes the calls of each committed batch
 	// (idem_sqlite_batch_calls).
 	batchCalls prometheus.Histogram
+	// watches are the Store's waiting Claims (WakeAfterCommit).
+	watches *store.Watches
 
 	// ran counts the prepared statements of the running batch; only run's
 	// goroutine uses it.
@@ -135,10 +142,11 @@ func newBatchCalls() prometheus.Histogram {
 	})
 }
 
-// startWriter starts the writer on conn, the write connection to path.
-func startWriter(conn *sql.Conn, path string) *writer {
+// startWriter starts the writer on conn, the write connection to path; it
+// wakes the Claims in watches that its calls ask it to.
+func startWriter(conn *sql.Conn, path string, watches *store.Watches) *writer {
 	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, turn: takeTurns(path), exited: make(chan struct{}),
-		batchCalls: newBatchCalls()}
+		batchCalls: newBatchCalls(), watches: watches}
 	w.queued.L = &w.mu
 	go w.run()
 	return w
@@ -280,7 +288,7 @@ func (w *writer) runBatch(batch []*writeCall) {
 			c.answer(err)
 			continue
 		}
-		*tx = writeTx{w: w, lazy: c.lazy}
+		*tx = writeTx{w: w, lazy: c.lazy, call: c}
 		if !c.lazy {
 			if err := tx.save(); err != nil {
 				w.fail(live, "savepoint", err)
@@ -349,6 +357,14 @@ func (w *writer) runBatch(batch []*writeCall) {
 	w.mu.Unlock()
 	w.batchCalls.Observe(float64(len(ran)))
 	for _, c := range ran {
+		if c.err == nil {
+			// What the call wrote is committed, whether or not its
+			// caller is still waiting.
+			for _, id := range c.wakes {
+				w.watches.Wake(id)
+			}
+		}
+		c.wakes = nil
 		c.answer(interpretError(batchCtx, c.err))
 	}
 }
@@ -434,7 +450,8 @@ func (w *writer) exec(query string, args ...any) (sql.Result, error) {
 // it returned; runBatch relies on that to decide whether a failed call can
 // be answered alone.
 type writeTx struct {
-	w *writer
+	w    *writer
+	call *writeCall
 	// lazy: the call's savepoint waits for its second writing statement.
 	lazy bool
 	// saved: the call's savepoint is taken.
@@ -446,6 +463,19 @@ type writeTx struct {
 	// broken is the error of a savepoint that failed inside the call: the
 	// batch fails.
 	broken error
+}
+
+// WakeAfterCommit wakes the Claims waiting on id once the call's batch has
+// committed, if the call succeeded: not when the call failed (what it wrote
+// was taken back) or the batch did. It wakes them before the call is
+// answered, and even when the caller has stopped waiting, so that a waiting
+// Claim looks after the change is visible and never misses it.
+func (tx *writeTx) WakeAfterCommit(id store.RecordID) {
+	c := tx.call
+	if c.wakes == nil {
+		c.wakes = c.wakeBuf[:0]
+	}
+	c.wakes = append(c.wakes, id)
 }
 
 // errUnprotected refuses a lazy call's second write after a first that

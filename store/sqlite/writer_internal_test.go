@@ -688,3 +688,70 @@ func TestSweepExpireWakesItsRecords(t *testing.T) {
 	default:
 	}
 }
+
+// TestCallersLeaveMidBatch: callers whose contexts end while their calls'
+// batch still runs. Their calls have run and commit with the batch; what the
+// writer learned while running them is not read by the callers that left
+// (run with -race: a Claim's note of whether a read would have answered it
+// was such a read), and the Complete's waiting Claims are woken once the
+// batch has committed, not when its caller leaves, so that they look after
+// the change is visible.
+func TestCallersLeaveMidBatch(t *testing.T) {
+	f := newBatchFixture(t)
+	rec := f.acquire(t, "waited-on")
+	watch := f.s.RecordWatch(batchID("waited-on"))
+	defer watch.Close()
+
+	// A deadline, not a cancel from the writer: the callers must leave
+	// without anything that orders their return after the writer's work.
+	leaving, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancel()
+	claimLeft, completeLeft := make(chan error, 1), make(chan error, 1)
+	f.oneBatch(t,
+		func() {
+			_, err := f.s.RecordClaim(leaving, batchClaim("new-key", "w"))
+			claimLeft <- err
+		},
+		func() {
+			_, err := f.s.RecordComplete(leaving, &store.CompleteParams{RecordID: batchID("waited-on"),
+				Token: rec.Token, Result: []byte("r")})
+			completeLeft <- err
+		},
+		func() {
+			err := f.s.inWriteTx(f.ctx, func(*writeTx, time.Time) error {
+				// The two calls before this one have run; wait for their
+				// callers to leave, inside the batch.
+				for _, left := range []chan error{claimLeft, completeLeft} {
+					select {
+					case err := <-left:
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("a caller that left: %v, want its deadline", err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Error("a caller did not leave at its deadline")
+					}
+				}
+				select {
+				case <-watch.C:
+					t.Error("the waiting Claim was woken before the Complete's batch committed")
+				default:
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("the call that outlasts the callers: %v", err)
+			}
+		},
+	)
+	select {
+	case <-watch.C:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting Claim was not woken after the Complete's batch committed")
+	}
+	if got := f.get(t, "waited-on"); got.State != store.StateCompleted {
+		t.Fatalf("after the wake the record is %s, want COMPLETED (committed although its caller left)", got.State)
+	}
+	if got := f.get(t, "new-key"); got.State != store.StateProcessing {
+		t.Fatalf("the Claim whose caller left: %s, want PROCESSING (committed with its batch)", got.State)
+	}
+}
