@@ -59,9 +59,10 @@ type Sweeper struct {
 	CountEvery time.Duration
 	// Duty is the share of a pass's time spent in statements while it has a
 	// backlog: after a full batch the pass rests for the batch's duration
-	// times (1 - Duty) / Duty before the next one. 1 runs the batches back
-	// to back. It defaults to DefaultSweepDuty, 0.25; below MinSweepDuty it
-	// is MinSweepDuty, and a rest is never longer than Interval.
+	// times (1 - Duty) / Duty before the next one. 1 (or more) runs the
+	// batches back to back. It defaults to DefaultSweepDuty, 0.25, which is
+	// also what zero, a negative value or NaN mean; below MinSweepDuty it is
+	// MinSweepDuty, and a rest is never longer than Interval.
 	Duty      float64
 	logger    *slog.Logger
 	lastCount atomic.Int64 // UnixNano of the last count
@@ -146,18 +147,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 // rest waits between two full batches of a pass, so that a backlog is
 // worked off at Duty of the database's time instead of all of it.
 func (s *Sweeper) rest(ctx context.Context, took time.Duration) error {
-	duty := s.Duty
-	switch {
-	case duty <= 0 || duty > 1:
-		duty = DefaultSweepDuty
-	case duty < MinSweepDuty:
-		duty = MinSweepDuty
-	case duty == 1:
+	d := restAfter(took, s.Duty, s.Interval)
+	if d <= 0 {
 		return nil
-	}
-	d := time.Duration(float64(took) * (1 - duty) / duty)
-	if interval := s.Interval; interval > 0 && d > interval {
-		d = interval // a slow batch never parks the backlog longer than a pass interval
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -167,6 +159,24 @@ func (s *Sweeper) rest(ctx context.Context, took time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// restAfter is how long a pass rests after a full batch that took took, at
+// duty (Sweeper.Duty), never longer than interval when that is set.
+func restAfter(took time.Duration, duty float64, interval time.Duration) time.Duration {
+	switch {
+	case !(duty > 0): // zero, negative or NaN
+		duty = DefaultSweepDuty
+	case duty >= 1:
+		return 0
+	case duty < MinSweepDuty:
+		duty = MinSweepDuty
+	}
+	d := time.Duration(float64(took) * (1 - duty) / duty)
+	if interval > 0 && d > interval {
+		d = interval // a slow batch never parks the backlog longer than a pass interval
+	}
+	return d
 }
 
 // countDue reports whether CountEvery has passed since the last count, and
