@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,6 +97,18 @@ func TestCompareJSON(t *testing.T) {
 		}
 		if ratio, ok := res["ratio_to_sql"].(float64); !ok || ratio <= 0 || (target == "sql" && ratio != 1) {
 			t.Errorf("%s/%s: ratio_to_sql %v, want a positive number (1 for sql)", scenario, target, res["ratio_to_sql"])
+		}
+		// Each round's ratio: its throughput over sql's in the same round.
+		rounds, _ := res["round_ops_per_sec"].([]any)
+		ratios, _ := res["round_ratios_to_sql"].([]any)
+		if len(rounds) != 2 || len(ratios) != 2 {
+			t.Errorf("%s/%s: round_ops_per_sec %v, round_ratios_to_sql %v: want two of each", scenario, target, rounds, ratios)
+			continue
+		}
+		for k, r := range ratios {
+			if x, _ := r.(float64); x <= 0 || (target == "sql" && x != 1) {
+				t.Errorf("%s/%s: round %d's ratio %v, want a positive number (1 for sql)", scenario, target, k, r)
+			}
 		}
 	}
 }
@@ -388,5 +401,24 @@ func TestWorkloadReplayShare(t *testing.T) {
 	}
 	if share := float64(replays) / n; share < replayShare-0.03 || share > replayShare+0.03 {
 		t.Fatalf("%.3f of the keys were replays, want about %.2f", share, replayShare)
+	}
+}
+
+func TestRoundRatios(t *testing.T) {
+	got := roundRatios([]float64{300, 450, 100}, []float64{400, 300, 100})
+	if want := []float64{0.75, 1.5, 1}; !slices.Equal(got, want) {
+		t.Errorf("roundRatios = %v, want %v", got, want)
+	}
+	if got := spreadCell([]float64{0.75, 1.5, 1}); got != "0.75–1.50" {
+		t.Errorf("spreadCell = %q, want %q", got, "0.75–1.50")
+	}
+	for _, c := range []struct{ rounds, sql []float64 }{
+		{[]float64{1, 2}, []float64{1}}, // another number of rounds
+		{[]float64{1}, []float64{0}},    // a round of sql that did nothing
+		{nil, nil},
+	} {
+		if got := roundRatios(c.rounds, c.sql); got != nil {
+			t.Errorf("roundRatios(%v, %v) = %v, want nil", c.rounds, c.sql, got)
+		}
 	}
 }

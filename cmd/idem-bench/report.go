@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +115,12 @@ type result struct {
 	Seconds    float64          `json:"seconds"`
 	// RoundOpsPerSec is each round's throughput, to show the spread.
 	RoundOpsPerSec []float64 `json:"round_ops_per_sec"`
+	// RoundRatiosToSQL is each round's throughput over the sql target's in
+	// the same round (with --compare, rounds of the targets alternate, so
+	// round i of each ran within seconds of the other): the spread of
+	// RatioToSQL. Null without the sql target or with rounds of another
+	// number.
+	RoundRatiosToSQL []float64 `json:"round_ratios_to_sql,omitempty"`
 
 	// Fixed rate (--rate) only: the rate asked for (OpsPerSec is the rate
 	// achieved), the jobs that started more than 1 ms after their intended
@@ -148,6 +155,7 @@ func round3(x float64) float64 {
 // add appends one scenario's tallies, with ratios to its sql tally.
 func (r *report) add(tallies []*tally) {
 	var sqlRate float64
+	var sqlRounds []float64
 	results := make([]result, len(tallies))
 	for i, t := range tallies {
 		rate := 0.0
@@ -215,7 +223,7 @@ func (r *report) add(tallies []*tally) {
 			res.RoundOpsPerSec = append(res.RoundOpsPerSec, round3(x))
 		}
 		if t.target == "sql" {
-			sqlRate = rate
+			sqlRate, sqlRounds = rate, t.rounds
 		}
 		results[i] = res
 	}
@@ -223,6 +231,7 @@ func (r *report) add(tallies []*tally) {
 		for i := range results {
 			ratio := round3(results[i].OpsPerSec / sqlRate)
 			results[i].RatioToSQL = &ratio
+			results[i].RoundRatiosToSQL = roundRatios(results[i].RoundOpsPerSec, sqlRounds)
 		}
 	}
 	for _, sq := range results {
@@ -340,7 +349,11 @@ func (r *report) writeTable(w io.Writer) {
 					*res.StartLagP50Ms, *res.StartLagP99Ms, *res.ClaimRunP50Ms, *res.ClaimRunP99Ms)
 			}
 		}
-		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), wait, sched)
+		spread := ""
+		if len(res.RoundRatiosToSQL) > 1 && res.Target != "sql" {
+			spread = " (×sql " + spreadCell(res.RoundRatiosToSQL) + ")"
+		}
+		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s%s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), spread, wait, sched)
 		if res.FirstError != "" {
 			fmt.Fprintf(w, "  first error: %s\n", res.FirstError)
 		}
@@ -348,6 +361,28 @@ func (r *report) writeTable(w io.Writer) {
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "%s: skipped: %s\n", s.Target, s.Reason)
 	}
+}
+
+// roundRatios is each round's throughput over the sql target's in the same
+// round, or nil when the two ran different numbers of rounds or a round of
+// sql did nothing.
+func roundRatios(rounds, sqlRounds []float64) []float64 {
+	if len(rounds) == 0 || len(rounds) != len(sqlRounds) {
+		return nil
+	}
+	ratios := make([]float64, len(rounds))
+	for i, x := range rounds {
+		if sqlRounds[i] <= 0 {
+			return nil
+		}
+		ratios[i] = round3(x / sqlRounds[i])
+	}
+	return ratios
+}
+
+// spreadCell is the lowest and highest of ratios, as "0.81–0.95".
+func spreadCell(ratios []float64) string {
+	return fmt.Sprintf("%.2f–%.2f", slices.Min(ratios), slices.Max(ratios))
 }
 
 // ratioCell is a ratio with two decimals, or "-".
