@@ -67,3 +67,36 @@ func processCPU(pids []uint32) map[uint32]time.Duration {
 	}
 	return out
 }
+
+// machineCPU is the whole machine's CPU time by what the cores did, from the
+// first line of /proc/stat: running anything (user, nice, system, irq,
+// softirq; guest time is inside user), idle, idle while a task waited for
+// I/O, and stolen by the hypervisor for other guests.
+type machineCPU struct {
+	busy, idle, iowait, steal time.Duration
+}
+
+// readMachineCPU reads the machine's CPU time so far; false when /proc/stat
+// cannot be read.
+func readMachineCPU() (machineCPU, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, false
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal …
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return machineCPU{}, false
+	}
+	n := func(i int) time.Duration {
+		v, _ := strconv.ParseInt(string(f[i]), 10, 64)
+		return time.Duration(v) * clockTick
+	}
+	return machineCPU{
+		busy:   n(1) + n(2) + n(3) + n(6) + n(7),
+		idle:   n(4),
+		iowait: n(5),
+		steal:  n(8),
+	}, true
+}

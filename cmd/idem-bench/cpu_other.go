@@ -18,3 +18,11 @@ func readProcStat(uint32) (procStat, bool) { return procStat{}, false }
 
 // processCPU is not measured outside Linux.
 func processCPU([]uint32) map[uint32]time.Duration { return nil }
+
+// machineCPU is read from /proc on Linux only.
+type machineCPU struct {
+	busy, idle, iowait, steal time.Duration
+}
+
+// readMachineCPU reads nothing outside Linux.
+func readMachineCPU() (machineCPU, bool) { return machineCPU{}, false }

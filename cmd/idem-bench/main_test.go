@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -97,6 +99,23 @@ func TestCompareJSON(t *testing.T) {
 		}
 		if ratio, ok := res["ratio_to_sql"].(float64); !ok || ratio <= 0 || (target == "sql" && ratio != 1) {
 			t.Errorf("%s/%s: ratio_to_sql %v, want a positive number (1 for sql)", scenario, target, res["ratio_to_sql"])
+		}
+		// What the cores did, on Linux: four shares of their time.
+		if runtime.GOOS == "linux" {
+			sum := 0.0
+			for _, f := range []string{"machine_busy_pct", "machine_idle_pct", "machine_iowait_pct", "machine_steal_pct"} {
+				x, ok := res[f].(float64)
+				if !ok || x < 0 || x > 100 {
+					t.Errorf("%s/%s: %s %v, want a share between 0 and 100", scenario, target, f, res[f])
+				}
+				sum += x
+			}
+			if math.Abs(sum-100) > 0.01 {
+				t.Errorf("%s/%s: the cores' shares add up to %v, want 100", scenario, target, sum)
+			}
+			if busy, _ := res["machine_busy_pct"].(float64); busy == 0 {
+				t.Errorf("%s/%s: the cores were never busy while jobs ran", scenario, target)
+			}
 		}
 		// Each round's ratio: its throughput over sql's in the same round.
 		rounds, _ := res["round_ops_per_sec"].([]any)

@@ -105,6 +105,15 @@ type result struct {
 	// WAL per op over the sql target's in the same scenario.
 	StoreCPURatioToSQL *float64 `json:"store_cpu_ratio_to_sql"`
 	WALRatioToSQL      *float64 `json:"wal_ratio_to_sql"`
+	// What the machine's cores did during the target's rounds, in percent
+	// of their time (from /proc/stat; null elsewhere): running anything
+	// (every process, the kernel's interrupts), idle, idle while a task
+	// waited for I/O (an fsync), and stolen by the hypervisor. A closed loop
+	// that leaves the cores idle is bound by latency, not by CPU.
+	MachineBusyPct   *float64 `json:"machine_busy_pct,omitempty"`
+	MachineIdlePct   *float64 `json:"machine_idle_pct,omitempty"`
+	MachineIOWaitPct *float64 `json:"machine_iowait_pct,omitempty"`
+	MachineStealPct  *float64 `json:"machine_steal_pct,omitempty"`
 	// PoolWaitMs is the mean wait for a connection of the target's own
 	// Postgres pool (sql; service with --start-idemd), in milliseconds.
 	PoolWaitMs *float64 `json:"pool_wait_ms,omitempty"`
@@ -201,6 +210,12 @@ func (r *report) add(tallies []*tally) {
 			if res.IdemdCPUUsPerOp != nil {
 				res.TotalCPUUsPerOp = round3(res.TotalCPUUsPerOp + *res.IdemdCPUUsPerOp)
 			}
+		}
+		m := t.machine
+		if all := m.busy + m.idle + m.iowait + m.steal; t.machineRounds == len(t.rounds) && all > 0 {
+			pct := func(d time.Duration) *float64 { v := round3(100 * float64(d) / float64(all)); return &v }
+			res.MachineBusyPct, res.MachineIdlePct = pct(m.busy), pct(m.idle)
+			res.MachineIOWaitPct, res.MachineStealPct = pct(m.iowait), pct(m.steal)
 		}
 		if t.acquires > 0 {
 			wait := round3(float64(t.acquireWait.Microseconds()) / 1000 / float64(t.acquires))
@@ -349,11 +364,16 @@ func (r *report) writeTable(w io.Writer) {
 					*res.StartLagP50Ms, *res.StartLagP99Ms, *res.ClaimRunP50Ms, *res.ClaimRunP99Ms)
 			}
 		}
+		cores := ""
+		if res.MachineBusyPct != nil {
+			cores = fmt.Sprintf("; cores %.0f%% busy, %.0f%% idle, %.0f%% waiting for I/O, %.0f%% stolen",
+				*res.MachineBusyPct, *res.MachineIdlePct, *res.MachineIOWaitPct, *res.MachineStealPct)
+		}
 		spread := ""
 		if len(res.RoundRatiosToSQL) > 1 && res.Target != "sql" {
 			spread = " (×sql " + spreadCell(res.RoundRatiosToSQL) + ")"
 		}
-		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s%s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), spread, wait, sched)
+		fmt.Fprintf(w, "%s/%s: %s; ops/s per round: %s%s%s%s%s\n", res.Scenario, res.Target, strings.Join(parts, ", "), strings.Join(rounds, " "), spread, cores, wait, sched)
 		if res.FirstError != "" {
 			fmt.Fprintf(w, "  first error: %s\n", res.FirstError)
 		}

@@ -56,6 +56,10 @@ type tally struct {
 	elapsed  time.Duration // measured wall time, summed over the rounds
 	rounds   []float64     // ops/s of each round
 	selfCPU  time.Duration // CPU time of this process during the rounds
+	// machine is what the machine's cores did during the rounds
+	// machineRounds of which /proc/stat could be read before and after.
+	machine       machineCPU
+	machineRounds int
 	// idemdCPU is the CPU time of the idemd process --start-idemd started.
 	idemdCPU time.Duration
 	// serverCPU is the CPU time of redis-server, and serverRead whether it
@@ -218,6 +222,7 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		pgOK = err == nil
 	}
 	selfBefore := selfCPU()
+	machineBefore, machineOK := readMachineCPU()
 	begin := time.Now()
 	if ops <= 0 {
 		deadline = begin.Add(duration)
@@ -290,10 +295,18 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
+	machineAfter, machineAfterOK := readMachineCPU()
 	if into == nil {
 		return
 	}
 	into.selfCPU += selfCPU() - selfBefore
+	if machineOK && machineAfterOK {
+		into.machine.busy += machineAfter.busy - machineBefore.busy
+		into.machine.idle += machineAfter.idle - machineBefore.idle
+		into.machine.iowait += machineAfter.iowait - machineBefore.iowait
+		into.machine.steal += machineAfter.steal - machineBefore.steal
+		into.machineRounds++
+	}
 	if idemdPID != 0 {
 		if after, ok := readProcStat(idemdPID); ok {
 			into.idemdCPU += after.cpu - idemdBefore.cpu
