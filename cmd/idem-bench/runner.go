@@ -301,10 +301,12 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 	}
 	into.selfCPU += selfCPU() - selfBefore
 	if machineOK && machineAfterOK {
-		into.machine.busy += machineAfter.busy - machineBefore.busy
-		into.machine.idle += machineAfter.idle - machineBefore.idle
-		into.machine.iowait += machineAfter.iowait - machineBefore.iowait
-		into.machine.steal += machineAfter.steal - machineBefore.steal
+		// Linux's iowait counter can step back (its documentation of
+		// /proc/stat says so); a step back counts as none.
+		into.machine.busy += max(machineAfter.busy-machineBefore.busy, 0)
+		into.machine.idle += max(machineAfter.idle-machineBefore.idle, 0)
+		into.machine.iowait += max(machineAfter.iowait-machineBefore.iowait, 0)
+		into.machine.steal += max(machineAfter.steal-machineBefore.steal, 0)
 		into.machineRounds++
 	}
 	if idemdPID != 0 {
