@@ -35,12 +35,19 @@ func (s *Store) migrate(ctx context.Context, logger *slog.Logger) ([]int, error)
 	if err != nil {
 		return nil, err
 	}
+	// The function runs in the writer, which may still run it after a
+	// caller whose ctx ended has returned: it writes only its own err, and
+	// applied is read only once the batch has answered with success.
 	var applied []int
 	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		var err error
 		applied, err = migrate.Up(ctx, migrationTx{tx: tx, now: now}, ms, migrate.RefuseNewer, logger)
 		return err
 	})
-	return applied, err
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
 }
 
 // Migrate implements store.Backend. Open has applied every migration

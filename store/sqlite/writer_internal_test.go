@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -704,9 +705,9 @@ func TestCallersLeaveMidBatch(t *testing.T) {
 
 	// A deadline, not a cancel from the writer: the callers must leave
 	// without anything that orders their return after the writer's work.
-	leaving, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	leaving, cancel := context.WithTimeout(f.ctx, time.Second)
 	defer cancel()
-	claimLeft, completeLeft := make(chan error, 1), make(chan error, 1)
+	claimLeft, completeLeft, migrateLeft := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	f.oneBatch(t,
 		func() {
 			_, err := f.s.RecordClaim(leaving, batchClaim("new-key", "w"))
@@ -718,10 +719,14 @@ func TestCallersLeaveMidBatch(t *testing.T) {
 			completeLeft <- err
 		},
 		func() {
+			_, err := f.s.Migrate(leaving, slog.New(slog.DiscardHandler))
+			migrateLeft <- err
+		},
+		func() {
 			err := f.s.inWriteTx(f.ctx, func(*writeTx, time.Time) error {
-				// The two calls before this one have run; wait for their
+				// The calls before this one have run; wait for their
 				// callers to leave, inside the batch.
-				for _, left := range []chan error{claimLeft, completeLeft} {
+				for _, left := range []chan error{claimLeft, completeLeft, migrateLeft} {
 					select {
 					case err := <-left:
 						if !errors.Is(err, context.DeadlineExceeded) {
