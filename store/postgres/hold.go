@@ -64,14 +64,24 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		return nil, err
 	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
-		var changed bool
-		rec, err := scanRecord(db.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), result, errText), &changed)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		if !changed && !p.Holds(rec) {
+		for try := 0; try < maxStatementTries; try++ {
+			var changed bool
+			rec, err := scanRecord(db.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), result, errText), &changed)
+			switch {
+			case err != nil:
+				return nil, interpretError(err)
+			case changed || p.Holds(rec):
+				return rec, nil
+			case rec.State == store.StateUnresolved:
+				// The UPDATE waited for a concurrent change of the row
+				// (a retry of this Resolve, another operator's) and
+				// found it no longer UNRESOLVED, while the second
+				// branch read the statement's snapshot from before
+				// that change. A new statement sees it.
+				continue
+			}
 			return nil, store.ErrNotUnresolved
 		}
-		return rec, nil
+		return nil, store.ErrContention
 	})
 }

@@ -265,3 +265,50 @@ func TestHeartbeatRaceWithSweeper(t *testing.T) {
 		t.Fatalf("RecordHeartbeat: %+v; want PROCESSING with the same token and no expires_at", got.rec)
 	}
 }
+
+// TestResolveRaceWithOwnRetry: an operator's Resolve whose answer was late is
+// retried while the first one's transaction still holds the row. The retry
+// waits for it, finds the record already resolved as it asks, and must get
+// the record back, not "not unresolved" from a snapshot taken before the
+// first one committed.
+func TestResolveRaceWithOwnRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := recordID("raced-resolve")
+	b.acquire(t, id, "holder")
+	b.exec(t, `UPDATE idem_records SET state = 'unresolved' WHERE tenant = $1 AND namespace = $2 AND key = $3`,
+		id.Tenant, id.Namespace, id.Key)
+
+	// The first Resolve, still running: its change made and not committed.
+	tx, pid := b.begin(t)
+	if _, err := tx.Exec(b.ctx, `UPDATE idem_records SET state = 'completed', result = 'charged', lease_expires_at = NULL,
+		completed_at = now(), expires_at = now() + retention, updated_at = now()
+		WHERE tenant = $1 AND namespace = $2 AND key = $3`, id.Tenant, id.Namespace, id.Key); err != nil {
+		t.Fatalf("the first resolve: %v", err)
+	}
+
+	type answer struct {
+		rec *store.Record
+		err error
+	}
+	out := make(chan answer, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rec, err := b.store.RecordResolve(b.ctx, &store.ResolveParams{RecordID: id,
+			Resolution: store.ResolveCompleted, Result: []byte("charged")})
+		out <- answer{rec, err}
+	}()
+	b.waitBlockedBy(t, pid, done)
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+
+	got := <-out
+	if got.err != nil {
+		t.Fatalf("the retried Resolve: %v; want the record, resolved as it asks", got.err)
+	}
+	if got.rec.State != store.StateCompleted || string(got.rec.Result) != "charged" {
+		t.Fatalf("the retried Resolve: %s with result %q; want COMPLETED with %q", got.rec.State, got.rec.Result, "charged")
+	}
+}
