@@ -160,8 +160,10 @@ type claimOutcome struct {
 // replay, IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again,
 // a fingerprint mismatch. It leaves f to a statement of its own (false) when
 // leader's answer carries no record, or when f would write: take the record
-// over (leader saw it RELEASED, say, and refused it on its fingerprint), or
-// make a held record whose lease ran out UNRESOLVED.
+// over, or make a held record whose lease ran out UNRESOLVED. (A follower of
+// a leader that got an error, such as a fingerprint mismatch on a RELEASED
+// record that f's fingerprint would take over, is sent again by drain
+// without asking.)
 //
 // The answer is true at a moment within f's call: f was queued before the
 // statement began and is answered after it ended. A record that leader's
@@ -179,9 +181,12 @@ func followClaim(leader, f *claimCall) bool {
 	rec := *out.res.Record
 	res, err := store.ReportClaim(&rec, f.params, out.now)
 	if (res == nil && err == nil) || store.HoldsLapsed(res) {
-		// A held lease that ran out is made UNRESOLVED by one statement
-		// (holdLapsed) that the leader runs; the follower reads the
-		// result in the next statement instead of running it again.
+		// A held lease that ran out is made UNRESOLVED by holdLapsed,
+		// which the leader's caller runs once this statement has
+		// answered. The follower goes in a later statement: it reads
+		// UNRESOLVED when that hold has committed, and otherwise finds
+		// the lease run out too and runs the hold itself (one of them
+		// wins; claimTries makes the others look again).
 		return false
 	}
 	f.res, f.err = claimOutcome{res: res, settled: true, now: out.now}, err

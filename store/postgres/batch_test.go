@@ -340,6 +340,27 @@ func TestClaimFollowers(t *testing.T) {
 			t.Fatalf("%s after the Complete: %+v, %v; want the completed replay", who, a.res, a.err)
 		}
 	}
+
+	// Followers of a held record whose lease ran out: every Claim gets
+	// UNRESOLVED, whether it made the record so or found it made.
+	heldID := recordID("held-lapsed")
+	hp := claimParams(heldID, "holder")
+	hp.Hold = true
+	if res, err := st.RecordClaim(b.ctx, hp); err != nil || res.Outcome != store.OutcomeAcquired {
+		t.Fatalf("held claim: %+v, %v", res, err)
+	}
+	b.lapse(t, heldID)
+	var redelivered []*store.ClaimParams
+	for i := range 6 {
+		redelivered = append(redelivered, claimParams(heldID, fmt.Sprintf("redelivery-%d", i)))
+	}
+	got = queueBehindBlocker(redelivered...)
+	for _, p := range redelivered {
+		a := got[p.Claimant]
+		if a.err != nil || a.res.Outcome != store.OutcomeUnresolved || a.res.Record.State != store.StateUnresolved {
+			t.Fatalf("%s of a held record whose lease ran out: %+v, %v; want UNRESOLVED", p.Claimant, a.res, a.err)
+		}
+	}
 }
 
 // TestClaimFollowerThatWouldWrite: a follower that its leader's answer does
