@@ -137,13 +137,13 @@ changed AS (
 	SELECT l.tenant, l.namespace, l.key, l.in_token, l.attempt, l.retention, l.created_at, l.updated_at, ` + change.vals + `
 	FROM locked l
 	ON CONFLICT (tenant, namespace, key) DO UPDATE SET ` + change.set + `, updated_at = now()
-	WHERE r.token = excluded.token AND r.state IN ('processing', 'expired', 'unresolved')
+	WHERE ` + tokenAppliesSQL("r", "excluded.token") + `
 	RETURNING ` + recordColsOf("r") + wakeCol("r", wakes) + `
 )
 SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, ` + recordNames + ` FROM locked
-WHERE NOT (token = in_token AND state IN ('processing', 'expired', 'unresolved'))`
+WHERE NOT (` + tokenAppliesSQL("", "in_token") + `)`
 }
 
 // claimOutcome is one Claim's answer from a statement; settled is false when

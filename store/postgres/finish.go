@@ -6,10 +6,24 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
+// tokenAppliesSQL is the condition under which a token call changes a
+// record: token is its current token, and its lease has not been ended by a
+// Complete, Fail or an operator (an EXPIRED or UNRESOLVED record still takes
+// its holder's late call). alias qualifies the record's columns ("" for
+// none).
+func tokenAppliesSQL(alias, token string) string {
+	a := ""
+	if alias != "" {
+		a = alias + "."
+	}
+	return a + "token = " + token + " AND " + a + "state IN ('processing', 'expired', 'unresolved')"
+}
+
 // tokenCallSQL is a token-bearing call in one statement: its update applies
-// only with the record's current token while the record is PROCESSING or
-// EXPIRED; when it applies nothing, the second branch reports the row so that
-// the caller can tell why, in the same round trip. $1–$3 are the record's id,
+// only with the record's current token while the record is PROCESSING,
+// EXPIRED or UNRESOLVED (tokenAppliesSQL); when it applies nothing, the
+// second branch reports the row so that the caller can tell why, in the
+// same round trip. $1–$3 are the record's id,
 // $4 the token, $5 on the call's own arguments (store.TokenCall.Args). When
 // wakes, the update notifies the record's waiting Claims if its waiters flag
 // is set (wait.go).
@@ -17,8 +31,7 @@ func tokenCallSQL(set string, wakes bool) string {
 	return `
 WITH changed AS (
 	UPDATE idem_records SET ` + set + `, updated_at = now()
-	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4
-		AND state IN ('processing', 'expired', 'unresolved')
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND ` + tokenAppliesSQL("", "$4") + `
 	RETURNING ` + recordCols + wakeCol("idem_records", wakes) + `
 )
 SELECT true, ` + recordNames + ` FROM changed
