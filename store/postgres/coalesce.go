@@ -222,29 +222,34 @@ func (c *coalescer[P, R]) drain() {
 		c.run(ctx, batch)
 		cancel()
 		var again []*pending[P, R]
-		answered := make([]*pending[P, R], 0, len(batch))
-		for _, call := range batch {
-			for _, f := range call.followers {
-				switch {
-				case errors.Is(call.err, store.ErrUnavailable):
-					// The statement failed as a whole (the database
-					// is gone, or its time bound ran out): the
-					// follower's Claim would have gone in it, and
-					// sending it again would only wait as long
-					// again. Nothing of it was written.
-					var zero R
-					f.res, f.err = zero, call.err
-				case call.err == nil && c.follow(call, f):
-				default:
-					again = append(again, f)
-					continue
+		answered := batch // without followers, the statement answered its batch
+		if slices.ContainsFunc(batch, func(call *pending[P, R]) bool { return len(call.followers) > 0 }) {
+			answered = make([]*pending[P, R], 0, len(batch))
+			for _, call := range batch {
+				for _, f := range call.followers {
+					switch {
+					case errors.Is(call.err, store.ErrUnavailable):
+						// The statement failed as a whole (the
+						// database is gone, or its time bound ran
+						// out): the follower's Claim would have
+						// gone in it, and sending it again would
+						// only wait as long again. Nothing of it
+						// was written.
+						var zero R
+						f.res, f.err = zero, call.err
+					case call.err == nil && c.follow(call, f):
+					default:
+						again = append(again, f)
+						continue
+					}
+					answered = append(answered, f)
 				}
-				f.trace = st
-				answered = append(answered, f)
+				call.followers = nil
+				answered = append(answered, call)
 			}
-			call.followers = nil
+		}
+		for _, call := range answered {
 			call.trace = st
-			answered = append(answered, call)
 		}
 		// Each call is counted once, by the statement that answered it,
 		// before its caller hears.

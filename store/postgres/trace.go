@@ -125,7 +125,9 @@ func (c *coalescer[P, R]) startCall(ctx context.Context) trace.Span {
 // traceStatement prepares the statement a batch runs in ctx: its span's
 // parent, its links and its name, for queryTracer.
 // A batch's followers (coalescer.follow) are its callers too: the statement
-// answers them, so it counts them and links to them like the others.
+// counts them and links to them like the others, also a follower that its
+// leader's answer does not settle and that goes in a later statement (whose
+// span it gets; idem_db_batch_calls counts it there only).
 func (c *coalescer[P, R]) traceStatement(ctx context.Context, batch []*pending[P, R]) (context.Context, *statementTrace) {
 	st := &statementTrace{kind: c.kind}
 	add := func(call *pending[P, R]) {
