@@ -102,6 +102,11 @@ func TestDatabaseURLFromEnv(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "--database-url is empty") {
 		t.Fatalf("IDEM_DATABASE_URL set to nothing: exit %d, output %q; want a refusal", code, out)
 	}
+	// idemd sweep reads serve's duty variable: one environment for both.
+	out, code = run(t, []string{"IDEM_SWEEP_DUTY=5"}, "sweep", "--once", "--database-url", "postgres://x")
+	if code == 0 || !strings.Contains(out, "--duty is 5; it must be between 0.01 and 1") {
+		t.Fatalf("IDEM_SWEEP_DUTY=5 for sweep: exit %d, output %q; want --duty refused", code, out)
+	}
 	out, code = run(t, []string{"IDEM_DATA_DIR=" + filepath.Join(t.TempDir(), "fromenv")}, "migrate")
 	if code != 0 || !strings.Contains(out, filepath.Join("fromenv", "idem.db")) {
 		t.Fatalf("IDEM_DATA_DIR: exit %d, output %q; want the SQLite file in it", code, out)

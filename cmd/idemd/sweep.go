@@ -15,7 +15,7 @@ type sweepCmd struct {
 	Once      bool          `help:"Run one pass and exit, printing what it did."`
 	Interval  time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between passes, without --once."`
 	BatchSize int           `default:"${sweep_batch_size}" help:"Rows one statement touches at most (1 to 100000)."`
-	Duty      float64       `default:"${sweep_duty}" help:"Share of its time a pass with a backlog spends in statements (0.01 to 1); 1 runs the batches back to back."`
+	Duty      float64       `default:"${sweep_duty}" env:"IDEM_SWEEP_DUTY" help:"Share of its time a pass with a backlog spends in statements (0.01 to 1): after each full batch it rests until the share is kept, at most --interval (also with --once); 1 runs the batches back to back."`
 }
 
 // checkDuty checks a sweeper's duty flag: a share of time, from
