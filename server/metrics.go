@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ type Metrics struct {
 	sweptExpired  prometheus.Counter
 	sweptPurged   prometheus.Counter
 	sweepErrors   prometheus.Counter
+	sweepBusy     prometheus.Counter
 	sweepDuration prometheus.Histogram
 	records       *prometheus.GaugeVec
 	waitingClaims prometheus.Gauge
@@ -54,11 +56,15 @@ func NewMetrics() *Metrics {
 		}),
 		sweptExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_sweeper_expired_total",
-			Help: "PROCESSING records whose lapsed lease the sweeper marked EXPIRED.",
+			Help: "PROCESSING records whose lapsed lease the sweeper marked EXPIRED (or UNRESOLVED), counted after each batch.",
 		}),
 		sweptPurged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_sweeper_purged_total",
-			Help: "Records the sweeper deleted after their retention.",
+			Help: "Records the sweeper deleted after their retention, counted after each batch.",
+		}),
+		sweepBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_sweeper_busy_seconds_total",
+			Help: "Time the sweeper spent in passes (its batches and the rests between them), counted as it goes: its rate is the share of time spent sweeping, during one long pass too.",
 		}),
 		sweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_sweeper_errors_total",
@@ -86,7 +92,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.GRPC, m.claims, m.takeovers, m.leaseLost,
-		m.sweptExpired, m.sweptPurged, m.sweepErrors, m.sweepDuration, m.records,
+		m.sweptExpired, m.sweptPurged, m.sweepErrors, m.sweepBusy, m.sweepDuration, m.records,
 		m.waitingClaims, m.waitsRefused,
 	)
 	return m
@@ -120,19 +126,31 @@ func (m *Metrics) observeTokenCall(err error) {
 	}
 }
 
-// ObserveSweep records one sweeper pass: the records it expired and purged,
-// its duration, and whether it failed. A Sweeper with Metrics set calls it
-// after every pass; a nil Metrics records nothing.
+// ObserveSweep records one sweeper pass: its duration, and whether it
+// failed. A Sweeper with Metrics set calls it after every pass (and counts
+// the records and the time as the pass goes, observeSweepProgress); a nil
+// Metrics records nothing.
 func (m *Metrics) ObserveSweep(stats SweepStats, err error) {
 	if m == nil {
 		return
 	}
-	m.sweptExpired.Add(float64(stats.Expired))
-	m.sweptPurged.Add(float64(stats.Purged))
 	m.sweepDuration.Observe(stats.Duration.Seconds())
 	if err != nil {
 		m.sweepErrors.Inc()
 	}
+}
+
+// observeSweepProgress counts what a sweeper pass did since it last said:
+// records expired and purged, and the time spent. A pass with a large
+// backlog lasts long; counted only at its end, it would show nothing until
+// then.
+func (m *Metrics) observeSweepProgress(expired, purged int, busy time.Duration) {
+	if m == nil {
+		return
+	}
+	m.sweptExpired.Add(float64(expired))
+	m.sweptPurged.Add(float64(purged))
+	m.sweepBusy.Add(busy.Seconds())
 }
 
 // SetRecordCounts sets the idem_records gauge; every state is set, so a

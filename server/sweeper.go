@@ -104,7 +104,17 @@ func (s *Sweeper) Run(ctx context.Context) {
 // then batches of purge likewise, resting between full batches (Duty).
 func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 	start := time.Now()
+	// progress counts the records and the time as the pass goes
+	// (idem_sweeper_*_total), so that a pass that works off a backlog for an
+	// hour shows in the metrics while it runs.
+	mark := start
+	progress := func(expired, purged int) {
+		now := time.Now()
+		s.Metrics.observeSweepProgress(expired, purged, now.Sub(mark))
+		mark = now
+	}
 	defer func() {
+		progress(0, 0)
 		stats.Duration = time.Since(start)
 		if s.Metrics != nil {
 			s.Metrics.ObserveSweep(stats, err)
@@ -123,20 +133,28 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (stats SweepStats, err error) {
 		batch = DefaultSweepBatchSize
 	}
 	for _, step := range []struct {
-		sweep func(context.Context, int) (int, error)
-		count *int
-	}{{s.store.SweepExpire, &stats.Expired}, {s.store.SweepPurge, &stats.Purged}} {
+		sweep  func(context.Context, int) (int, error)
+		count  *int
+		expire bool
+	}{{s.store.SweepExpire, &stats.Expired, true}, {s.store.SweepPurge, &stats.Purged, false}} {
 		for {
 			began := time.Now()
 			n, err := step.sweep(ctx, batch)
 			*step.count += n
+			if step.expire {
+				progress(n, 0)
+			} else {
+				progress(0, n)
+			}
 			if err != nil {
 				return stats, err
 			}
 			if n < batch {
 				break
 			}
-			if err := s.rest(ctx, time.Since(began)); err != nil {
+			err = s.rest(ctx, time.Since(began))
+			progress(0, 0)
+			if err != nil {
 				return stats, err
 			}
 		}

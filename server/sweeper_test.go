@@ -379,18 +379,36 @@ func TestSweeperCountsRecordsAtMostEveryCountEvery(t *testing.T) {
 }
 
 // slowBatches makes every expiry batch take at least delay and records when
-// each began and ended.
+// each began and ended. onBatch, when set, runs as batch i (from 0) begins.
 type slowBatches struct {
 	store.Store
 	delay      time.Duration
+	onBatch    func(i int)
 	mu         sync.Mutex
 	began, end []time.Time
 }
 
+// slowSweeper is a sweeper with batches of 10 over a store that holds lapsed
+// PROCESSING records, every expiry batch taking at least delay, at duty.
+func slowSweeper(t *testing.T, lapsed int, delay time.Duration, duty float64) (*server.Sweeper, *slowBatches) {
+	t.Helper()
+	ts := testserver.Start(t)
+	insertLapsed(t, ts.DB.Pool, lapsed)
+	slow := &slowBatches{Store: ts.Store, delay: delay}
+	sw := server.NewSweeper(slow, nil)
+	sw.BatchSize = 10
+	sw.Duty = duty
+	return sw, slow
+}
+
 func (s *slowBatches) SweepExpire(ctx context.Context, limit int) (int, error) {
 	s.mu.Lock()
+	i := len(s.began)
 	s.began = append(s.began, time.Now())
 	s.mu.Unlock()
+	if s.onBatch != nil {
+		s.onBatch(i)
+	}
 	time.Sleep(s.delay)
 	n, err := s.Store.SweepExpire(ctx, limit)
 	s.mu.Lock()
@@ -405,12 +423,7 @@ func (s *slowBatches) SweepExpire(ctx context.Context, limit int) (int, error) {
 // backlog it does not rest.
 func TestSweepRestsBetweenFullBatches(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
-	insertLapsed(t, ts.DB.Pool, 25)
-	slow := &slowBatches{Store: ts.Store, delay: 40 * time.Millisecond}
-	sw := server.NewSweeper(slow, nil)
-	sw.BatchSize = 10
-	sw.Duty = 0.25 // rest 3 × at least 40 ms after each full batch
+	sw, slow := slowSweeper(t, 25, 40*time.Millisecond, 0.25) // rest 3 × at least 40 ms after each full batch
 	stats, err := sw.SweepOnce(t.Context())
 	if err != nil || stats.Expired != 25 {
 		t.Fatalf("pass = %+v, %v; want 25 expired", stats, err)
@@ -433,12 +446,7 @@ func TestSweepRestsBetweenFullBatches(t *testing.T) {
 // duty, a rest is never longer than the sweeper's interval.
 func TestSweepRestIsBoundedByTheInterval(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
-	insertLapsed(t, ts.DB.Pool, 15)
-	slow := &slowBatches{Store: ts.Store, delay: 50 * time.Millisecond}
-	sw := server.NewSweeper(slow, nil)
-	sw.BatchSize = 10
-	sw.Duty = 0.001 // below MinSweepDuty: a rest of 99 × 50 ms unbounded
+	sw, slow := slowSweeper(t, 15, 50*time.Millisecond, 0.001) // below MinSweepDuty: a rest of 99 × 50 ms unbounded
 	sw.Interval = 100 * time.Millisecond
 	stats, err := sw.SweepOnce(t.Context())
 	if err != nil || stats.Expired != 15 {
@@ -456,12 +464,7 @@ func TestSweepRestIsBoundedByTheInterval(t *testing.T) {
 // as soon as its context ends.
 func TestSweepRestEndsWithTheContext(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
-	insertLapsed(t, ts.DB.Pool, 25)
-	slow := &slowBatches{Store: ts.Store, delay: 50 * time.Millisecond}
-	sw := server.NewSweeper(slow, nil)
-	sw.BatchSize = 10
-	sw.Duty = 0.01 // a rest of 99 × 50 ms, about 5 s
+	sw, _ := slowSweeper(t, 25, 50*time.Millisecond, 0.01) // a rest of 99 × 50 ms, about 5 s
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	began := time.Now()
@@ -471,5 +474,61 @@ func TestSweepRestEndsWithTheContext(t *testing.T) {
 	}
 	if took := time.Since(began); took > 2500*time.Millisecond {
 		t.Errorf("SweepOnce returned %s after it began, though cancelled after 200ms", took)
+	}
+}
+
+// TestSweepCountsAsItGoes: a pass counts the records it expired and the time
+// it spent after each batch, not only at its end, so that one long pass
+// over a backlog shows in the metrics while it runs.
+func TestSweepCountsAsItGoes(t *testing.T) {
+	t.Parallel()
+	sw, slow := slowSweeper(t, 25, 20*time.Millisecond, 0.5)
+	sw.Metrics = server.NewMetrics()
+	type reading struct{ expired, busy, passes float64 }
+	read := func() reading {
+		families, err := sw.Metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r reading
+		for _, fam := range families {
+			for _, m := range fam.GetMetric() {
+				switch fam.GetName() {
+				case "idem_sweeper_expired_total":
+					r.expired += m.GetCounter().GetValue()
+				case "idem_sweeper_busy_seconds_total":
+					r.busy += m.GetCounter().GetValue()
+				case "idem_sweep_duration_seconds":
+					r.passes += float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return r
+	}
+	var mid reading
+	slow.onBatch = func(i int) {
+		if i == 2 { // two full batches and a rest after each are done
+			mid = read()
+		}
+	}
+	start := time.Now()
+	stats, err := sw.SweepOnce(t.Context())
+	took := time.Since(start)
+	if err != nil || stats.Expired != 25 {
+		t.Fatalf("pass = %+v, %v; want 25 expired", stats, err)
+	}
+	if mid.expired != 20 || mid.passes != 0 {
+		t.Errorf("during the pass: %v expired, %v passes observed; want 20 and 0", mid.expired, mid.passes)
+	}
+	// Two batches of at least 20 ms, each followed by a rest as long.
+	if mid.busy < 0.08 {
+		t.Errorf("during the pass: %.3f s busy; want at least 0.08", mid.busy)
+	}
+	end := read()
+	if end.expired != 25 || end.passes != 1 {
+		t.Errorf("after the pass: %v expired, %v passes; want 25 and 1", end.expired, end.passes)
+	}
+	if end.busy < mid.busy || end.busy > took.Seconds()+0.001 {
+		t.Errorf("after the pass: %.3f s busy; want between %.3f and the pass's %.3f", end.busy, mid.busy, took.Seconds())
 	}
 }
