@@ -116,7 +116,8 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 // The services whose successful calls logCalls logs at debug: health
 // probes, which arrive every few seconds from every load balancer, and the
 // workers' calls, thousands a second on a busy server. A line per answered
-// Claim and Complete was 8% of idemd's CPU under load, and the metrics
+// Claim and Complete cost idemd 21% more CPU per job under load (256 against
+// 212 µs at C=32, one A/B), and the metrics
 // already count every call by method and code; a call that ends in an error
 // code, and every AdminService call, keeps its line.
 var (
