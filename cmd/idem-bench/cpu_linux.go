@@ -83,6 +83,11 @@ func readMachineCPU() (machineCPU, bool) {
 	if err != nil {
 		return machineCPU{}, false
 	}
+	return parseMachineCPU(b)
+}
+
+// parseMachineCPU reads the machine's CPU time from /proc/stat's text.
+func parseMachineCPU(b []byte) (machineCPU, bool) {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := bytes.Fields(line)
 	// cpu user nice system idle iowait irq softirq steal …

@@ -240,9 +240,19 @@ func TestFixedRate(t *testing.T) {
 		t.Fatalf("rate %v and %d results, want 200 and 2:\n%s", raw.Rate, len(raw.Results), stdout)
 	}
 	for _, res := range raw.Results {
-		for _, f := range []string{"ops_per_sec", "claim_p99_ms", "target_rate", "late", "missed"} {
+		for _, f := range []string{"ops_per_sec", "claim_p99_ms", "target_rate", "late", "missed",
+			"start_lag_p50_ms", "start_lag_p99_ms", "claim_from_start_p50_ms", "claim_from_start_p99_ms"} {
 			if _, ok := res[f].(float64); !ok {
 				t.Errorf("%v: %q is %v, want a number", res["target"], f, res[f])
+			}
+		}
+		// The Claim from its job's actual start leaves the start lag out of
+		// the same Claims, so none of its percentiles can be higher.
+		for _, q := range []string{"p50", "p99"} {
+			run, _ := res["claim_from_start_"+q+"_ms"].(float64)
+			all, _ := res["claim_"+q+"_ms"].(float64)
+			if run > all {
+				t.Errorf("%v: Claim %s from its job's start %v ms, above the Claim's %v ms from its intended start", res["target"], q, run, all)
 			}
 		}
 		if ops, _ := res["ops"].(float64); ops <= 0 {

@@ -106,10 +106,11 @@ type result struct {
 	StoreCPURatioToSQL *float64 `json:"store_cpu_ratio_to_sql"`
 	WALRatioToSQL      *float64 `json:"wal_ratio_to_sql"`
 	// What the machine's cores did during the target's rounds, in percent
-	// of their time (from /proc/stat; null elsewhere): running anything
-	// (every process, the kernel's interrupts), idle, idle while a task
-	// waited for I/O (an fsync), and stolen by the hypervisor. A closed loop
-	// that leaves the cores idle is bound by latency, not by CPU.
+	// of their time, from /proc/stat: running anything (every process, the
+	// kernel's interrupts), idle, idle while a task waited for I/O (an
+	// fsync), and stolen by the hypervisor. Absent off Linux, or when a
+	// round ended within one of its 10 ms ticks. A closed loop that leaves
+	// the cores idle is bound by latency, not by CPU.
 	MachineBusyPct   *float64 `json:"machine_busy_pct,omitempty"`
 	MachineIdlePct   *float64 `json:"machine_idle_pct,omitempty"`
 	MachineIOWaitPct *float64 `json:"machine_iowait_pct,omitempty"`
@@ -127,7 +128,7 @@ type result struct {
 	// RoundRatiosToSQL is each round's throughput over the sql target's in
 	// the same round (with --compare, rounds of the targets alternate, so
 	// round i of each ran within seconds of the other): the spread of
-	// RatioToSQL. Null without the sql target or with rounds of another
+	// RatioToSQL. Absent without the sql target or with rounds of another
 	// number.
 	RoundRatiosToSQL []float64 `json:"round_ratios_to_sql,omitempty"`
 
