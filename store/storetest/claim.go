@@ -387,6 +387,23 @@ func testClaimHoldBecomesUnresolved(t *testing.T, h Harness) {
 		t.Fatalf("RecordResolve completed with the result it has: %v, %v; want the record", done, err)
 	}
 
+	// A failure resolved, then the same resolution again (a retry whose
+	// answer was lost): the record; another error: NOT_UNRESOLVED.
+	d := held("d")
+	if res := b.claim(t, claimParams(d.RecordID, "other")); res.Outcome != store.OutcomeUnresolved {
+		t.Fatalf("Claim of a lapsed held lease: %v; want unresolved", res.Outcome)
+	}
+	failWith := func(msg string) (*store.Record, error) {
+		return b.store.RecordResolve(b.ctx, &store.ResolveParams{RecordID: d.RecordID, Resolution: store.ResolveFailed, Error: msg})
+	}
+	for i := range 2 {
+		if rec, err := failWith("card declined"); err != nil || rec.State != store.StateFailed || rec.Error != "card declined" {
+			t.Fatalf("RecordResolve failed, time %d: %v, %v; want the failed record", i+1, rec, err)
+		}
+	}
+	_, err = failWith("another error")
+	requireErr(t, "RecordResolve failed with another error", err, store.ErrNotUnresolved)
+
 	res := b.claim(t, claimParams(c.RecordID, ""))
 	if res.Outcome != store.OutcomeAcquired || res.Record.Token <= c.Token || res.Record.Hold {
 		t.Fatalf("Claim after release: %v token %d hold %v; want acquired above %d, no hold", res.Outcome, res.Record.Token, res.Record.Hold, c.Token)
