@@ -184,3 +184,76 @@ func TestAbandonedFollower(t *testing.T) {
 		t.Errorf("other follower: %d, %v; want %d", answers[2].res, answers[2].err, 1*1000+3)
 	}
 }
+
+// TestFollowClaim decides, without a database, which followers a leader's
+// answer settles and with what: every answer a Claim that only reports
+// could get, and the cases that must go in a statement of their own.
+func TestFollowClaim(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	id := store.RecordID{Tenant: "acme", Namespace: "pay", Key: "k"}
+	record := func(state store.State, lease time.Duration, edit func(*store.Record)) *store.Record {
+		r := &store.Record{RecordID: id, State: state, Token: 7, Attempt: 1, Claimant: "leader",
+			Fingerprint: []byte("f"), LeaseExpiresAt: now.Add(lease)}
+		if edit != nil {
+			edit(r)
+		}
+		return r
+	}
+	leaderWith := func(rec *store.Record, settled bool) *claimCall {
+		c := &claimCall{id: id}
+		c.res = claimOutcome{settled: settled, now: now}
+		if rec != nil {
+			c.res.res = &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}
+		}
+		return c
+	}
+	follower := func(claimant, fp string) *claimCall {
+		return &claimCall{id: id, params: &store.ClaimParams{RecordID: id, Claimant: claimant, Fingerprint: []byte(fp)}}
+	}
+	for _, tc := range []struct {
+		name     string
+		leader   *claimCall
+		f        *claimCall
+		follows  bool
+		outcome  store.Outcome
+		wantErr  error
+		retryPos bool // RetryAfter > 0
+	}{
+		{"the statement did not settle the leader", leaderWith(record(store.StateProcessing, time.Minute, nil), false), follower("b", "f"), false, 0, nil, false},
+		{"the leader's answer has no record", leaderWith(nil, true), follower("b", "f"), false, 0, nil, false},
+		{"another claimant of a live lease", leaderWith(record(store.StateProcessing, time.Minute, nil), true), follower("b", "f"), true, store.OutcomeInProgress, nil, true},
+		{"the leader's claimant again", leaderWith(record(store.StateProcessing, time.Minute, nil), true), follower("leader", "f"), true, store.OutcomeAcquired, nil, false},
+		{"a completed record", leaderWith(record(store.StateCompleted, 0, nil), true), follower("b", ""), true, store.OutcomeCompleted, nil, false},
+		{"a failed record", leaderWith(record(store.StateFailed, 0, nil), true), follower("b", "f"), true, store.OutcomeFailed, nil, false},
+		{"another fingerprint", leaderWith(record(store.StateProcessing, time.Minute, nil), true), follower("b", "g"), true, 0, store.ErrFingerprintMismatch, false},
+		{"a released record the follower would take over", leaderWith(record(store.StateReleased, 0, nil), true), follower("b", "f"), false, 0, nil, false},
+		{"a lapsed lease the follower would take over", leaderWith(record(store.StateProcessing, -time.Second, nil), true), follower("b", "f"), false, 0, nil, false},
+		{"a held lease that ran out", leaderWith(record(store.StateProcessing, -time.Second, func(r *store.Record) { r.Hold = true }), true), follower("b", "f"), false, 0, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaderRec := tc.leader.res.res
+			if got := followClaim(tc.leader, tc.f); got != tc.follows {
+				t.Fatalf("followClaim = %v, want %v", got, tc.follows)
+			}
+			if !tc.follows {
+				if tc.f.res != (claimOutcome{}) || tc.f.err != nil {
+					t.Fatalf("a follower left to its own statement was answered: %+v, %v", tc.f.res, tc.f.err)
+				}
+				return
+			}
+			if !errors.Is(tc.f.err, tc.wantErr) || !tc.f.res.settled || !tc.f.res.now.Equal(now) {
+				t.Fatalf("answer %+v, %v; want settled at the statement's clock, error %v", tc.f.res, tc.f.err, tc.wantErr)
+			}
+			if tc.wantErr != nil {
+				return
+			}
+			res := tc.f.res.res
+			if res.Outcome != tc.outcome || res.Record.Token != 7 || (res.RetryAfter > 0) != tc.retryPos {
+				t.Fatalf("answer %v on token %d, RetryAfter %v; want %v on token 7", res.Outcome, res.Record.Token, res.RetryAfter, tc.outcome)
+			}
+			if res.Record == leaderRec.Record {
+				t.Fatal("the follower shares the leader's Record; want a copy of its own")
+			}
+		})
+	}
+}
