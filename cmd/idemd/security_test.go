@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,6 +150,21 @@ func TestTokenNew(t *testing.T) {
 	again, _ := run(t, nil, "token", "new", "--tenant", "payments")
 	if m := tokenLine.FindStringSubmatch(again); m == nil || m[1] == tok[1] {
 		t.Errorf("a second token new printed the same token (or none)")
+	}
+
+	// -o json: stdout is one object and nothing else, for a script.
+	out, code = run(t, nil, "token", "new", "--tenant", "payments", "-o", "json")
+	var js struct{ Tenant, Token, Hash string }
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&js); code != 0 || err != nil || dec.More() {
+		t.Fatalf("token new -o json: exit %d, %v; want one JSON object:\n%s", code, err, out)
+	}
+	if js.Tenant != "payments" || !tokenLine.MatchString(js.Token) || js.Hash != config.HashToken(js.Token) {
+		t.Errorf("token new -o json printed %+v; want the tenant, a token and its hash", js)
+	}
+	if _, err := config.Parse([]byte(fmt.Sprintf("tenants:\n  - name: payments\n    tokens: [%q]\n", js.Hash))); err != nil {
+		t.Errorf("the hash of -o json does not go into a config: %v", err)
 	}
 
 	out, code = run(t, nil, "token", "new", "--tenant", "Payments!")
