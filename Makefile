@@ -4,12 +4,18 @@
 # unset. `make run` does not: without IDEM_DATABASE_URL it runs on SQLite.
 LOCAL_POSTGRES_URL := postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# VERSION is what the binaries say they are: the nearest v* tag (git
+# describe), or before the first tag the Go pseudo-version of the commit
+# (v0.0.0-20261201175430-12a4554a1b2c, what the go command calls that
+# commit), +dirty with uncommitted changes; devel outside a git checkout.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+	{ p=$$(TZ=UTC git log -1 --abbrev=12 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h 2>/dev/null) && [ -n "$$p" ] && \
+	  { git diff-index --quiet HEAD -- 2>/dev/null && echo "$$p" || echo "$$p+dirty"; }; } || echo devel)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .DEFAULT_GOAL := help
-.PHONY: help build install generate check-generate lint test run clean-data test-node test-python demo
+.PHONY: help build install version generate check-generate lint test run clean-data test-node test-python demo
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,6 +25,9 @@ build: ## Build idemd, idem and idem-bench into bin/.
 
 install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin.
 	go install -ldflags "$(LDFLAGS)" ./cmd/idemd ./cmd/idem
+
+version: ## Print the version that build, install and release stamp (docker build takes it as --build-arg VERSION).
+	@echo "$(VERSION)"
 
 generate: ## Regenerate gen/ from proto/ with the pinned buf and plugins.
 	rm -rf gen

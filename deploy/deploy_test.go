@@ -363,8 +363,12 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal("go.mod has no go directive")
 	}
 	var builds int
+	args := map[string]bool{}
 	for _, in := range stages[0] {
 		switch {
+		case in.cmd == "ARG":
+			name, _, _ := strings.Cut(in.args, "=")
+			args[name] = true
 		case in.cmd == "FROM":
 			if !strings.Contains(in.args, "golang:"+string(goVersion[1])+"-") && !strings.Contains(in.args, "golang:"+string(goVersion[1])+" ") {
 				t.Errorf("the build stage is FROM %s; go.mod asks for Go %s", in.args, goVersion[1])
@@ -379,13 +383,20 @@ func TestDockerfile(t *testing.T) {
 					t.Errorf("the Dockerfile's build leaves out %s: %s", pkg, in.args)
 				}
 			}
-			if !strings.Contains(in.args, "-X main.version=") {
-				t.Errorf("the Dockerfile's build does not stamp the version: %s", in.args)
+			for _, stamp := range []string{"-X main.version=${VERSION}", "-X main.commit=${COMMIT}"} {
+				if !strings.Contains(in.args, stamp) {
+					t.Errorf("the Dockerfile's build does not stamp %s: %s", stamp, in.args)
+				}
 			}
 		}
 	}
 	if builds != 1 {
 		t.Errorf("the build stage runs go build %d times, want once", builds)
+	}
+	for _, arg := range []string{"VERSION", "COMMIT"} {
+		if !args[arg] {
+			t.Errorf("the build stage has no ARG %s for docker build --build-arg", arg)
+		}
 	}
 
 	var entrypoint, command []string
@@ -730,4 +741,64 @@ func subset(sel any, labels map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// TestMakeVersion runs `make version` in git repositories of its own: the
+// nearest v* tag when there is one, else the commit's Go pseudo-version,
+// +dirty (-dirty after a tag, as git describe writes it) with uncommitted
+// changes, and devel outside a checkout.
+func TestMakeVersion(t *testing.T) {
+	t.Parallel()
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), makefile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"VERSION", "COMMIT", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, name) && !strings.HasPrefix(name, "GIT_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GIT_COMMITTER_DATE=2026-01-02T03:04:05Z")
+	sh := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := func() string { t.Helper(); return sh("make", "-s", "--no-print-directory", "version") }
+
+	if v := version(); v != "devel" {
+		t.Errorf("outside a git checkout make version prints %q, want devel", v)
+	}
+	sh("git", "init", "-q")
+	sh("git", "add", "Makefile")
+	sh("git", "commit", "-q", "-m", "first")
+	hash := sh("git", "rev-parse", "HEAD")
+	if v, want := version(), "v0.0.0-20260102030405-"+hash[:12]; v != want {
+		t.Errorf("before the first tag make version prints %q, want the pseudo-version %q", v, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), append(makefile, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, want := version(), "v0.0.0-20260102030405-"+hash[:12]+"+dirty"; v != want {
+		t.Errorf("with a change make version prints %q, want %q", v, want)
+	}
+	sh("git", "checkout", "-q", "Makefile")
+	sh("git", "tag", "v1.2.3")
+	sh("git", "tag", "not-a-version")
+	if v := version(); v != "v1.2.3" {
+		t.Errorf("on the tag v1.2.3 make version prints %q", v)
+	}
 }
