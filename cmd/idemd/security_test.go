@@ -329,3 +329,34 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestWarningSaysWhatIsServed: the warning about serving without
+// authentication names what idemd does serve: without --config, nothing
+// but the tenant default; with a config of policies alone, that file and its
+// policies, never "no --config".
+func TestWarningSaysWhatIsServed(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	policies := "policies:\n  - namespaces: [\"payments.*\"]\n    lease_ttl: 30s\n  - namespaces: [\"mail\"]\n    max_lease_ttl: 1m\n"
+	if err := os.WriteFile(file, []byte(policies), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		flags securityFlags
+		want  string
+	}{
+		{"no config", securityFlags{}, `no --config: serving without authentication; every caller is tenant "default"`},
+		{"policies only", securityFlags{Config: file}, "config " + file + ` has no tenants, only 2 policies for the tenant "default": serving without authentication; every caller is tenant "default"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sec, err := tc.flags.load("127.0.0.1:7070", 65536)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sec.warnings) != 1 || !strings.HasPrefix(sec.warnings[0], tc.want) {
+				t.Errorf("warnings %q; want one that starts %q", sec.warnings, tc.want)
+			}
+		})
+	}
+}
