@@ -21,7 +21,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build idemd, idem and idem-bench into bin/.
-	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	@$(call go-build-progress,build,-ldflags "$(LDFLAGS)" -o bin/ ./cmd/...)
 
 install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin.
 	go install -ldflags "$(LDFLAGS)" ./cmd/idemd ./cmd/idem
@@ -100,9 +100,27 @@ demo: ## Exactly-once payments over NATS JetStream with workers killed at random
 	go run ./examples/payments -idemd bin/idemd -database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" $(DEMO_FLAGS)
 
 run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
-	@echo "make run: building idemd into bin/ (the first build takes about two minutes on 2 cores; later ones seconds)"
-	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	@echo "make run: building idemd into bin/ (the first build compiles some $$(go list -deps ./cmd/idemd 2>/dev/null | wc -l | tr -d ' ') packages, minutes on 2 cores; later builds take seconds)"
+	@$(call go-build-progress,run,-ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd)
 	bin/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
+
+# go-build-progress runs `go build -v $(2)` and says how far it has got, so a
+# cold build is not silent for minutes: a line at every tenth of the packages
+# (go build -v names each as it starts compiling it), and one every 20 s
+# without such a line (BUILD_PROGRESS_EVERY), naming the package begun last.
+# go build's errors pass through as they are, and its exit status is the
+# recipe's. $(1) prefixes the lines (the target's name).
+BUILD_PROGRESS_EVERY ?= 20
+define go-build-progress
+total=$$(go list -deps $(lastword $(2)) 2>/dev/null | wc -l | tr -d ' '); \
+{ (while sleep $(BUILD_PROGRESS_EVERY); do echo go-build-tick; done) & tick=$$!; \
+  go build -v $(2) 2>&1; rc=$$?; kill $$tick 2>/dev/null; echo "go-build-exit $$rc"; } | \
+awk -v total="$$total" -v prefix="make $(1)" ' \
+	/^go-build-exit / { if (n > 0) printf "%s: compiled %d packages\n", prefix, n; exit $$2 } \
+	/^go-build-tick$$/ { if (!shown && n > 0) printf "%s: still building: %d of about %d packages begun, the last %s\n", prefix, n, total, last; shown = 0; fflush(); next } \
+	/^[A-Za-z0-9._~\/-]+$$/ { n++; last = $$0; if (n >= next_at) { printf "%s: compiling %d of about %d packages: %s\n", prefix, n, total, last; next_at = n + int(total / 10) + 1; shown = 1; fflush() } next } \
+	{ print; fflush() }'
+endef
 
 clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start the walkthrough afresh.
 	rm -rf idem-data

@@ -802,3 +802,83 @@ func TestMakeVersion(t *testing.T) {
 		t.Errorf("on the tag v1.2.3 make version prints %q", v)
 	}
 }
+
+// fakeGo stands in for the go command in TestMakeRunShowsBuildProgress:
+// go list -deps names 40 packages, and go build -v names them as it
+// "compiles" them (pausing FAKE_GO_PAUSE seconds after the 12th), then
+// fails with a compiler's error when FAKE_GO_FAIL is set, or else writes
+// an idemd that prints its arguments.
+const fakeGo = `#!/bin/sh
+case "$1" in
+list) i=1; while [ $i -le 40 ]; do echo "example.com/p$i"; i=$((i+1)); done ;;
+build)
+  i=1; while [ $i -le 40 ]; do
+    echo "example.com/p$i" >&2
+    [ $i -eq 12 ] && sleep "${FAKE_GO_PAUSE:-0}"
+    i=$((i+1))
+  done
+  if [ -n "$FAKE_GO_FAIL" ]; then echo "cmd/idemd/main.go:3:1: syntax error: unexpected }" >&2; exit 2; fi
+  while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+  mkdir -p "$(dirname "$out")"
+  printf '#!/bin/sh\necho "idemd $*"\n' > "$out" && chmod +x "$out" ;;
+*) echo "fake go: $*" >&2; exit 1 ;;
+esac
+`
+
+// TestMakeRunShowsBuildProgress runs `make run` with a go command that
+// compiles slowly: make run says how far the build has got, at every tenth
+// of the packages and while one takes long, passes the compiler's errors
+// through and fails with them, and runs idemd once it is built.
+func TestMakeRunShowsBuildProgress(t *testing.T) {
+	t.Parallel()
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, bin := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), makefile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fakeGo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"PATH", "IDEM_DATABASE_URL", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, name) {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "BUILD_PROGRESS_EVERY=1")
+	makeRun := func(extra ...string) (string, error) {
+		cmd := exec.Command("make", "--no-print-directory", "run")
+		cmd.Dir, cmd.Env = dir, append(slices.Clone(env), extra...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := makeRun("FAKE_GO_PAUSE=8")
+	if err != nil {
+		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"make run: building idemd into bin/ (the first build compiles some 40 packages",
+		"make run: compiling 1 of about 40 packages: example.com/p1\n",
+		"make run: compiling 6 of about 40 packages: example.com/p6\n",
+		"make run: still building: 12 of about 40 packages begun, the last example.com/p12\n",
+		"make run: compiled 40 packages\n",
+		"\nidemd serve\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make run's output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "packages: example.com/"); n < 7 || n > 11 {
+		t.Errorf("make run printed %d progress lines for 40 packages; want one at each tenth:\n%s", n, out)
+	}
+
+	out, err = makeRun("FAKE_GO_FAIL=1")
+	if err == nil || !strings.Contains(out, "cmd/idemd/main.go:3:1: syntax error: unexpected }\n") || strings.Contains(out, "idemd serve") {
+		t.Errorf("make run with a build that fails: %v; want the compiler's error, a failure, and no idemd:\n%s", err, out)
+	}
+}
