@@ -457,62 +457,6 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-func TestSystemdUnit(t *testing.T) {
-	t.Parallel()
-	data, err := os.ReadFile("systemd/idemd.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sections := map[string]map[string][]string{}
-	var section string
-	for n, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
-		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
-			section = strings.Trim(line, "[]")
-			sections[section] = map[string][]string{}
-		default:
-			k, v, ok := strings.Cut(line, "=")
-			if !ok || section == "" {
-				t.Fatalf("idemd.service:%d: %q is neither a [Section] nor Key=value in one", n+1, line)
-			}
-			sections[section][k] = append(sections[section][k], v)
-		}
-	}
-	for _, s := range []string{"Unit", "Service", "Install"} {
-		if sections[s] == nil {
-			t.Errorf("idemd.service has no [%s] section", s)
-		}
-	}
-	svc := sections["Service"]
-	if len(svc["ExecStart"]) != 1 {
-		t.Fatalf("idemd.service has %d ExecStart lines, want 1", len(svc["ExecStart"]))
-	}
-	fields := strings.Fields(svc["ExecStart"][0])
-	if !filepath.IsAbs(fields[0]) || filepath.Base(fields[0]) != "idemd" {
-		t.Errorf("ExecStart runs %s, want idemd by its absolute path", fields[0])
-	}
-	flags := checkServeArgs(t, "idemd.service ExecStart", fields[1:])
-	for _, name := range []string{"listen", "http-listen"} {
-		if addr, ok := flags[name]; ok {
-			port(t, "idemd.service --"+name, addr)
-		}
-	}
-	if !strings.HasPrefix(flags["config"], "${CREDENTIALS_DIRECTORY}/") {
-		t.Errorf("--config is %q; the unit loads the config file as a credential", flags["config"])
-	}
-	for _, kv := range svc["Environment"] {
-		for _, f := range strings.Fields(kv) {
-			name, _, _ := strings.Cut(strings.Trim(f, `"`), "=")
-			checkEnv(t, "idemd.service Environment", name)
-		}
-	}
-	if svc["User"] == nil && (len(svc["DynamicUser"]) == 0 || svc["DynamicUser"][0] != "yes") {
-		t.Error("idemd.service runs idemd as root: set User= or DynamicUser=yes")
-	}
-}
-
 // manifest is one Kubernetes object, as generic YAML.
 type manifest map[string]any
 
