@@ -12,9 +12,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -481,53 +479,12 @@ func (m manifest) get(path ...any) any {
 	return v
 }
 
+// readManifests is what kubectl apply -k would send to a cluster with the
+// Prometheus Operator: deploy/kubernetes with the component monitoring/,
+// rendered by kustomize.
 func readManifests(t *testing.T) map[string]manifest {
 	t.Helper()
-	files, err := filepath.Glob("kubernetes/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in kubernetes/: %v", err)
-	}
-	objects := map[string]manifest{}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for {
-			// Into a plain map: decoding into manifest would make every
-			// nested map a manifest too.
-			var raw map[string]any
-			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s does not parse: %v", file, err)
-			}
-			if raw == nil {
-				continue
-			}
-			m := manifest(raw)
-			name, _ := m.get("metadata", "name").(string)
-			api, _ := m["apiVersion"].(string)
-			if m.kind() == "" || api == "" || (name == "" && m.kind() != "Kustomization") {
-				t.Errorf("%s: an object without apiVersion, kind or metadata.name", file)
-				continue
-			}
-			key := m.kind() + "/" + name
-			if _, dup := objects[key]; dup {
-				t.Errorf("%s: %s twice", file, key)
-			}
-			objects[key] = m
-			if m.kind() == "Kustomization" {
-				for _, r := range m["resources"].([]any) {
-					if _, err := os.Stat(filepath.Join("kubernetes", r.(string))); err != nil {
-						t.Errorf("kustomization.yaml names %s: %v", r, err)
-					}
-				}
-			}
-		}
-	}
-	return objects
+	return kustomizeBuild(t, withMonitoring(t))
 }
 
 // container is what the tests read of the Deployment's idemd container.
