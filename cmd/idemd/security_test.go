@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -179,9 +180,16 @@ func TestTokenNew(t *testing.T) {
 // 127.0.0.1:0 for a port of the system's choosing).
 func startIdemd(t *testing.T, args ...string) servedAddrs {
 	t.Helper()
-	db := testdb.New(t, testdb.Unmigrated())
+	addrs, _ := startIdemdOn(t, testdb.New(t, testdb.Unmigrated()).URL, args...)
+	return addrs
+}
+
+// startIdemdOn is startIdemd on the database at url; logs returns what idemd
+// has logged so far.
+func startIdemdOn(t *testing.T, url string, args ...string) (addrs servedAddrs, logs func() []string) {
+	t.Helper()
 	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--log-format", "json", "--sweep-interval", "0"}, args...)...)
-	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), "IDEM_DATABASE_URL="+db.URL)
+	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), "IDEM_DATABASE_URL="+url)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,16 +220,19 @@ func startIdemd(t *testing.T, args ...string) servedAddrs {
 		}
 		close(ended)
 	}()
+	logs = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
 	select {
 	case <-serving:
-		return parseServing(t, servingLine)
+		return parseServing(t, servingLine), logs
 	case <-ended:
 	case <-time.After(30 * time.Second):
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	t.Fatalf("idemd did not serve; its log:\n%s", strings.Join(lines, "\n"))
-	return servedAddrs{}
+	t.Fatalf("idemd did not serve; its log:\n%s", strings.Join(logs(), "\n"))
+	return servedAddrs{}, nil
 }
 
 // TestSDKAgainstServeWithConfig: the Go SDK's WithToken and WithTLS work
