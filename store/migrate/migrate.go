@@ -115,7 +115,7 @@ func Pending(ms []Migration, from int) []Migration {
 }
 
 // QuoteLiteral quotes s as an SQL string literal, for the scripts: both
-// stores read '' inside one as a quote.
+// stores read a doubled single quote inside one as a quote.
 func QuoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
