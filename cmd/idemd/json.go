@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/server"
@@ -16,12 +17,25 @@ import (
 
 // jsonFlags are serve's flags for the HTTP/JSON API.
 type jsonFlags struct {
-	JSONListen string `name:"json-listen" default:"127.0.0.1:7072" env:"IDEM_JSON_LISTEN" help:"Address serving the API over HTTP: Connect (JSON) and gRPC-Web for every RPC, and the REST routes (/v1/namespaces/…), with the same TLS, authentication and tenants as the gRPC listener; empty turns it off."`
+	JSONListen         string        `name:"json-listen" default:"127.0.0.1:7072" env:"IDEM_JSON_LISTEN" help:"Address serving the API over HTTP/1.1 and HTTP/2 (h2c without TLS): Connect (JSON) and gRPC-Web for every RPC, and the REST routes (/v1/namespaces/…), with the same TLS, authentication and tenants as the gRPC listener; empty turns it off."`
+	JSONReadTimeout    time.Duration `name:"json-read-timeout" default:"10s" env:"IDEM_JSON_READ_TIMEOUT" help:"Time a request on --json-listen has to send its headers and body; a slower one is cut off."`
+	JSONIdleTimeout    time.Duration `name:"json-idle-timeout" default:"2m" env:"IDEM_JSON_IDLE_TIMEOUT" help:"A connection on --json-listen with no request in flight for this long is closed."`
+	JSONMaxConnections int           `name:"json-max-connections" default:"1024" env:"IDEM_JSON_MAX_CONNECTIONS" help:"Most connections --json-listen holds open at once (1 to 1000000); a new one waits to be accepted until another closes."`
 }
 
 // validate applies the gRPC listener's protected-mode rule to the JSON
-// listener: no address off this machine without authentication.
+// listener: no address off this machine without authentication; and checks
+// its bounds.
 func (f *jsonFlags) validate(sec *securityFlags) error {
+	if f.JSONReadTimeout <= 0 {
+		return fmt.Errorf("--json-read-timeout is %s; it must be positive", f.JSONReadTimeout)
+	}
+	if f.JSONIdleTimeout <= 0 {
+		return fmt.Errorf("--json-idle-timeout is %s; it must be positive", f.JSONIdleTimeout)
+	}
+	if f.JSONMaxConnections < 1 || f.JSONMaxConnections > 1_000_000 {
+		return fmt.Errorf("--json-max-connections is %d; it must be between 1 and 1000000", f.JSONMaxConnections)
+	}
 	if f.JSONListen == "" {
 		return nil
 	}
@@ -31,11 +45,15 @@ func (f *jsonFlags) validate(sec *securityFlags) error {
 	return nil
 }
 
-// jsonAPI is the HTTP/JSON API's listener and server.
+// jsonAPI is the HTTP/JSON API's listener and servers.
 type jsonAPI struct {
-	flag string // --json-listen as given, for the log
-	lis  net.Listener
-	srv  *http.Server
+	flags *jsonFlags
+	lis   net.Listener
+	srv   *http.Server
+	// grpc serves the API's calls in process (server.NewJSONHandler), apart
+	// from the gRPC listener's server, so that each drains on its own.
+	grpc   *grpc.Server
+	logger *slog.Logger
 }
 
 // listenJSON opens the JSON listener, nil when --json-listen is empty. It
@@ -48,30 +66,39 @@ func (f *jsonFlags) listenJSON() (*jsonAPI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (--json-listen): %w", f.JSONListen, err)
 	}
-	return &jsonAPI{flag: f.JSONListen, lis: lis}, nil
+	return &jsonAPI{flags: f, lis: lis}, nil
 }
 
-// serve starts serving the API of grpcServer (and svc) on the listener, with
-// TLS (and client certificates) when --tls-cert is set. Errors after the
-// start are logged.
-func (j *jsonAPI) serve(svc *server.Service, grpcServer *grpc.Server, sec *securityFlags, logger *slog.Logger) error {
+// serve starts serving the API of svc on the listener, with TLS (and
+// client certificates) when --tls-cert is set. Errors after the start are
+// logged.
+func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, logger *slog.Logger) error {
 	if j == nil {
 		return nil
 	}
-	handler, err := server.NewJSONHandler(svc, grpcServer)
+	// Without the TLS credentials of the gRPC listener: a server that only
+	// ServeHTTP feeds gets the connection's TLS from the http.Server.
+	j.grpc, _ = server.NewGRPCServer(svc, logger)
+	j.logger = logger
+	handler, err := server.NewJSONHandler(svc, j.grpc)
 	if err != nil {
 		j.lis.Close()
 		return err
 	}
-	lis := j.lis
-	if sec.Config != "" && sec.TLSCert == "" && !isLoopback(lis.Addr().String()) {
+	if sec.Config != "" && sec.TLSCert == "" && !isLoopback(j.lis.Addr().String()) {
 		logger.Warn("bearer tokens cross the network in plaintext on --json-listen: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
 	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
 	j.srv = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		Handler: handler,
+		// The whole request, headers and body, within the read timeout: a
+		// client that trickles its body is cut off, not waited for.
+		ReadTimeout:    j.flags.JSONReadTimeout,
+		IdleTimeout:    j.flags.JSONIdleTimeout,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		Protocols:      &protocols,
 	}
 	if sec.TLSCert != "" {
 		cfg, err := sec.tlsConfig()
@@ -80,11 +107,17 @@ func (j *jsonAPI) serve(svc *server.Service, grpcServer *grpc.Server, sec *secur
 			return err
 		}
 		j.srv.TLSConfig = cfg
+		protocols.SetHTTP2(true)
+	} else {
+		// HTTP/2 with prior knowledge (h2c), which Connect clients and
+		// gRPC-Web proxies may speak without TLS.
+		protocols.SetUnencryptedHTTP2(true)
 	}
+	lis := netutil.LimitListener(j.lis, j.flags.JSONMaxConnections)
 	go func() {
 		var err error
 		if j.srv.TLSConfig != nil {
-			err = j.srv.ServeTLS(lis, "", "") // the certificate is in TLSConfig; ServeTLS adds HTTP/2
+			err = j.srv.ServeTLS(lis, "", "") // the certificate is in TLSConfig
 		} else {
 			err = j.srv.Serve(lis)
 		}
@@ -100,16 +133,20 @@ func (j *jsonAPI) addr() string {
 	if j == nil {
 		return ""
 	}
-	return listenAddr(j.flag, j.lis)
+	return listenAddr(j.flags.JSONListen, j.lis)
 }
 
-// shutdown stops accepting calls and waits for those in flight until ctx
-// ends, then closes the connections.
+// shutdown stops accepting connections and waits for the calls in flight
+// until ctx ends, then closes the connections and stops the API's gRPC
+// server. Its calls run until they answer: only once none is left is the
+// gRPC server stopped, whose stop would cut them.
 func (j *jsonAPI) shutdown(ctx context.Context) {
 	if j == nil || j.srv == nil {
 		return
 	}
 	if err := j.srv.Shutdown(ctx); err != nil {
+		j.logger.Warn("shutdown timeout passed: cutting off the remaining HTTP/JSON calls")
 		_ = j.srv.Close()
 	}
+	j.grpc.Stop()
 }

@@ -180,7 +180,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		MaxWaitersPerTenant: c.MaxWaitersPerTenant,
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
-	if err := jsonAPI.serve(svc, grpcServer, &c.securityFlags, logger); err != nil {
+	if err := jsonAPI.serve(svc, &c.securityFlags, logger); err != nil {
 		lis.Close()
 		if httpLis != nil {
 			httpLis.Close()
@@ -257,36 +257,35 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	return nil
 }
 
-// drain stops the gRPC server and the JSON API in front of it: health
-// answers NOT_SERVING at once, in-flight RPCs get --shutdown-timeout to
-// finish, and whatever is left is cut off. Waiting Claims answer at once
-// with what they know (IN_PROGRESS) rather than hold the drain up.
+// drain stops the gRPC server and the JSON API: health answers NOT_SERVING
+// at once, in-flight RPCs get --shutdown-timeout to finish, and whatever is
+// left is cut off. Waiting Claims answer at once with what they know
+// (IN_PROGRESS) rather than hold the drain up. The two listeners drain side
+// by side, each on a gRPC server of its own.
 func (c *serveCmd) drain(svc *server.Service, grpcServer *grpc.Server, healthServer *health.Server, api *jsonAPI, logger *slog.Logger) {
 	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
 	healthServer.Shutdown() // NOT_SERVING from now on, whatever the watcher last saw
 	svc.EndWaits()
+	ctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	jsonDone := make(chan struct{})
+	go func() {
+		api.shutdown(ctx)
+		close(jsonDone)
+	}()
 	stopped := make(chan struct{})
 	go func() {
-		// The JSON API's calls run inside grpcServer: stop taking new ones
-		// while those in flight drain with the gRPC calls.
-		jsonCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
-		defer cancel()
-		jsonDone := make(chan struct{})
-		go func() {
-			api.shutdown(jsonCtx)
-			close(jsonDone)
-		}()
 		grpcServer.GracefulStop()
-		<-jsonDone
 		close(stopped)
 	}()
 	select {
 	case <-stopped:
-	case <-time.After(c.ShutdownTimeout):
+	case <-ctx.Done():
 		logger.Warn("shutdown timeout passed: cutting off the remaining RPCs")
 		grpcServer.Stop()
 		<-stopped
 	}
+	<-jsonDone
 }
 
 // listenAddr is the address lis listens on as the flag wrote it, with the
