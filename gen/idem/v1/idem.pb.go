@@ -54,6 +54,14 @@
 //     is not in idemd's config, or tenant and all_tenants are both set.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
+//   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
+//     UNKNOWN_FIELD, a body field or query parameter the request does not
+//     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
+//     JSON object of the request's type, or (HTTP 415) a Content-Type or
+//     Content-Encoding it does not read; RESOURCE_EXHAUSTED /
+//     REQUEST_TOO_LARGE (HTTP 413), a body over the largest valid request.
+//     A JSON value that is not of its field's type gets that field's reason
+//     (INVALID_LEASE_TTL, …) where it has one. Nothing was written.
 //
 // Text. Every string field (namespace, key, claimant, error) is UTF-8
 // without the character U+0000 (NUL), whichever store the server runs on:
@@ -61,8 +69,9 @@
 // (INVALID_CLAIMANT, …) and the problem NUL_CHARACTER, also on a Claim that
 // would only replay; nothing is read or written. A string that is not valid
 // UTF-8 is refused by gRPC's protobuf decoding (INTERNAL, "error
-// unmarshalling request") before idem sees it; a transport that hands it on
-// gets INVALID_ARGUMENT with the problem INVALID_UTF8. Other control
+// unmarshalling request") before idem sees it; a transport that hands it on,
+// as the HTTP/JSON API does for a JSON string or a REST path segment, gets
+// INVALID_ARGUMENT with the problem INVALID_UTF8. Other control
 // characters (tab, newline, …) are kept as sent, except in keys, which allow
 // none. The Go SDK's Do makes the error text it sends storable: NULs and
 // bytes that are not UTF-8 become U+FFFD and it is cut to 4 KiB.
