@@ -394,3 +394,42 @@ func TestJSONContentTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONRefusalAfterAuthentication: a refused request is authenticated
+// first, as every call is: without credentials it gets UNAUTHENTICATED and
+// learns nothing of what is wrong with its body; with the tenant's token it
+// gets the refusal.
+func TestJSONRefusalAfterAuthentication(t *testing.T) {
+	t.Parallel()
+	ts := startJSONTenancy(t, nil)
+	for _, p := range []struct {
+		name string
+		call rawCall
+	}{
+		{"connect", connectRaw("Claim", `{"namespace":"jobs","key":"k","leaseTTL":"30s"}`)},
+		{"rest", rawCall{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:claim", body: []byte(`{"leaseTTL":"30s"}`)}},
+		{"too large", rawCall{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:complete",
+			body: []byte(`{"token":"1","result":"` + strings.Repeat("A", int(server.JSONBodyLimit(1024))) + `"}`)}},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			rest := !strings.HasPrefix(p.call.path, "/idem.v1.")
+			send := func(token string) httpAnswer {
+				req, _ := http.NewRequest(p.call.method, ts.JSONURL+p.call.path, bytes.NewReader(p.call.body))
+				if p.call.contentType != "" {
+					req.Header.Set("Content-Type", p.call.contentType)
+				}
+				return doHTTP(t, req, token)
+			}
+			checkJSONError(t, send(""), rest, "unauthenticated", "UNAUTHENTICATED")
+			a := send(jsonBillToken)
+			_, reason, _, _ := errorOf(t, a, rest)
+			switch {
+			case p.name == "too large" && (a.status != http.StatusRequestEntityTooLarge || reason != "REQUEST_TOO_LARGE"):
+				t.Fatalf("HTTP %d %s; want 413 REQUEST_TOO_LARGE", a.status, a.raw)
+			case p.name != "too large" && (a.status != http.StatusBadRequest || reason != "UNKNOWN_FIELD"):
+				t.Fatalf("HTTP %d %s; want 400 UNKNOWN_FIELD", a.status, a.raw)
+			}
+		})
+	}
+}

@@ -294,7 +294,8 @@ func closedWithin30s(t *testing.T, conn net.Conn, r io.Reader, what string) {
 
 // TestJSONConnectionTimeouts: a request that trickles its body is cut off at
 // --json-read-timeout, and a keep-alive connection left idle is closed at
-// --json-idle-timeout.
+// --json-idle-timeout; a Claim that waits longer than the read timeout
+// after sending its body is not.
 func TestJSONConnectionTimeouts(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, testdb.Unmigrated())
@@ -346,6 +347,24 @@ func TestJSONConnectionTimeouts(t *testing.T) {
 			t.Fatalf("Lookup: %d, close %v; want 404 on a connection kept alive", resp.StatusCode, resp.Close)
 		}
 		closedWithin30s(t, conn, br, "an idle keep-alive connection")
+	})
+	t.Run("a wait outlasts the read timeout", func(t *testing.T) {
+		base := "http://" + p.addrs.JSONListen
+		var protocols http.Protocols
+		protocols.SetUnencryptedHTTP2(true)
+		for name, c := range map[string]*http.Client{
+			"HTTP/1.1": {Timeout: 30 * time.Second},
+			"h2c":      {Timeout: 30 * time.Second, Transport: &http.Transport{Protocols: &protocols}},
+		} {
+			key := "waited-" + strings.ReplaceAll(name, "/", "")
+			if a := postJSON(c, base, "/idem.v1.IdempotencyService/Claim", `{"namespace":"jobs","key":"`+key+`","leaseTtl":"60s"}`); a.status != http.StatusOK {
+				t.Fatalf("%s: Claim: %d %s %v", name, a.status, a.raw, a.err)
+			}
+			a := postJSON(c, base, "/idem.v1.IdempotencyService/Claim", `{"namespace":"jobs","key":"`+key+`","wait":"3s"}`)
+			if a.status != http.StatusOK || a.body["outcome"] != "OUTCOME_IN_PROGRESS" {
+				t.Fatalf("%s: a Claim waiting 3s with a read timeout of 1s: %d %s %v; want 200 IN_PROGRESS", name, a.status, a.raw, a.err)
+			}
+		}
 	})
 }
 
