@@ -383,7 +383,7 @@ func (h *jsonHandler) refuse(w http.ResponseWriter, r *http.Request, call *jsonC
 		}
 	}
 	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
-	h.transcoder.ServeHTTP(&refusalWriter{ResponseWriter: w, ref: ref, status: status}, req)
+	h.transcoder.ServeHTTP(&refusalWriter{ResponseWriter: w, ref: ref, status: status, http1: r.ProtoMajor == 1}, req)
 }
 
 // refusalWriter gives the answer of a refused request its HTTP status.
@@ -391,14 +391,16 @@ type refusalWriter struct {
 	http.ResponseWriter
 	ref         *jsonRefusal
 	status      int
+	http1       bool
 	wroteHeader bool
 }
 
 func (w *refusalWriter) WriteHeader(code int) {
 	if !w.wroteHeader && w.status != 0 && w.ref.answered.Load() {
 		code = w.status
-		if code == http.StatusRequestEntityTooLarge {
-			// The rest of the body is not worth reading to reuse the connection.
+		if code == http.StatusRequestEntityTooLarge && w.http1 {
+			// The rest of the body is not worth reading to reuse the
+			// connection. (HTTP/2 resets the stream instead.)
 			w.Header().Set("Connection", "close")
 		}
 	}

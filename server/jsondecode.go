@@ -44,7 +44,7 @@ func decodeJSONRequest(body []byte, desc protoreflect.MessageDescriptor, inPath 
 		return nil, err
 	}
 	if v.kind != jsonObject {
-		return nil, malformed("", "the body is %s; send the request as one JSON object, such as {\"namespace\":\"jobs\",\"key\":\"order-1\"}", v.kind)
+		return nil, malformed("", "the body is %s; send the request as one JSON object of its fields: {\"field\": value, …}", v.kind)
 	}
 	if err := checkMessage(desc, v, "", inPath); err != nil {
 		return nil, err

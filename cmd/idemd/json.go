@@ -90,6 +90,13 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, logger *slog.Lo
 	}
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
+	if sec.TLSCert != "" {
+		protocols.SetHTTP2(true)
+	} else {
+		// HTTP/2 with prior knowledge (h2c), which Connect clients and
+		// gRPC-Web proxies may speak without TLS.
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	j.srv = &http.Server{
 		Handler: handler,
 		// The whole request, headers and body, within the read timeout: a
@@ -107,11 +114,6 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, logger *slog.Lo
 			return err
 		}
 		j.srv.TLSConfig = cfg
-		protocols.SetHTTP2(true)
-	} else {
-		// HTTP/2 with prior knowledge (h2c), which Connect clients and
-		// gRPC-Web proxies may speak without TLS.
-		protocols.SetUnencryptedHTTP2(true)
 	}
 	lis := netutil.LimitListener(j.lis, j.flags.JSONMaxConnections)
 	go func() {

@@ -438,6 +438,15 @@ func TestJSONOverH2C(t *testing.T) {
 	if a.err != nil || a.proto != 2 || a.status != http.StatusOK || a.body["outcome"] != "OUTCOME_IN_PROGRESS" {
 		t.Fatalf("REST Claim over h2c: HTTP/%d %d %s %v; want HTTP/2 200 IN_PROGRESS", a.proto, a.status, a.raw, a.err)
 	}
+	// A refusal with its own status, and the connection serves on.
+	a = postJSON(c, base, "/v1/namespaces/jobs/records/h2c:complete", `{"token":"1","result":"`+strings.Repeat("A", 1<<20)+`"}`)
+	if a.err != nil || a.proto != 2 || a.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a Complete over the body limit over h2c: HTTP/%d %d %s %v; want HTTP/2 413", a.proto, a.status, a.raw, a.err)
+	}
+	a = postJSON(c, base, "/v1/namespaces/jobs/records/h2c:claim", `{}`)
+	if a.err != nil || a.proto != 2 || a.status != http.StatusOK {
+		t.Fatalf("REST Claim over h2c after the 413: HTTP/%d %d %s %v; want HTTP/2 200", a.proto, a.status, a.raw, a.err)
+	}
 }
 
 // TestJSONLimitFlags: the JSON listener's bounds are checked, from flags and
