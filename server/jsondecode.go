@@ -75,10 +75,13 @@ func malformed(field, format string, args ...any) error {
 
 // unknownField is INVALID_ARGUMENT / UNKNOWN_FIELD for field, which the
 // message does not have; what says where it was ("field", "query
-// parameter").
+// parameter"). The name is the client's and need not be UTF-8, which the
+// status's own encoding requires: the message quotes it, the metadata has
+// it with U+FFFD for what is not.
 func unknownField(field, what, format string, args ...any) error {
 	return newError(codes.InvalidArgument, idemv1.ErrorReason_ERROR_REASON_UNKNOWN_FIELD,
-		fmt.Sprintf("unknown %s %q", what, field)+fmt.Sprintf(format, args...), map[string]string{"field": field})
+		fmt.Sprintf("unknown %s %q", what, field)+fmt.Sprintf(format, args...),
+		map[string]string{"field": strings.ToValidUTF8(field, "\uFFFD")})
 }
 
 // fieldReason is the ErrorInfo reason of a bad value of fd: the INVALID_
