@@ -24,7 +24,7 @@ BUF := go tool -modfile=tools/go.mod buf
 GO_MODULES := cmd/idem-bench examples/payments
 
 .DEFAULT_GOAL := help
-.PHONY: help build install version generate check-generate lint test run clean-data test-node test-python demo
+.PHONY: help build install version generate check-generate lint test run clean-data test-node test-python test-scenarios demo
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -106,6 +106,9 @@ test-python: ## Run the Python worker's tests (examples/python-worker) against a
 	fi; \
 	cd examples/python-worker && \
 	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v
+
+test-scenarios: ## Run the Go SDK's side of clients/scenarios alone (make test runs it with the other Go tests): every scenario against a real idemd on PostgreSQL and on SQLite.
+	go test $(GO_TEST_FLAGS) -run '^TestScenario' ./client
 
 demo: ## Exactly-once payments over NATS JetStream with workers killed at random (examples/payments); DEMO_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
