@@ -217,9 +217,9 @@ type CompleteRequest struct {
 }
 
 // Complete records a job's success with the acquired token, in one RPC
-// without retries. Repeating it after a lost response returns the stored
-// record. Errors: ErrLeaseLost (another worker took over), ErrAlreadyTerminal,
-// ErrNotFound.
+// without retries. Repeating it with the same result after a lost response
+// returns the stored record. Errors: ErrLeaseLost (another worker took
+// over), ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
 func (c *Client) Complete(ctx context.Context, req CompleteRequest, opts ...grpc.CallOption) (Record, error) {
 	resp, err := c.service.Complete(ctx, &idemv1.CompleteRequest{
 		Namespace: req.Namespace,
@@ -248,8 +248,9 @@ type FailRequest struct {
 }
 
 // Fail records a job's failure with the acquired token, in one RPC without
-// retries. Repeating it after a lost response returns the stored record.
-// Errors: ErrLeaseLost, ErrAlreadyTerminal, ErrNotFound.
+// retries. Repeating it with the same error and retryable after a lost
+// response returns the stored record. Errors: ErrLeaseLost,
+// ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
 func (c *Client) Fail(ctx context.Context, req FailRequest, opts ...grpc.CallOption) (Record, error) {
 	resp, err := c.service.Fail(ctx, &idemv1.FailRequest{
 		Namespace: req.Namespace,
@@ -277,7 +278,7 @@ type HeartbeatRequest struct {
 
 // Heartbeat extends the lease held with the token, in one RPC without
 // retries; it returns the record with its new LeaseExpiresAt. Errors:
-// ErrLeaseLost, ErrAlreadyTerminal, ErrNotFound.
+// ErrLeaseLost, ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
 func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest, opts ...grpc.CallOption) (Record, error) {
 	resp, err := c.service.Heartbeat(ctx, &idemv1.HeartbeatRequest{
 		Namespace: req.Namespace,

@@ -11,8 +11,8 @@
 // Errors the server sends are decoded from their google.rpc.ErrorInfo reason,
 // never from message text, into values that work with errors.Is and
 // errors.As: ErrLeaseLost, ErrFingerprintMismatch, ErrNotFound,
-// ErrAlreadyTerminal, *InProgressError, *JobFailedError and
-// *CompletionUnknownError. Reason returns the raw reason of any error.
+// ErrAlreadyTerminal, ErrResolvedByOperator, *InProgressError,
+// *JobFailedError and *CompletionUnknownError. Reason returns the raw reason of any error.
 //
 // # The shape of the API
 //

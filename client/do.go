@@ -121,8 +121,11 @@ func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait =
 // If another worker took the job over (a heartbeat or the Complete answered
 // LEASE_LOST), Do returns an error matching ErrLeaseLost, never sends a
 // second Complete, and leaves fn's value, if any, in Result.Value: the side
-// effect may then have run twice, which is what the fencing token is for. If
-// the Complete cannot be confirmed, Do returns a *CompletionUnknownError
+// effect may then have run twice, which is what the fencing token is for.
+// If the lease ran out and an operator resolved the record before the
+// Complete arrived, Do returns an error matching ErrResolvedByOperator (the
+// value was not stored), with fn's value in Result.Value. If the Complete
+// cannot be confirmed, Do returns a *CompletionUnknownError
 // (errors.Is(err, ErrCompletionUnknown)) carrying fn's value, also in
 // Result.Value: the side effect ran, and the caller must know.
 func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a Attempt) ([]byte, error), opts ...DoOption) (Result, error) {
@@ -245,7 +248,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 		return c.Complete(ctx, CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Result: value})
 	})
 	switch {
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrResolvedByOperator):
 		return Result{Value: value, Record: rec}, err
 	case err != nil:
 		return Result{Value: value, Record: rec}, &CompletionUnknownError{Value: value, Record: rec, Err: err}

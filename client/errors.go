@@ -34,8 +34,16 @@ var (
 	ErrNotFound = errors.New("idem: record not found")
 	// ErrAlreadyTerminal (FAILED_PRECONDITION / ALREADY_TERMINAL): the record
 	// already left PROCESSING, and this call does not repeat the one that
-	// ended it.
+	// ended it: another kind of call, or the same kind with another value
+	// (other result bytes, another error or retryable). The record keeps
+	// what the first call stored.
 	ErrAlreadyTerminal = errors.New("idem: record already terminal")
+	// ErrResolvedByOperator (FAILED_PRECONDITION / RESOLVED_BY_OPERATOR):
+	// the lease ran out, an operator resolved the record (`idem resolve`,
+	// AdminService.ResolveRecord), and this call did not carry the value the
+	// resolution stored: your result was not stored. Do not retry; look the
+	// record up to see how it was resolved.
+	ErrResolvedByOperator = errors.New("idem: your result was not stored: the record was resolved by an operator")
 	// ErrCompletionUnknown is matched by the error Do returns when fn ran and
 	// returned a value but idem did not confirm the Complete. The side effect
 	// has happened; the error is a *CompletionUnknownError with fn's value.
@@ -47,6 +55,7 @@ var reasonSentinels = map[idemv1.ErrorReason]error{
 	idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH: ErrFingerprintMismatch,
 	idemv1.ErrorReason_ERROR_REASON_NOT_FOUND:            ErrNotFound,
 	idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL:     ErrAlreadyTerminal,
+	idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR: ErrResolvedByOperator,
 }
 
 // rpcError is an error status from an RPC, linked to what caused it so that

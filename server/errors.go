@@ -61,7 +61,9 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrLeaseLost):
 		return newError(codes.Aborted, idemv1.ErrorReason_ERROR_REASON_LEASE_LOST, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
 	case errors.Is(err, store.ErrAlreadyTerminal):
-		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING, EXPIRED or UNRESOLVED, and this call does not repeat the one that ended it", nil)
+		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING, EXPIRED or UNRESOLVED, and this call does not repeat, with the same value, the one that ended it; the record keeps what that call stored", nil)
+	case errors.Is(err, store.ErrResolvedByOperator):
+		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR, "your result was not stored: the record was resolved by an operator after your lease ran out; look it up to see the resolution, and do not retry", nil)
 	case errors.Is(err, store.ErrNotUnresolved):
 		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_NOT_UNRESOLVED, "the record is not UNRESOLVED, so there is nothing to resolve; look it up to see its state", nil)
 	case errors.Is(err, store.ErrFingerprintMismatch):

@@ -144,15 +144,16 @@ func TestTokenCallRules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
-		for _, result := range []string{"first", "second"} {
-			again, err := ts.Client.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "complete-twice", Token: held.GetToken(), Result: []byte(result)})
-			if err != nil {
-				t.Fatalf("repeated Complete (%s): %v", result, err)
-			}
-			if !proto.Equal(again.GetRecord(), first.GetRecord()) {
-				t.Errorf("repeated Complete (%s) = %v; want the stored record %v", result, again.GetRecord(), first.GetRecord())
-			}
+		again, err := ts.Client.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "complete-twice", Token: held.GetToken(), Result: []byte("first")})
+		if err != nil {
+			t.Fatalf("repeated Complete: %v", err)
 		}
+		if !proto.Equal(again.GetRecord(), first.GetRecord()) {
+			t.Errorf("repeated Complete = %v; want the stored record %v", again.GetRecord(), first.GetRecord())
+		}
+		// Other bytes are not a repeat: they were not stored.
+		_, err = ts.Client.Complete(ctx, &idemv1.CompleteRequest{Namespace: ns, Key: "complete-twice", Token: held.GetToken(), Result: []byte("second")})
+		requireStatus(t, err, codes.FailedPrecondition, "ALREADY_TERMINAL")
 		if got := mustLookup(t, ts.Client, "complete-twice"); !proto.Equal(got, first.GetRecord()) {
 			t.Errorf("Lookup = %v; want %v", got, first.GetRecord())
 		}
@@ -171,12 +172,23 @@ func TestTokenCallRules(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: Fail: %v", key, err)
 			}
-			again, err := ts.Client.Fail(ctx, &idemv1.FailRequest{Namespace: ns, Key: key, Token: held.GetToken(), Error: "e2", Retryable: retryable})
+			again, err := ts.Client.Fail(ctx, &idemv1.FailRequest{Namespace: ns, Key: key, Token: held.GetToken(), Error: "e1", Retryable: retryable})
 			if err != nil {
 				t.Fatalf("%s: repeated Fail: %v", key, err)
 			}
 			if !proto.Equal(again.GetRecord(), first.GetRecord()) || again.GetRecord().GetError() != "e1" {
 				t.Errorf("%s: repeated Fail = %v; want the stored record %v", key, again.GetRecord(), first.GetRecord())
+			}
+			// Another error, or the other kind of Fail, is not a repeat.
+			for _, other := range []*idemv1.FailRequest{
+				{Namespace: ns, Key: key, Token: held.GetToken(), Error: "e2", Retryable: retryable},
+				{Namespace: ns, Key: key, Token: held.GetToken(), Error: "e1", Retryable: !retryable},
+			} {
+				_, err := ts.Client.Fail(ctx, other)
+				requireStatus(t, err, codes.FailedPrecondition, "ALREADY_TERMINAL")
+			}
+			if got := mustLookup(t, ts.Client, key); !proto.Equal(got, first.GetRecord()) {
+				t.Errorf("%s: Lookup = %v; want %v", key, got, first.GetRecord())
 			}
 		}
 	})

@@ -187,7 +187,7 @@ func TestResolveRecord(t *testing.T) {
 			t.Fatalf("Claim: %s; want FAILED", resp.GetOutcome())
 		}
 		_, err = b.c.Complete(ctx, &idemv1.CompleteRequest{Namespace: "hold.pay", Key: "failed", Token: held.GetToken()})
-		requireStatus(t, err, codes.FailedPrecondition, "ALREADY_TERMINAL")
+		requireStatus(t, err, codes.FailedPrecondition, "RESOLVED_BY_OPERATOR")
 
 		held = b.acquireLapsing(t, "hold.pay", "released")
 		b.requireUnresolved(t, "hold.pay", "released", held.GetToken())

@@ -292,7 +292,8 @@ func startJSONTenancy(t *testing.T, hook func(ctx context.Context, method string
 	tenants, err := server.NewTenants(&config.File{Tenants: []config.Tenant{
 		{Name: "payments", Tokens: []string{config.HashToken(jsonPayToken)}, Namespaces: []string{"process_payment"}},
 		{Name: "billing", Tokens: []string{config.HashToken(jsonBillToken)}},
-		{Name: "ops", Tokens: []string{config.HashToken(jsonOpsToken)}, Admin: true},
+		{Name: "ops", Tokens: []string{config.HashToken(jsonOpsToken)}, Admin: true,
+			Policies: []config.Policy{{Namespaces: []string{"held"}, OnLeaseExpiry: config.OnLeaseExpiryHold}}},
 		{Name: "limited", Tokens: []string{config.HashToken(jsonLimitedToken)}, RateLimit: &config.RateLimit{PerSecond: 0.001, Burst: 1}},
 	}})
 	if err != nil {
@@ -442,6 +443,26 @@ func TestJSONErrorReasons(t *testing.T) {
 		{"INVALID_RESOLUTION", "invalid_argument", true, "ResolveRecord", jsonOpsToken, id(nil)},
 		{"UNKNOWN_FIELD", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"leaseTTL": "30s"})},
 		{"MALFORMED_REQUEST", "invalid_argument", false, "Fail", jsonBillToken, id(map[string]any{"token": "1", "retryable": "yes"})},
+		{"RESOLVED_BY_OPERATOR", "failed_precondition", false, "Complete", jsonOpsToken, func(t *testing.T, key string) map[string]any {
+			// The holder's late Complete of a record an operator resolved.
+			resp, err := ts.Client.Claim(grpcAs(jsonOpsToken), &idemv1.ClaimRequest{Namespace: "held", Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ts.DB.Pool.Exec(testContext(t), `UPDATE idem_records SET lease_expires_at = now() - interval '1 second'
+				WHERE namespace = 'held' AND key = $1`, key); err != nil {
+				t.Fatal(err)
+			}
+			if again, err := ts.Client.Claim(grpcAs(jsonOpsToken), &idemv1.ClaimRequest{Namespace: "held", Key: key}); err != nil ||
+				again.GetOutcome() != idemv1.Outcome_OUTCOME_UNRESOLVED {
+				t.Fatalf("Claim of the lapsed held lease: %v, %v; want UNRESOLVED", again.GetOutcome(), err)
+			}
+			if _, err := ts.Admin.ResolveRecord(grpcAs(jsonOpsToken), &idemv1.ResolveRecordRequest{Namespace: "held", Key: key,
+				Resolution: &idemv1.ResolveRecordRequest_Released{Released: &idemv1.ResolveReleased{}}}); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]any{"namespace": "held", "key": key, "token": strconv.FormatInt(resp.GetRecord().GetToken(), 10)}
+		}},
 		{"NOT_UNRESOLVED", "failed_precondition", true, "ResolveRecord", jsonOpsToken, func(t *testing.T, key string) map[string]any {
 			// The ops tenant's own record: PROCESSING, so not UNRESOLVED.
 			if _, err := ts.Client.Claim(grpcAs(jsonOpsToken), &idemv1.ClaimRequest{Namespace: jns, Key: key}); err != nil {

@@ -53,9 +53,10 @@ type Store interface {
 	// was.
 	RecordDelete(ctx context.Context, id RecordID) (*Record, error)
 	// RecordResolve moves an UNRESOLVED record on as params.Resolution says,
-	// keeping its token, and returns it. A record that already is COMPLETED
-	// or FAILED as params asks (a retry whose first answer was lost) is
-	// returned as it is; one in any other state is ErrNotUnresolved.
+	// keeping its token, and returns it with ResolvedByOperator set. A
+	// record that already is COMPLETED or FAILED as params asks (a retry
+	// whose first answer was lost) is returned as it is; one in any other
+	// state is ErrNotUnresolved.
 	RecordResolve(ctx context.Context, params *ResolveParams) (*Record, error)
 	// RecordStats counts one tenant's records per namespace and state.
 	RecordStats(ctx context.Context, params *StatsParams) ([]StatsRow, error)
@@ -163,6 +164,11 @@ type Record struct {
 	// Hold is true when that policy holds the record for resolution when its
 	// lease runs out (UNRESOLVED) instead of letting a Claim take it over.
 	Hold bool
+	// ResolvedByOperator is true when RecordResolve, not the holder, ended
+	// the lease of the record's current token: the record is COMPLETED,
+	// FAILED or RELEASED as an operator resolved it. The next acquisition,
+	// with its new token, makes it false again.
+	ResolvedByOperator bool
 }
 
 // ClaimParams are the inputs of RecordClaim. The server has validated them
@@ -216,9 +222,9 @@ func (p *ResolveParams) Values() (state State, result []byte, errText *string, e
 // Holds reports whether rec already is what p asks for: COMPLETED with the
 // same result, or FAILED with the same error. A RecordResolve whose answer
 // was lost and is sent again finds the record so, and is answered with it,
-// as the first was, instead of ErrNotUnresolved. A release is not: a
-// RELEASED record does not tell who released it (its holder's retryable Fail
-// does too), and the next Claim acquires it either way.
+// as the first was, instead of ErrNotUnresolved. A release is not: the next
+// Claim acquires a RELEASED record whoever released it, so a release sent
+// again has nothing left to make sure of.
 func (p *ResolveParams) Holds(rec *Record) bool {
 	state, result, errText, err := p.Values()
 	if err != nil || rec.State != state {
@@ -314,8 +320,13 @@ var (
 	// ErrLeaseLost: the token is not the record's current token.
 	ErrLeaseLost = errors.New("lease lost: the token is not the record's current token")
 	// ErrAlreadyTerminal: the token is current but the record is no longer
-	// PROCESSING or EXPIRED, and the call does not repeat the one that ended it.
+	// PROCESSING, EXPIRED or UNRESOLVED, and the call does not repeat, with
+	// the same value, the holder's call that ended it.
 	ErrAlreadyTerminal = errors.New("record is already terminal")
+	// ErrResolvedByOperator: the token is current but an operator resolved
+	// the record (RecordResolve), and the call does not carry the value the
+	// resolution stored: what the call carries was not stored.
+	ErrResolvedByOperator = errors.New("record was resolved by an operator")
 	// ErrNotUnresolved: RecordResolve found the record in a state other
 	// than UNRESOLVED, and not already resolved as asked (ResolveParams.Holds).
 	ErrNotUnresolved = errors.New("record is not unresolved")

@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"bytes"
+	"context"
+)
 
 // TokenCallKind names one of the three calls that must present the record's
 // current token.
@@ -52,11 +55,17 @@ func (p *HeartbeatParams) Call() *TokenCall {
 // Settle answers a token call whose update applied nothing, from rec, the
 // record as it stands (DESIGN §1, the rule for token-bearing calls):
 //   - another token: ErrLeaseLost, whatever the state;
-//   - the current token on the record this very call produced earlier (a
-//     Complete on its COMPLETED record, a Fail on its FAILED or RELEASED one):
-//     rec, unchanged, so that a retry after a lost response succeeds;
-//   - the current token on a record that left PROCESSING and EXPIRED some
-//     other way: ErrAlreadyTerminal.
+//   - the current token on the record this very call produced earlier, the
+//     same kind of call with the same value (a Complete with the result
+//     bytes its COMPLETED record holds; a Fail with the error its FAILED or
+//     RELEASED record holds, and retryable as the state says): rec,
+//     unchanged, so that a retry after a lost response succeeds;
+//   - the current token on a record an operator resolved (RecordResolve),
+//     and not the value the resolution stored: ErrResolvedByOperator, so
+//     that the holder learns its value was not stored, and why;
+//   - the current token on a record that left PROCESSING, EXPIRED and
+//     UNRESOLVED some other way (another kind of call, another value):
+//     ErrAlreadyTerminal.
 //
 // It returns nil and no error when the update should have applied to rec:
 // the record changed between the update and the read, and the store decides
@@ -66,22 +75,31 @@ func (c *TokenCall) Settle(rec *Record) (*Record, error) {
 	switch {
 	case rec.Token != c.Token:
 		return nil, ErrLeaseLost
-	case c.repeats(rec.State):
+	case c.repeats(rec):
 		return rec, nil
-	case rec.State != StateProcessing && rec.State != StateExpired && rec.State != StateUnresolved:
-		return nil, ErrAlreadyTerminal
+	case rec.State == StateProcessing || rec.State == StateExpired || rec.State == StateUnresolved:
+		return nil, nil
+	case rec.ResolvedByOperator:
+		return nil, ErrResolvedByOperator
 	}
-	return nil, nil
+	return nil, ErrAlreadyTerminal
 }
 
-// repeats reports whether a record in state s, holding the caller's token, is
-// what this kind of call produced.
-func (c *TokenCall) repeats(s State) bool {
+// repeats reports whether rec, holding the caller's token, is what this
+// call produced: the state its kind leaves, with the value it carries.
+func (c *TokenCall) repeats(rec *Record) bool {
 	switch c.Kind {
 	case CallComplete:
-		return s == StateCompleted
+		result, _ := c.Args[0].([]byte)
+		return rec.State == StateCompleted && bytes.Equal(rec.Result, result)
 	case CallFail:
-		return s == StateFailed || s == StateReleased
+		errText, _ := c.Args[0].(string)
+		retryable, _ := c.Args[1].(bool)
+		want := StateFailed
+		if retryable {
+			want = StateReleased
+		}
+		return rec.State == want && rec.Error == errText
 	}
 	return false
 }

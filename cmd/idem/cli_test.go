@@ -220,11 +220,13 @@ func TestResultsThroughFilesAndStdio(t *testing.T) {
 	if r.stdout != string(payload) {
 		t.Errorf("complete --result-out - = %q; want the stored result %q", r.stdout, payload)
 	}
-	// A repeat with the same token returns what was stored first.
-	r = f.idem("complete", "-n", "res", "-k", "file", "--lease-token", tok, "--result", "other", "--result-out", "-").must(t, 0, "complete repeated")
+	// A repeat with the same token and result returns what was stored;
+	// another result is not a repeat.
+	r = f.idem("complete", "-n", "res", "-k", "file", "--lease-token", tok, "--result-file", in, "--result-out", "-").must(t, 0, "complete repeated")
 	if r.stdout != string(payload) {
 		t.Errorf("a repeated complete printed %q; want the result stored first", r.stdout)
 	}
+	f.idem("complete", "-n", "res", "-k", "file", "--lease-token", tok, "--result", "other").must(t, int(exitAlreadyTerminal), "complete repeated with another result")
 
 	r = f.idem("-o", "json", "lookup", "-n", "res", "-k", "file", "--result-out", "-").must(t, int(exitError), "-o json with --result-out -")
 	oneLine(t, r.stderr)

@@ -200,6 +200,66 @@ func TestSecondIdemdOnOneSQLiteFileIsRefused(t *testing.T) {
 	startServe(t, dir, "--data-dir", "shared")
 }
 
+// TestSecondIdemdThroughAnotherPathIsRefused: the lock belongs to the file,
+// not to the path that names it: a second idemd that reaches the same
+// SQLite file through a symbolic link to the file, a link to its directory
+// or a sqlite: URL through such a link is refused as one on the same path
+// is; and so is one on the file itself when the first reached it through a
+// link that it created the file through.
+func TestSecondIdemdThroughAnotherPathIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	link := func(target, name string) {
+		t.Helper()
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir := func(name string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(args ...string) {
+		t.Helper()
+		// One that is let in serves until it is killed.
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, idemdBinary, append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", ""}, args...)...)
+		cmd.Env = environWithoutIdem()
+		out, err := cmd.CombinedOutput()
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("a second idemd %v on the same file started:\n%s", args, out)
+		}
+		if text := strings.TrimSpace(string(out)); !strings.Contains(text, "is in use by another idemd (pid ") {
+			t.Errorf("idemd %v: exited without saying the file is in use by another idemd:\n%s", args, text)
+		}
+	}
+
+	first := startServe(t, dir, "--data-dir", "shared")
+	mkdir("elsewhere")
+	link(filepath.Join(dir, "shared", "idem.db"), "elsewhere/idem.db")
+	link("shared", "alias")
+	refused("--data-dir", filepath.Join(dir, "elsewhere"))
+	refused("--data-dir", filepath.Join(dir, "alias"))
+	refused("--database-url", "sqlite://"+filepath.Join(dir, "elsewhere", "idem.db"))
+	first.kill()
+	// The file is free again, through the link as through its own path.
+	startServe(t, dir, "--data-dir", "elsewhere").kill()
+
+	// A relative link to a file that does not exist yet: the first idemd
+	// creates the file through it.
+	mkdir("real")
+	mkdir("via")
+	link("../real/idem.db", "via/idem.db")
+	startServe(t, dir, "--data-dir", "via")
+	if _, err := os.Stat(filepath.Join(dir, "real", "idem.db")); err != nil {
+		t.Fatalf("the first idemd did not create the file through the link: %v", err)
+	}
+	refused("--data-dir", filepath.Join(dir, "real"))
+}
+
 // TestSQLiteURL: sqlite:///path chooses the embedded store explicitly, for
 // serve, migrate and sweep; a lapsed lease is expired by `sweep --once`.
 func TestSQLiteURL(t *testing.T) {

@@ -358,8 +358,9 @@ func stepFinish(s keyState, in Input, out Output, to phase) []keyState {
 			return []keyState{s}
 		}
 	case CodeAlreadyTerminal:
-		// Current token, record finished by another kind of call.
-		if s.Phase != absent && s.Phase != held && !sameKind(s.Phase, to) && s.tokenMay(t) {
+		// Current token, record finished by another call: another kind, or
+		// the same kind with another value.
+		if s.Phase != absent && s.Phase != held && !s.finishedBy(to, in.Value) && s.tokenMay(t) {
 			return []keyState{s.reveal(t)}
 		}
 	case CodeOK:
@@ -372,9 +373,9 @@ func stepFinish(s keyState, in Input, out Output, to phase) []keyState {
 		if canApply && rp == to && r.Value == in.Value {
 			next = append(next, terminal(to, t, in.Value))
 		}
-		// A repeat of the call that finished the record answers the stored
-		// record unchanged.
-		if s.Phase != absent && s.Phase != held && sameKind(s.Phase, to) && s.tokenMay(t) && rp == s.Phase && r.Value == s.Value {
+		// A repeat of the call that finished the record, with its value,
+		// answers the stored record unchanged.
+		if s.finishedBy(to, in.Value) && s.tokenMay(t) && rp == s.Phase && r.Value == s.Value {
 			next = append(next, s.reveal(t))
 		}
 		return next
@@ -382,13 +383,11 @@ func stepFinish(s keyState, in Input, out Output, to phase) []keyState {
 	return nil
 }
 
-// sameKind reports whether two finished phases come from the same call:
-// Complete makes completed; Fail makes failed or released.
-func sameKind(a, b phase) bool {
-	if a == completed || b == completed {
-		return a == b
-	}
-	return (a == failed || a == released) && (b == failed || b == released)
+// finishedBy reports whether the record is what a call that leaves phase
+// to with value made it: a repeat of that call. Complete leaves completed;
+// Fail leaves failed, or released when retryable.
+func (s keyState) finishedBy(to phase, value string) bool {
+	return s.Phase != absent && s.Phase != held && s.Phase == to && s.Value == value
 }
 
 func recPhase(s RecState) phase {

@@ -135,6 +135,21 @@ func TestModel(t *testing.T) {
 			s.call(0, 10, 15, Input{Kind: OpFail, Token: 5, Value: "e", Retryable: false}, Output{Rec: Rec{State: RecFailed, Token: 5, Value: "e"}})
 			s.call(0, 20, 25, complete(5, "r1"), done(5, "r1"))
 		}},
+		{"Complete with another value after Complete: ALREADY_TERMINAL", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 10, 15, complete(5, "r1"), done(5, "r1"))
+			s.call(0, 20, 25, complete(5, "r2"), Output{Code: CodeAlreadyTerminal})
+		}},
+		{"Complete with another value after Complete answered as a repeat", false, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 10, 15, complete(5, "r1"), done(5, "r1"))
+			s.call(0, 20, 25, complete(5, "r2"), done(5, "r1"))
+		}},
+		{"retryable Fail after a permanent one: ALREADY_TERMINAL", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 10, 15, Input{Kind: OpFail, Token: 5, Value: "e", Retryable: false}, Output{Rec: Rec{State: RecFailed, Token: 5, Value: "e"}})
+			s.call(0, 20, 25, Input{Kind: OpFail, Token: 5, Value: "e", Retryable: true}, Output{Code: CodeAlreadyTerminal})
+		}},
 		{"heartbeat extends the lease", true, func(s *script) {
 			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
 			s.call(0, 800, 805, Input{Kind: OpHeartbeat, Token: 5, TTL: ttl}, s.processing(5, "a", 1803))

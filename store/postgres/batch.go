@@ -20,7 +20,8 @@ import (
 func recordColsOf(alias string) string {
 	cols := []string{"tenant", "namespace", "key", "state", "token", "attempt", "claimant", "fingerprint",
 		"lease_expires_at", "(extract(epoch FROM " + alias + ".retention) * 1000000)::bigint AS retention_us",
-		"result", "error", "created_at", "updated_at", "completed_at", "expires_at", "policy", "hold"}
+		"result", "error", "created_at", "updated_at", "completed_at", "expires_at", "policy", "hold",
+		"(coalesce(" + alias + ".resolved_token = " + alias + ".token, false)) AS resolved"}
 	for i, c := range cols {
 		if !strings.HasPrefix(c, "(") {
 			cols[i] = alias + "." + c

@@ -117,6 +117,8 @@ func TestCompleteBatchMixesEveryOutcome(t *testing.T) {
 	b.exec(t, `UPDATE idem_records SET state = 'expired', expires_at = now() + retention WHERE key = 'expired'`)
 	again := b.acquire(t, recordID("again"), "w")
 	first := b.complete(t, again.RecordID, again.Token, "first")
+	other := b.acquire(t, recordID("other-value"), "w")
+	b.complete(t, other.RecordID, other.Token, "first")
 	taken := b.acquire(t, recordID("taken"), "w")
 	b.lapse(t, taken.RecordID)
 	successor := b.acquire(t, taken.RecordID, "successor")
@@ -126,10 +128,11 @@ func TestCompleteBatchMixesEveryOutcome(t *testing.T) {
 	calls := []*store.CompleteParams{
 		{RecordID: live.RecordID, Token: live.Token, Result: []byte("r-live")},
 		{RecordID: expired.RecordID, Token: expired.Token, Result: []byte("r-expired")},
-		{RecordID: again.RecordID, Token: again.Token, Result: []byte("second")},
+		{RecordID: again.RecordID, Token: again.Token, Result: []byte("first")},
 		{RecordID: taken.RecordID, Token: taken.Token, Result: []byte("stale")},
 		{RecordID: failed.RecordID, Token: failed.Token, Result: []byte("late")},
 		{RecordID: recordID("missing"), Token: 1, Result: []byte("r")},
+		{RecordID: other.RecordID, Token: other.Token, Result: []byte("second")},
 	}
 	recs, errs := st.CompleteBatch(b.ctx, calls)
 	for i := range 2 {
@@ -145,6 +148,7 @@ func TestCompleteBatchMixesEveryOutcome(t *testing.T) {
 	requireErr(t, "superseded token", errs[3], store.ErrLeaseLost)
 	requireErr(t, "Complete after Fail", errs[4], store.ErrAlreadyTerminal)
 	requireErr(t, "no such record", errs[5], store.ErrNotFound)
+	requireErr(t, "Complete with another result after Complete", errs[6], store.ErrAlreadyTerminal)
 	requireSameRecord(t, "the successor's record", b.get(t, taken.RecordID), successor)
 }
 

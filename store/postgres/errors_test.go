@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/refusingpg"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -52,6 +54,70 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 				t.Fatalf("%s: %v is also %v", name, err, wrong)
 			}
 		}
+	}
+}
+
+// refusals are the errors a server answers a new connection with when it
+// will not serve it, by SQLSTATE, in PostgreSQL's words.
+var refusals = []struct{ code, message string }{
+	{"55000", `database "idem" is not currently accepting connections`},
+	{"3D000", `database "idem" does not exist`},
+	{"28000", `role "idem" is not permitted to log in`},
+	{"28P01", `password authentication failed for user "idem"`},
+	{"53300", `too many connections for role "idem"`},
+	{"57P01", "terminating connection due to administrator command"},
+	{"57P02", "terminating connection because of crash of another server process"},
+	{"57P03", "the database system is starting up"},
+}
+
+// TestRefusedConnectionIsUnavailable: a server that answers but refuses the
+// connection, whatever its reason, is a database that cannot be reached:
+// every call is ErrUnavailable, also Connect's. pgx reports the refusal as
+// a *pgconn.ConnectError wrapping the server's *pgconn.PgError, whose code
+// alone (a missing database, a role that may not log in) says nothing about
+// the database being unreachable.
+func TestRefusedConnectionIsUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, r := range refusals {
+		t.Run(r.code, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			url := refusingpg.Start(t, r.code, r.message)
+
+			_, err := postgres.Connect(ctx, url)
+			requireErr(t, "Connect", err, store.ErrUnavailable)
+			var connectErr *pgconn.ConnectError
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &connectErr) || !errors.As(err, &pgErr) || pgErr.Code != r.code {
+				t.Fatalf("Connect: %v; want a ConnectError wrapping the server's %s, as a real refusal", err, r.code)
+			}
+
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := pgxpool.NewWithConfig(ctx, cfg) // lazy: connects on first use
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			s := postgres.New(pool)
+			defer s.Close()
+			for name, err := range storeCalls(ctx, s) {
+				requireErr(t, name, err, store.ErrUnavailable)
+			}
+			_, err = s.RecordList(ctx, &store.ListParams{Tenant: "acme", Limit: 10})
+			requireErr(t, "RecordList", err, store.ErrUnavailable)
+			_, err = s.RecordStats(ctx, &store.StatsParams{Tenant: "acme"})
+			requireErr(t, "RecordStats", err, store.ErrUnavailable)
+			_, err = s.RecordDelete(ctx, recordID("k"))
+			requireErr(t, "RecordDelete", err, store.ErrUnavailable)
+			_, err = s.RecordResolve(ctx, &store.ResolveParams{RecordID: recordID("k"), Resolution: store.ResolveReleased})
+			requireErr(t, "RecordResolve", err, store.ErrUnavailable)
+			_, err = s.CountByState(ctx)
+			requireErr(t, "CountByState", err, store.ErrUnavailable)
+		})
 	}
 }
 

@@ -37,13 +37,14 @@ func holdLapsed(ctx context.Context, db dbtx, id store.RecordID) (rec *store.Rec
 	return rec, true, nil
 }
 
-// resolveSQL moves an UNRESOLVED record on, keeping its token: $4 is the
-// new state ('completed', 'failed' or 'released'), $5 the result, $6 the
-// error. When nothing changed, the second branch reports the row so that
-// the caller learns why in the same round trip.
+// resolveSQL moves an UNRESOLVED record on, keeping its token, and notes
+// that token as the one an operator resolved: $4 is the new state
+// ('completed', 'failed' or 'released'), $5 the result, $6 the error. When
+// nothing changed, the second branch reports the row so that the caller
+// learns why in the same round trip.
 var resolveSQL = `
 WITH changed AS (
-	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = $6::text,
+	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = $6::text, resolved_token = token,
 		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
 		expires_at = now() + retention, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved'

@@ -185,8 +185,9 @@ func TestCompleteRaceWithConcurrentTakeover(t *testing.T) {
 }
 
 // TestCompleteRaceWithDuplicateComplete: two Completes with the same token
-// race (a retry sent while the first was still running). The second waits,
-// then finds the row COMPLETED by the first, and must return that record.
+// and result race (a retry sent while the first was still running). The
+// second waits, then finds the row COMPLETED by the first, and must return
+// that record.
 func TestCompleteRaceWithDuplicateComplete(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -208,7 +209,7 @@ func TestCompleteRaceWithDuplicateComplete(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rec, err := b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: held.Token, Result: []byte("second")})
+		rec, err := b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: held.Token, Result: []byte("first")})
 		out <- outcome{rec, err}
 	}()
 	b.waitBlockedBy(t, pid, done)

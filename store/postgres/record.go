@@ -11,15 +11,17 @@ import (
 )
 
 // recordCols is a record's columns in the order scanRecord reads them. The
-// retention leaves the database as microseconds.
+// retention leaves the database as microseconds; resolved says whether an
+// operator resolved the record under its current token.
 const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 	lease_expires_at, (extract(epoch FROM retention) * 1000000)::bigint AS retention_us,
-	result, error, created_at, updated_at, completed_at, expires_at, policy, hold`
+	result, error, created_at, updated_at, completed_at, expires_at, policy, hold,
+	coalesce(resolved_token = token, false) AS resolved`
 
 // recordNames is the names of recordCols' columns, for reading them from a
 // subquery that returned them.
 const recordNames = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold`
+	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold, resolved`
 
 // micros turns a duration into the bigint the SQL multiplies by
 // interval '1 microsecond'.
@@ -38,7 +40,7 @@ func scanRecord(row pgx.Row, prefix ...any) (*store.Record, error) {
 	r := &s.rec
 	dest = append(dest,
 		&r.Tenant, &r.Namespace, &r.Key, &s.state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
-		&s.lease, &s.retentionUS, &r.Result, &s.errText, &s.created, &s.updated, &s.completed, &s.expires, &r.Policy, &r.Hold)
+		&s.lease, &s.retentionUS, &r.Result, &s.errText, &s.created, &s.updated, &s.completed, &s.expires, &r.Policy, &r.Hold, &r.ResolvedByOperator)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -68,7 +70,7 @@ type recordScan struct {
 	retentionUS                                 int64
 	errText                                     pgtype.Text
 	created, updated, lease, completed, expires pgtype.Timestamptz
-	dest                                        [maxPrefix + 18]any
+	dest                                        [maxPrefix + 19]any
 }
 
 // utc is t in UTC, the zero time when t is NULL.

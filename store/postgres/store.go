@@ -189,8 +189,8 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // interpretError is the store's one boundary for database errors: nothing
 // above the store sees a pgx type. Context errors pass through unchanged;
-// errors that mean the database could not be reached, or went away mid-call,
-// become store.ErrUnavailable (wrapping the cause for the log).
+// errors that mean the database could not be reached, refused the
+// connection, or went away mid-call, become store.ErrUnavailable (wrapping the cause for the log).
 func interpretError(err error) error {
 	if err == nil {
 		return nil
@@ -203,6 +203,16 @@ func interpretError(err error) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return context.DeadlineExceeded
+	}
+	// A connection the server refused is a database that cannot be reached,
+	// whatever the server gave as its reason: a database that does not
+	// accept connections (55000) or does not exist (3D000), a role that may
+	// not log in (28000, 28P01), no connection slot left (53300). The
+	// ConnectError wraps that PgError, so it is looked at first: the code
+	// alone would not say that nothing was reached.
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -221,9 +231,8 @@ func interpretError(err error) error {
 		}
 		return err
 	}
-	var connectErr *pgconn.ConnectError
 	var netErr net.Error
-	if errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+	if errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool) ||

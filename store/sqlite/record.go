@@ -8,9 +8,12 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// recordCols is a record's columns in the order scanRecord reads them.
+// recordCols is a record's columns in the order scanRecord reads them;
+// resolved says whether an operator resolved the record under its current
+// token.
 const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold`
+	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold,
+	coalesce(resolved_token = token, 0) AS resolved`
 
 // rowScanner is a *sql.Row or *sql.Rows.
 type rowScanner interface {
@@ -28,7 +31,7 @@ func scanRecord(row rowScanner) (*store.Record, error) {
 		lease, completed, expires sql.NullInt64
 	)
 	if err := row.Scan(&r.Tenant, &r.Namespace, &r.Key, &state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
-		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy, &r.Hold); err != nil {
+		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy, &r.Hold, &r.ResolvedByOperator); err != nil {
 		return nil, err
 	}
 	r.State = store.State(state)

@@ -9,9 +9,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// resolveSQL moves an UNRESOLVED record on, keeping its token: ?4 is the
-// new state, ?5 now in microseconds, ?6 the result, ?7 the error.
-const resolveSQL = `UPDATE idem_records SET state = ?4, result = ?6, error = ?7, lease_expires_at = NULL,
+// resolveSQL moves an UNRESOLVED record on, keeping its token, and notes
+// that token as the one an operator resolved: ?4 is the new state, ?5 now
+// in microseconds, ?6 the result, ?7 the error.
+const resolveSQL = `UPDATE idem_records SET state = ?4, result = ?6, error = ?7, resolved_token = token, lease_expires_at = NULL,
 		completed_at = CASE WHEN ?4 = 'released' THEN NULL ELSE ?5 END,
 		expires_at = ?5 + retention_us, updated_at = ?5
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND state = 'unresolved'

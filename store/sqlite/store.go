@@ -285,7 +285,8 @@ func (s *Store) inWriteTxLazy(ctx context.Context, fn writeFunc) error {
 // above the store sees a driver type. The store's own errors and the caller's
 // context errors pass through unchanged; sql.ErrNoRows becomes
 // store.ErrNotFound; a database that is locked past the busy timeout, closed,
-// or cannot be read or written becomes store.ErrUnavailable (wrapping the
+// or cannot be opened, read or written (its file gone, damaged or not a
+// database any more) becomes store.ErrUnavailable (wrapping the
 // cause for the log).
 func interpretError(ctx context.Context, err error) error {
 	switch {
@@ -316,6 +317,9 @@ func interpretError(ctx context.Context, err error) error {
 			sqlite3.SQLITE_FULL,     // the disk is full
 			sqlite3.SQLITE_CANTOPEN, // the file or its directory went away
 			sqlite3.SQLITE_READONLY, // the file became read-only or was moved
+			sqlite3.SQLITE_PERM,     // the file may not be opened as asked
+			sqlite3.SQLITE_NOTADB,   // the file's contents are no longer a database
+			sqlite3.SQLITE_CORRUPT,  // the file cannot be read as one
 			sqlite3.SQLITE_PROTOCOL:
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -175,12 +176,24 @@ func testCompleteRepeatedReturnsStoredRecord(t *testing.T, h Harness) {
 	id := recordID("k")
 	held := b.acquire(t, id, "w1")
 	first := b.complete(t, id, held.Token, "first")
+	if first.ResolvedByOperator {
+		t.Fatal("the holder's Complete is marked resolved by an operator")
+	}
 
-	// A retry after a lost response, even one that sends other bytes, gets the
-	// record the first call produced.
-	for _, result := range []string{"first", "second", ""} {
-		again := b.complete(t, id, held.Token, result)
+	// A retry after a lost response, with the same bytes, gets the record
+	// the first call produced.
+	for range 2 {
+		again := b.complete(t, id, held.Token, "first")
 		requireSameRecord(t, "repeated Complete", again, first)
+	}
+	// Other bytes are not a retry: they were not stored, and the caller is
+	// told so.
+	for _, result := range []string{"second", ""} {
+		rec, err := b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: held.Token, Result: []byte(result)})
+		requireErr(t, "Complete with another result after Complete", err, store.ErrAlreadyTerminal)
+		if rec != nil {
+			t.Fatalf("record %+v alongside the error", rec)
+		}
 	}
 	requireSameRecord(t, "RecordGet", b.get(t, id), first)
 }
@@ -192,13 +205,147 @@ func testFailRepeatedReturnsStoredRecord(t *testing.T, h Harness) {
 		held := b.acquire(t, id, "w1")
 		first := b.fail(t, id, held.Token, "first error", retryable)
 
-		// Either kind of Fail repeated on the record a Fail produced returns
-		// it unchanged: the first call decided.
-		for _, again := range []bool{retryable, !retryable} {
-			rec := b.fail(t, id, held.Token, "second error", again)
-			requireSameRecord(t, "repeated Fail", rec, first)
+		// The same Fail repeated on the record it produced returns it
+		// unchanged.
+		rec := b.fail(t, id, held.Token, "first error", retryable)
+		requireSameRecord(t, "repeated Fail", rec, first)
+		// Another error, or the other kind of Fail, is not a retry.
+		for _, other := range []struct {
+			msg       string
+			retryable bool
+		}{{"second error", retryable}, {"first error", !retryable}, {"", retryable}} {
+			rec, err := b.store.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: held.Token, Error: other.msg, Retryable: other.retryable})
+			requireErr(t, "another Fail after Fail", err, store.ErrAlreadyTerminal)
+			if rec != nil {
+				t.Fatalf("record %+v alongside the error", rec)
+			}
 		}
 		requireSameRecord(t, "RecordGet", b.get(t, id), first)
+	}
+}
+
+// testTokenCallsAfterResolution: once an operator resolved a held record
+// whose lease ran out, the holder's token call with the value the
+// resolution stored gets the record (as a retry would), and any other,
+// of any kind, is ErrResolvedByOperator and changes nothing. Whoever
+// acquires a released record next is a holder again: its calls are judged
+// as a holder's.
+func testTokenCallsAfterResolution(t *testing.T, h Harness) {
+	complete := func(result string) func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
+		return func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
+			return b.store.RecordComplete(b.ctx, &store.CompleteParams{RecordID: id, Token: token, Result: []byte(result)})
+		}
+	}
+	fail := func(msg string, retryable bool) func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
+		return func(b *bundle, id store.RecordID, token int64) (*store.Record, error) {
+			return b.store.RecordFail(b.ctx, &store.FailParams{RecordID: id, Token: token, Error: msg, Retryable: retryable})
+		}
+	}
+	cases := []struct {
+		name       string
+		resolution store.ResolveParams
+		// same is the call that carries the resolution's value; nil when
+		// none does (a release).
+		same    func(b *bundle, id store.RecordID, token int64) (*store.Record, error)
+		refused map[string]func(b *bundle, id store.RecordID, token int64) (*store.Record, error)
+	}{
+		{
+			name:       "completed",
+			resolution: store.ResolveParams{Resolution: store.ResolveCompleted, Result: []byte("operator's result")},
+			same:       complete("operator's result"),
+			refused: map[string]func(b *bundle, id store.RecordID, token int64) (*store.Record, error){
+				"Complete with another result": complete("holder's result"),
+				"Complete with no result":      complete(""),
+				"Fail":                         fail("holder's error", false),
+				"FailRetryable":                fail("holder's error", true),
+				"Heartbeat":                    tokenCalls["Heartbeat"],
+			},
+		},
+		{
+			name:       "failed",
+			resolution: store.ResolveParams{Resolution: store.ResolveFailed, Error: "operator's error"},
+			same:       fail("operator's error", false),
+			refused: map[string]func(b *bundle, id store.RecordID, token int64) (*store.Record, error){
+				"Fail with another error":   fail("holder's error", false),
+				"FailRetryable, same error": fail("operator's error", true),
+				"Complete":                  complete("holder's result"),
+				"Heartbeat":                 tokenCalls["Heartbeat"],
+			},
+		},
+		{
+			name:       "released",
+			resolution: store.ResolveParams{Resolution: store.ResolveReleased},
+			refused: map[string]func(b *bundle, id store.RecordID, token int64) (*store.Record, error){
+				"FailRetryable": fail("holder's error", true),
+				"Fail":          fail("holder's error", false),
+				"Complete":      complete("holder's result"),
+				"Heartbeat":     tokenCalls["Heartbeat"],
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, h)
+			id := recordID("held")
+			p := claimParams(id, "holder")
+			p.Hold, p.Policy = true, "held.*"
+			held := b.claim(t, p).Record
+			b.lapse(t, id)
+			if res := b.claim(t, claimParams(id, "other")); res.Outcome != store.OutcomeUnresolved {
+				t.Fatalf("Claim of the lapsed held lease: %v; want unresolved", res.Outcome)
+			}
+			r := c.resolution
+			r.RecordID = id
+			resolved, err := b.store.RecordResolve(b.ctx, &r)
+			if err != nil {
+				t.Fatalf("RecordResolve: %v", err)
+			}
+			if !resolved.ResolvedByOperator || resolved.Token != held.Token {
+				t.Fatalf("resolved: %+v; want ResolvedByOperator with the holder's token %d", resolved, held.Token)
+			}
+			requireSameRecord(t, "RecordGet after RecordResolve", b.get(t, id), resolved)
+
+			if c.same != nil {
+				for range 2 {
+					rec, err := c.same(b, id, held.Token)
+					if err != nil {
+						t.Fatalf("the holder's call with the resolution's value: %v; want the record", err)
+					}
+					requireSameRecord(t, "the holder's call with the resolution's value", rec, resolved)
+				}
+			}
+			for name, call := range c.refused {
+				rec, err := call(b, id, held.Token)
+				requireErr(t, "the holder's "+name+" after the operator's resolution", err, store.ErrResolvedByOperator)
+				if errors.Is(err, store.ErrAlreadyTerminal) {
+					t.Fatalf("%s: %v is also ErrAlreadyTerminal", name, err)
+				}
+				if rec != nil {
+					t.Fatalf("%s: record %+v alongside the error", name, rec)
+				}
+			}
+			requireSameRecord(t, "RecordGet after the refused calls", b.get(t, id), resolved)
+			if c.resolution.Resolution != store.ResolveReleased {
+				return
+			}
+
+			// The next holder of the released record finishes it itself.
+			next := b.acquire(t, id, "next")
+			if next.ResolvedByOperator {
+				t.Fatalf("acquired after the release: %+v; want ResolvedByOperator unset", next)
+			}
+			for name, call := range tokenCalls {
+				_, err := call(b, id, held.Token)
+				requireErr(t, "the first holder's "+name+" after a takeover", err, store.ErrLeaseLost)
+			}
+			done := b.complete(t, id, next.Token, "next result")
+			if done.ResolvedByOperator {
+				t.Fatalf("completed by its holder: %+v; want ResolvedByOperator unset", done)
+			}
+			_, err = complete("other result")(b, id, next.Token)
+			requireErr(t, "the next holder's Complete with another result", err, store.ErrAlreadyTerminal)
+		})
 	}
 }
 

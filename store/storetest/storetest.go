@@ -95,6 +95,7 @@ var tests = []struct {
 	{"CompleteRepeatedReturnsStoredRecord", testCompleteRepeatedReturnsStoredRecord},
 	{"FailRepeatedReturnsStoredRecord", testFailRepeatedReturnsStoredRecord},
 	{"TokenCallsAfterTerminal", testTokenCallsAfterTerminal},
+	{"TokenCallsAfterResolution", testTokenCallsAfterResolution},
 	{"TokenCallsUnknownKey", testTokenCallsUnknownKey},
 	{"Fencing", testFencing},
 	{"CompleteStoresBinaryResult", testCompleteStoresBinaryResult},
