@@ -104,43 +104,17 @@ func TestScenarioFileMatches(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce   sync.Once
-	buildDir    string
-	builtBins   drive.Binaries
-	buildErr    error
-	scenarioRun atomic.Int64 // distinguishes the keys of repeated runs (-count)
-)
-
-// harnessBinaries builds the harness and idemd once per test binary;
-// TestMain removes them.
-func harnessBinaries(t *testing.T) drive.Binaries {
-	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "idem-client-scenarios"); buildErr == nil {
-			builtBins, buildErr = drive.Build(buildDir)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBins
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+var scenarioRun atomic.Int64 // distinguishes the keys of repeated runs (-count)
 
 // TestScenarios runs every scenario of the file against a real idemd on
 // each store: the ones that leave idemd alone in parallel, then the
 // exclusive ones, which restart idemd or cut its store, one at a time.
 func TestScenarios(t *testing.T) {
 	specs := loadScenarios(t)
-	bins := harnessBinaries(t)
+	bins, err := drive.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, store := range []string{"postgres", "sqlite"} {
 		t.Run(store, func(t *testing.T) {
 			e := &scenarioEnv{h: drive.Start(t, bins, store), run: scenarioRun.Add(1)}

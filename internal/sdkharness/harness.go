@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/idemhq/idem/config"
 	"github.com/idemhq/idem/internal/faultproxy"
+	"github.com/idemhq/idem/internal/sdkharness/buildcache"
 	"github.com/idemhq/idem/internal/testdb"
 )
 
@@ -128,7 +128,7 @@ func start(ctx context.Context, opts options, log io.Writer) (_ *harness, err er
 	}
 	bin := opts.idemdBin
 	if bin == "" {
-		if bin, err = buildIdemd(ctx, h.dir, log); err != nil {
+		if bin, err = buildIdemd(log); err != nil {
 			return nil, err
 		}
 	}
@@ -271,21 +271,14 @@ func (h *harness) close() error {
 }
 
 // buildIdemd builds ./cmd/idemd of the idem module that holds the working
-// directory into dir.
-func buildIdemd(ctx context.Context, dir string, log io.Writer) (string, error) {
+// directory, into the checkout's build cache.
+func buildIdemd(log io.Writer) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "idemd")
 	fmt.Fprintf(log, "sdkharness: building idemd from %s\n", root)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idemd")
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build idemd: %w", err)
-	}
-	return bin, nil
+	return buildcache.Binary(root, "./cmd/idemd", "idemd")
 }
 
 // idemModule is the module whose idemd the harness builds.

@@ -30,18 +30,12 @@ import (
 var bins drive.Binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sdkharness-test")
-	if err != nil {
-		panic(err)
-	}
-	if bins, err = drive.Build(dir); err != nil {
-		os.RemoveAll(dir)
+	var err error
+	if bins, err = drive.BuildRace(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // TestHarness checks, on each store, what the scenarios rely on: the
