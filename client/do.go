@@ -107,9 +107,16 @@ func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait =
 // become U+FFFD, and it is cut to 4 KiB on a rune boundary), so the failure
 // is recorded whatever the text holds. When fn panics, Do records a
 // retryable failure and panics again with the same value.
-// Complete and Fail are retried on transient errors with the same token, and
-// are sent even if ctx is cancelled after fn returned (for at most one lease),
-// because they record what already happened.
+// Complete and Fail record what already happened, so they are not bounded
+// by the retry policy's MaxAttempts, nor by ctx once fn has returned: they are
+// retried with the same token on transient errors (idemd restarting, its
+// database unreachable) until the server confirms them or the lease runs out,
+// the lease counted from the last Claim or heartbeat the server answered.
+// While the connection is down, a retry goes out as soon as the server is
+// back (see RetryPolicy). The first try goes out even after the lease ran
+// out, since the server takes it while no other worker has taken the job
+// over. Claims and heartbeats are retried as the retry policy says, within
+// ctx.
 //
 // If another worker took the job over (a heartbeat or the Complete answered
 // LEASE_LOST), Do returns an error matching ErrLeaseLost, never sends a
@@ -131,13 +138,17 @@ func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a
 		Claimant:    uuid.NewString(),
 		Retention:   job.Retention,
 	}
-	claim := func(ctx context.Context) (ClaimResult, error) { return c.Claim(ctx, req) }
+	var claimSent time.Time // when the last Claim went out: the lease runs from after it
+	claim := func(ctx context.Context) (ClaimResult, error) {
+		claimSent = time.Now()
+		return c.Claim(ctx, req)
+	}
 	waitUntil := time.Now().Add(o.wait)
 	for poll := 0; ; {
 		// The server waits for the holder, for what is left of o.wait.
 		req.Wait = min(max(time.Until(waitUntil), 0), MaxWait).Truncate(time.Millisecond)
 		asked := time.Now()
-		res, err := retry(ctx, c.retry, claim)
+		res, err := retry(ctx, c, retryLimit{attempts: c.retry.MaxAttempts}, claim)
 		var busy *InProgressError
 		switch {
 		case errors.As(err, &busy):
@@ -162,13 +173,14 @@ func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a
 		case res.Outcome == OutcomeFailed:
 			return Result{Record: res.Record}, &JobFailedError{Message: res.Record.Error, Record: res.Record}
 		default: // OutcomeAcquired: Claim returns no other outcome without an error
-			return c.run(ctx, job, res.Record, fn, o)
+			return c.run(ctx, job, res.Record, claimSent, fn, o)
 		}
 	}
 }
 
-// run calls fn under the acquired record rec and records its outcome.
-func (c *Client) run(ctx context.Context, job Job, rec Record, fn func(context.Context, Attempt) ([]byte, error), o doOptions) (Result, error) {
+// run calls fn under the acquired record rec, whose Claim went out at
+// claimed, and records its outcome.
+func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time, fn func(context.Context, Attempt) ([]byte, error), o doOptions) (Result, error) {
 	lease := job.LeaseTTL
 	if lease <= 0 {
 		// The server's default lease, measured on the server's clock.
@@ -181,43 +193,46 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, fn func(context.C
 	fnCtx, cancelFn := context.WithCancelCause(ctx)
 	defer cancelFn(nil)
 	beatCtx, stopBeats := context.WithCancel(fnCtx)
-	lost := make(chan error, 1) // why the lease was given up, or nil
+	held := make(chan heldLease, 1)
 	if o.noHeartbeat {
-		lost <- nil
+		held <- heldLease{until: claimed.Add(lease)}
 	} else {
 		go func() {
-			err := c.keepLease(beatCtx, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease/3)
-			if err != nil {
-				cancelFn(err)
+			h := c.keepLease(beatCtx, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease, claimed.Add(lease))
+			if h.lost != nil {
+				cancelFn(h.lost)
 			}
-			lost <- err
+			held <- h
 		}()
 	}
 
 	value, panicked, fnErr := callFn(fnCtx, fn, Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1})
 	stopBeats()
-	lostErr := <-lost
+	h := <-held
 
 	// Complete and Fail record what already happened, so a caller that gives
-	// up now must not skip them; one lease bounds them instead.
+	// up now must not skip them: they are retried until the lease runs out.
+	// The context only keeps a try that hangs from hanging forever; it
+	// outlasts the lease, which ends at most one lease from now.
 	finishCtx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), lease)
 	defer cancelFinish()
+	untilLeaseEnds := retryLimit{until: h.until}
 	fail := func(msg string, retryable bool) (Record, error) {
-		return retry(finishCtx, c.retry, func(ctx context.Context) (Record, error) {
+		return retry(finishCtx, c, untilLeaseEnds, func(ctx context.Context) (Record, error) {
 			return c.Fail(ctx, FailRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Error: storableText(msg, maxErrorBytes), Retryable: retryable})
 		})
 	}
 
 	if panicked != nil {
-		if lostErr == nil {
+		if h.lost == nil {
 			_, _ = fail(fmt.Sprintf("panic: %v", panicked.value), true) // best effort: the panic matters more
 		}
 		panic(panicked.value)
 	}
-	if lostErr != nil {
+	if h.lost != nil {
 		// A successor may hold the job now; anything we record would be
 		// rejected, and fn's error, if any, is most likely the cancellation.
-		return Result{Value: value, Record: rec}, lostErr
+		return Result{Value: value, Record: rec}, h.lost
 	}
 	if fnErr != nil {
 		failed, err := fail(fnErr.Error(), !isPermanent(fnErr))
@@ -226,7 +241,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, fn func(context.C
 		}
 		return Result{Record: failed}, fnErr
 	}
-	done, err := retry(finishCtx, c.retry, func(ctx context.Context) (Record, error) {
+	done, err := retry(finishCtx, c, untilLeaseEnds, func(ctx context.Context) (Record, error) {
 		return c.Complete(ctx, CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Result: value})
 	})
 	switch {
@@ -238,23 +253,40 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, fn func(context.C
 	return Result{Value: value, Record: done}, nil
 }
 
-// keepLease heartbeats every interval until ctx is done, and then returns
-// nil. It returns early with the first error that is not transient: the lease
-// was lost, or the record changed under the worker. Transient failures are
-// retried and then left to the next beat: the lease outlives two missed
-// beats, and a lease that ran out is still ours until someone takes it over.
-func (c *Client) keepLease(ctx context.Context, req HeartbeatRequest, interval time.Duration) error {
-	t := time.NewTicker(interval)
+// heldLease is what keepLease knows of the lease when it returns.
+type heldLease struct {
+	// until is when the lease runs out, by the client's clock: a lease
+	// after the last Claim or heartbeat that the server answered was sent.
+	until time.Time
+	// lost is why the lease was given up, or nil.
+	lost error
+}
+
+// keepLease heartbeats every third of lease until ctx is done, and returns
+// when the lease runs out, starting from until. It returns early with the
+// first error that is not transient: the lease was lost, or the record
+// changed under the worker. Transient failures are retried and then left to
+// the next beat: the lease outlives two missed beats, and a lease that ran
+// out is still ours until someone takes it over.
+func (c *Client) keepLease(ctx context.Context, req HeartbeatRequest, lease time.Duration, until time.Time) heldLease {
+	t := time.NewTicker(lease / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return heldLease{until: until}
 		case <-t.C:
 		}
-		_, err := retry(ctx, c.retry, func(ctx context.Context) (Record, error) { return c.Heartbeat(ctx, req) })
-		if err != nil && ctx.Err() == nil && !isTransient(err) {
-			return err
+		var sent time.Time
+		_, err := retry(ctx, c, retryLimit{attempts: c.retry.MaxAttempts}, func(ctx context.Context) (Record, error) {
+			sent = time.Now()
+			return c.Heartbeat(ctx, req)
+		})
+		switch {
+		case err == nil:
+			until = sent.Add(lease)
+		case ctx.Err() == nil && !isTransient(err):
+			return heldLease{until: until, lost: err}
 		}
 	}
 }

@@ -401,6 +401,9 @@ func TestDoAmbiguousComplete(t *testing.T) {
 	}
 }
 
+// TestDoCompletionUnknown: a Complete that keeps failing transiently is
+// retried past the retry policy's MaxAttempts, until the lease runs out, and
+// then Do says the completion is unknown.
 func TestDoCompletionUnknown(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
@@ -408,17 +411,66 @@ func TestDoCompletionUnknown(t *testing.T) {
 		calls.Add(1)
 		return nil, errInjected
 	}))
-	job := client.Job{Namespace: "unknown", Key: "k"}
+	job := client.Job{Namespace: "unknown", Key: "k", LeaseTTL: time.Second}
+	claimed := time.Now()
 	res, err := c.Do(t.Context(), job, value("charged"))
 	var unknown *client.CompletionUnknownError
 	if !errors.Is(err, client.ErrCompletionUnknown) || !errors.As(err, &unknown) || string(unknown.Value) != "charged" || string(res.Value) != "charged" {
 		t.Fatalf("Do = %+v, %v; want ErrCompletionUnknown carrying fn's value", res, err)
 	}
-	if n := calls.Load(); n != int64(fastRetry.MaxAttempts) {
-		t.Errorf("Complete was tried %d times, want %d", n, fastRetry.MaxAttempts)
+	if n := calls.Load(); n <= int64(fastRetry.MaxAttempts) {
+		t.Errorf("Complete was tried %d times; want more than MaxAttempts (%d): the lease bounds it", n, fastRetry.MaxAttempts)
+	}
+	if took := time.Since(claimed); took < job.LeaseTTL {
+		t.Errorf("Do gave up on the Complete %v after the Claim, before the lease of %v ran out", took, job.LeaseTTL)
 	}
 	if rec := mustLookup(t, c, job); rec.State != client.StateProcessing {
 		t.Errorf("record = %v, want PROCESSING", rec.State)
+	}
+}
+
+// TestDoCompleteRetriesForTheExtendedLease: the heartbeats extend the lease
+// that bounds the Complete's retries. The Complete fails until the lease the
+// Claim gave has run out, and fn returns after two heartbeats have extended
+// it: the retries go on into the extension and the Complete is recorded.
+func TestDoCompleteRetriesForTheExtendedLease(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second
+	var claimedAt atomic.Int64 // when the server acquired the job, in Unix nanoseconds
+	beats := make(chan struct{}, 16)
+	c := setup(t,
+		onMethod(idemv1.IdempotencyService_Claim_FullMethodName, func(ctx context.Context, req any, _ int, handler grpc.UnaryHandler) (any, error) {
+			claimedAt.CompareAndSwap(0, time.Now().UnixNano())
+			return handler(ctx, req)
+		}),
+		onMethod(idemv1.IdempotencyService_Heartbeat_FullMethodName, func(ctx context.Context, req any, _ int, handler grpc.UnaryHandler) (any, error) {
+			resp, err := handler(ctx, req)
+			if err == nil {
+				beats <- struct{}{}
+			}
+			return resp, err
+		}),
+		onMethod(idemv1.IdempotencyService_Complete_FullMethodName, func(ctx context.Context, req any, _ int, handler grpc.UnaryHandler) (any, error) {
+			// Half a second past the end of the Claim's lease, by the
+			// server's clock, which acquired it after the client sent it.
+			if time.Since(time.Unix(0, claimedAt.Load())) < lease+500*time.Millisecond {
+				return nil, errInjected
+			}
+			return handler(ctx, req)
+		}))
+	job := client.Job{Namespace: "extended", Key: "k", LeaseTTL: lease}
+	res, err := c.Do(t.Context(), job, func(ctx context.Context, _ client.Attempt) ([]byte, error) {
+		for range 2 {
+			select {
+			case <-beats:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return []byte("charged"), nil
+	})
+	if err != nil || res.Record.State != client.StateCompleted {
+		t.Fatalf("Do = %+v, %v; want the Complete recorded within the lease the heartbeats extended", res, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -17,15 +18,22 @@ import (
 // limit). RESOURCE_EXHAUSTED without one is gRPC refusing a message over its
 // size limit, which no retry can fix. Retry n waits a random time between half
 // and all of min(BaseDelay·2ⁿ, MaxDelay), and never less than the server's
-// RetryInfo delay.
+// RetryInfo delay. While the client has no connection to the server (idemd
+// restarting, say), a wait asks for a new connection at once and ends as soon
+// as it is made, so the retry goes out when the server is back.
+//
+// MaxAttempts bounds Do's Claims and heartbeats. It does not bound Do's
+// Complete and Fail: they record a side effect that already happened, so Do
+// retries them until the server confirms them or the lease they hold runs out
+// (see Do).
 type RetryPolicy struct {
 	// BaseDelay is the delay before the first retry. It defaults to 100ms.
 	BaseDelay time.Duration
 	// MaxDelay caps each delay. It defaults to 5s.
 	MaxDelay time.Duration
-	// MaxAttempts is how many times one RPC is tried in all, the first try
-	// included. It defaults to 6 (about 3 s of retrying with the default
-	// delays).
+	// MaxAttempts is how many times one Claim or Heartbeat is tried in all,
+	// the first try included. It defaults to 10: with the default delays,
+	// about 11 to 21 s of retrying, enough to ride out a restart of idemd.
 	MaxAttempts int
 }
 
@@ -40,7 +48,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.MaxDelay = p.BaseDelay
 	}
 	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = 6
+		p.MaxAttempts = 10
 	}
 	return p
 }
@@ -91,15 +99,61 @@ func (p RetryPolicy) backoff(n int, err error) time.Duration {
 	return d
 }
 
-// retry calls call until it succeeds, fails with a non-transient error, has
-// been tried p.MaxAttempts times, or ctx is done; it returns the last result.
-func retry[T any](ctx context.Context, p RetryPolicy, call func(context.Context) (T, error)) (T, error) {
+// retryLimit says when retry gives up on an RPC that keeps failing with
+// transient errors. Zero fields set no limit.
+type retryLimit struct {
+	// attempts is how many tries there are in all, the first included.
+	attempts int
+	// until is when retrying ends: no try starts after it, though the first
+	// one always goes out.
+	until time.Time
+}
+
+// retry calls call until it succeeds, fails with an error that is not
+// transient, reaches lim, or ctx is done; it returns the last result. It
+// waits between tries with c's backoff (see pause).
+func retry[T any](ctx context.Context, c *Client, lim retryLimit, call func(context.Context) (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
 		v, err := call(ctx)
-		if err == nil || !isTransient(err) || attempt >= p.MaxAttempts || !sleep(ctx, p.backoff(attempt-1, err)) {
+		if err == nil || !isTransient(err) || (lim.attempts > 0 && attempt >= lim.attempts) {
+			return v, err
+		}
+		d := c.retry.backoff(attempt-1, err)
+		if !lim.until.IsZero() {
+			left := time.Until(lim.until)
+			if left <= 0 {
+				return v, err
+			}
+			d = min(d, left)
+		}
+		if !c.pause(ctx, d) || (!lim.until.IsZero() && !time.Now().Before(lim.until)) {
 			return v, err
 		}
 	}
+}
+
+// pause waits d before a retry, and reports false if ctx was done first.
+// While the channel has no connection, it asks for one at once (rather than
+// when the channel's reconnect backoff would) and ends the wait as soon as
+// the connection is ready: the server is back, and a retry now reaches it. A
+// channel that is connected already waits all of d, for an error the server
+// itself sent.
+func (c *Client) pause(ctx context.Context, d time.Duration) bool {
+	state := c.conn.GetState()
+	if state == connectivity.Ready || state == connectivity.Shutdown {
+		return sleep(ctx, d)
+	}
+	c.conn.ResetConnectBackoff() // a channel in its reconnect backoff dials now
+	c.conn.Connect()             // an idle one starts to
+	waitCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for state != connectivity.Ready {
+		if !c.conn.WaitForStateChange(waitCtx, state) {
+			return ctx.Err() == nil // d has passed, or ctx is done
+		}
+		state = c.conn.GetState()
+	}
+	return true
 }
 
 // sleep waits for d and reports false if ctx was done first.

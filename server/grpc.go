@@ -36,9 +36,9 @@ const streamWorkers = 64
 // NewGRPCServer returns a gRPC server with idem's interceptor chain and the
 // IdempotencyService, AdminService, standard health service and server
 // reflection registered. The chain is metrics → logging → auth → rate limit →
-// recovery: recovery innermost, so a panic becomes Internal and is still
-// logged and counted; auth inside logging, so a refused caller is logged too.
-// Extra options are appended.
+// the HTTP/JSON API's refusals → recovery: recovery innermost, so a panic
+// becomes Internal and is still logged and counted; auth inside logging, so
+// a refused caller is logged too. Extra options are appended.
 func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -62,6 +62,9 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	// refused before it costs a store call, and is still logged and counted.
 	unary = append(unary, svc.cfg.Tenants.unaryInterceptors()...)
 	stream = append(stream, svc.cfg.Tenants.streamInterceptors()...)
+	// A request the HTTP/JSON API refused (NewJSONHandler) gets its refusal
+	// here, once its caller is authenticated and within its rate limit.
+	unary = append(unary, answerJSONRefusal)
 	unary = append(unary, recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoveryHandler)))
 
 	base := []grpc.ServerOption{

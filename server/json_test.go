@@ -440,6 +440,8 @@ func TestJSONErrorReasons(t *testing.T) {
 			return map[string]any{"tenant": "billing", "allTenants": true}
 		}},
 		{"INVALID_RESOLUTION", "invalid_argument", true, "ResolveRecord", jsonOpsToken, id(nil)},
+		{"UNKNOWN_FIELD", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"leaseTTL": "30s"})},
+		{"MALFORMED_REQUEST", "invalid_argument", false, "Fail", jsonBillToken, id(map[string]any{"token": "1", "retryable": "yes"})},
 		{"NOT_UNRESOLVED", "failed_precondition", true, "ResolveRecord", jsonOpsToken, func(t *testing.T, key string) map[string]any {
 			// The ops tenant's own record: PROCESSING, so not UNRESOLVED.
 			if _, err := ts.Client.Claim(grpcAs(jsonOpsToken), &idemv1.ClaimRequest{Namespace: jns, Key: key}); err != nil {
@@ -463,7 +465,8 @@ func TestJSONErrorReasons(t *testing.T) {
 			t.Run(f.reason+"/"+p.name, func(t *testing.T) { checkJSONError(t, a, p.name == "rest", f.code, f.reason) })
 		}
 	}
-	covered := map[string]bool{"STORE_UNAVAILABLE": true, "CONTENTION": true, "INTERNAL": true}
+	// REQUEST_TOO_LARGE, answered with 413, has TestJSONBodyLimit.
+	covered := map[string]bool{"STORE_UNAVAILABLE": true, "CONTENTION": true, "INTERNAL": true, "REQUEST_TOO_LARGE": true}
 
 	for i, tc := range cases {
 		covered[tc.reason] = true
@@ -538,9 +541,9 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
-// TestJSONBodyLimit: a body over the limit is refused with 413 before it is
-// read — announced by Content-Length or sent chunked — and a gzip body that
-// inflates past the limit is refused too.
+// TestJSONBodyLimit: a body over the limit is refused with 413 and
+// REQUEST_TOO_LARGE before it is read — announced by Content-Length or sent
+// chunked — and so is a gzip body that inflates past the limit.
 func TestJSONBodyLimit(t *testing.T) {
 	t.Parallel()
 	ts := startJSONTenancy(t, nil) // MaxResultBytes 1024
@@ -567,6 +570,9 @@ func TestJSONBodyLimit(t *testing.T) {
 			}
 			if a.body["code"] != wantCode {
 				t.Fatalf("%s: code %v; want %v", u, a.body["code"], wantCode)
+			}
+			if _, reason, _, _ := errorOf(t, a, u == restURL); reason != "REQUEST_TOO_LARGE" {
+				t.Fatalf("%s: reason %q in %s; want REQUEST_TOO_LARGE", u, reason, a.raw)
 			}
 		}
 	})
@@ -607,8 +613,8 @@ func TestJSONBodyLimit(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Content-Encoding", "gzip")
 		a := doHTTP(t, req, jsonBillToken)
-		if a.status == http.StatusOK || a.body["code"] != "resource_exhausted" {
-			t.Fatalf("HTTP %d %s; want resource_exhausted", a.status, a.raw)
+		if _, reason, _, _ := errorOf(t, a, false); a.status != http.StatusRequestEntityTooLarge || a.body["code"] != "resource_exhausted" || reason != "REQUEST_TOO_LARGE" {
+			t.Fatalf("HTTP %d %s; want 413 resource_exhausted / REQUEST_TOO_LARGE", a.status, a.raw)
 		}
 	})
 }

@@ -187,6 +187,9 @@ REASON_ERRORS: Dict[str, type] = {
     "INVALID_TENANT": InvalidArgumentError,
     "NOT_UNRESOLVED": IdemError,
     "INVALID_RESOLUTION": InvalidArgumentError,
+    "MALFORMED_REQUEST": InvalidArgumentError,
+    "UNKNOWN_FIELD": InvalidArgumentError,
+    "REQUEST_TOO_LARGE": IdemError,
 }
 
 # The gRPC codes by number (google.rpc.Status.code), and the class of an

@@ -5,6 +5,7 @@
 package faultproxy
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -25,17 +26,29 @@ type Proxy struct {
 // t.Cleanup.
 func New(t testing.TB, target string) *Proxy {
 	t.Helper()
+	p, err := Start(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Start is New for code that has no testing.TB; Close stops the proxy.
+func Start(target string) (*Proxy, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("faultproxy: listen: %v", err)
+		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
 	p := &Proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
 	go p.accept()
-	t.Cleanup(func() {
-		lis.Close()
-		p.Cut()
-	})
-	return p
+	return p, nil
+}
+
+// Close stops accepting and severs every open connection.
+func (p *Proxy) Close() {
+	p.lis.Close()
+	p.Cut()
 }
 
 // Addr is the proxy's host:port.

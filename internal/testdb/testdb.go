@@ -170,9 +170,7 @@ func New(t testing.TB, opts ...Option) *DB {
 	}
 	defer admin.Close(ctx)
 
-	var buf [6]byte
-	_, _ = rand.Read(buf[:])
-	schema := "idem_test_" + hex.EncodeToString(buf[:])
+	schema := newSchemaName()
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create test schema: %v", err)
 	}
@@ -203,15 +201,52 @@ func New(t testing.TB, opts ...Option) *DB {
 func dropSchema(t testing.TB, base, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := DropSchema(ctx, base, schema); err != nil {
+		t.Error(err)
+	}
+}
+
+// newSchemaName is a fresh name for a test schema.
+func newSchemaName() string {
+	var buf [6]byte
+	_, _ = rand.Read(buf[:])
+	return "idem_test_" + hex.EncodeToString(buf[:])
+}
+
+// CreateSchema is New for code that has no testing.TB, such as a command
+// that serves another language's test suite: it creates an empty schema in
+// base, named as New names them, and returns its name and a URL whose
+// search_path names it. idemd migrates it on start. Drop it with
+// DropSchema.
+func CreateSchema(ctx context.Context, base string) (schema, schemaURL string, err error) {
+	schema = newSchemaName()
+	schemaURL, err = withSearchPath(base, schema)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", EnvDatabaseURL, err)
+	}
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Errorf("drop test schema %s: %v", schema, err)
-		return
+		return "", "", fmt.Errorf("idem's tests need PostgreSQL and none answers at %s: %w", redact(base), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return "", "", fmt.Errorf("create test schema: %w", err)
+	}
+	return schema, schemaURL, nil
+}
+
+// DropSchema drops a schema that New or CreateSchema made, with everything
+// in it.
+func DropSchema(ctx context.Context, base, schema string) error {
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return fmt.Errorf("drop test schema %s: %w", schema, err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-		t.Errorf("drop test schema %s: %v", schema, err)
+		return fmt.Errorf("drop test schema %s: %w", schema, err)
 	}
+	return nil
 }
 
 // withSearchPath returns base with its search_path set to schema.

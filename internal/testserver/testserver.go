@@ -37,7 +37,7 @@ type Server struct {
 	// GRPC is the server itself.
 	GRPC *grpc.Server
 	// JSONURL is the base URL (http://127.0.0.1:port) of the HTTP/JSON API
-	// in front of GRPC, when Options.JSON asked for it.
+	// on the same service as GRPC, when Options.JSON asked for it.
 	JSONURL string
 }
 
@@ -59,8 +59,9 @@ type Options struct {
 	ClientCreds credentials.TransportCredentials
 	// DialOptions are appended to Conn's options (per-RPC credentials, …).
 	DialOptions []grpc.DialOption
-	// JSON also serves the HTTP/JSON API (server.NewJSONHandler) on a
-	// loopback port of its own, plaintext, at JSONURL.
+	// JSON also serves the HTTP/JSON API (server.NewJSONHandler, on a gRPC
+	// server of its own) on a loopback port of its own, plaintext, at
+	// JSONURL.
 	JSON bool
 }
 
@@ -97,7 +98,10 @@ func StartWith(t testing.TB, opts Options) *Server {
 	t.Cleanup(func() { _ = conn.Close() })
 	var jsonURL string
 	if opts.JSON {
-		h, err := server.NewJSONHandler(svc, srv)
+		// A gRPC server of its own, as idemd gives the JSON API.
+		jsonSrv, _ := server.NewGRPCServer(svc, opts.Logger, opts.ServerOptions...)
+		t.Cleanup(jsonSrv.Stop)
+		h, err := server.NewJSONHandler(svc, jsonSrv)
 		if err != nil {
 			t.Fatalf("NewJSONHandler: %v", err)
 		}

@@ -116,6 +116,25 @@ const (
 	ErrorReason_ERROR_REASON_NOT_UNRESOLVED ErrorReason = 28
 	// INVALID_ARGUMENT (AdminService.ResolveRecord): no resolution was given.
 	ErrorReason_ERROR_REASON_INVALID_RESOLUTION ErrorReason = 29
+	// INVALID_ARGUMENT (HTTP/JSON API): the request is not one JSON object of
+	// the request's type: not JSON or cut short, not an object, an empty
+	// Connect body, nested too deep, a field given twice or named by the REST
+	// route's path as well, or a value of the wrong type for a field without
+	// a reason of its own (a bad value of a field that has one, such as
+	// lease_ttl, gets that field's reason). With HTTP status 415: a
+	// Content-Type or Content-Encoding the API does not read;
+	// ErrorInfo.metadata["header"] names the header. Otherwise
+	// ErrorInfo.metadata["field"] names the field, as the request spelt it,
+	// when there is one.
+	ErrorReason_ERROR_REASON_MALFORMED_REQUEST ErrorReason = 30
+	// INVALID_ARGUMENT (HTTP/JSON API): a field in the body, or a query
+	// parameter, that the request does not have. A misspelt field is refused,
+	// never ignored. ErrorInfo.metadata["field"] names it.
+	ErrorReason_ERROR_REASON_UNKNOWN_FIELD ErrorReason = 31
+	// RESOURCE_EXHAUSTED (HTTP/JSON API, HTTP status 413): the request body,
+	// or what its Content-Encoding inflates it to, is larger than the largest
+	// valid request. Retrying it is no use.
+	ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE ErrorReason = 32
 )
 
 // Enum value maps for ErrorReason.
@@ -151,6 +170,9 @@ var (
 		27: "ERROR_REASON_INVALID_TENANT",
 		28: "ERROR_REASON_NOT_UNRESOLVED",
 		29: "ERROR_REASON_INVALID_RESOLUTION",
+		30: "ERROR_REASON_MALFORMED_REQUEST",
+		31: "ERROR_REASON_UNKNOWN_FIELD",
+		32: "ERROR_REASON_REQUEST_TOO_LARGE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -183,6 +205,9 @@ var (
 		"ERROR_REASON_INVALID_TENANT":        27,
 		"ERROR_REASON_NOT_UNRESOLVED":        28,
 		"ERROR_REASON_INVALID_RESOLUTION":    29,
+		"ERROR_REASON_MALFORMED_REQUEST":     30,
+		"ERROR_REASON_UNKNOWN_FIELD":         31,
+		"ERROR_REASON_REQUEST_TOO_LARGE":     32,
 	}
 )
 
@@ -217,7 +242,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xf6\a\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xde\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -249,7 +274,10 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x19ERROR_REASON_NOT_OPERATOR\x10\x1a\x12\x1f\n" +
 	"\x1bERROR_REASON_INVALID_TENANT\x10\x1b\x12\x1f\n" +
 	"\x1bERROR_REASON_NOT_UNRESOLVED\x10\x1c\x12#\n" +
-	"\x1fERROR_REASON_INVALID_RESOLUTION\x10\x1dB\x87\x01\n" +
+	"\x1fERROR_REASON_INVALID_RESOLUTION\x10\x1d\x12\"\n" +
+	"\x1eERROR_REASON_MALFORMED_REQUEST\x10\x1e\x12\x1e\n" +
+	"\x1aERROR_REASON_UNKNOWN_FIELD\x10\x1f\x12\"\n" +
+	"\x1eERROR_REASON_REQUEST_TOO_LARGE\x10 B\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (
