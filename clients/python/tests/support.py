@@ -41,21 +41,103 @@ _bin_lock = threading.Lock()
 
 
 def build(pkg: str, name: str, env_var: str) -> str:
-    """The path of a Go binary: $env_var, or pkg built once per run."""
+    """The path of a Go binary: $env_var, or pkg built once per run into a
+    directory per checkout that outlives the run, so that a run with nothing
+    changed neither compiles nor links (go build leaves an up-to-date binary
+    alone)."""
     if os.environ.get(env_var):
         return os.environ[env_var]
     with _bin_lock:
         if name not in _bins:
-            out_dir = tempfile.mkdtemp(prefix="idem-python-client-bin-")
-            atexit.register(shutil.rmtree, out_dir, True)
+            out_dir = os.path.join(tempfile.gettempdir(), f"idem-python-client-{os.getuid()}",
+                                   hashlib.sha256(REPO.encode()).hexdigest()[:12])
+            os.makedirs(out_dir, mode=0o700, exist_ok=True)
             out = os.path.join(out_dir, name)
-            subprocess.run(["go", "build", "-o", out, pkg], cwd=REPO, check=True, stdin=subprocess.DEVNULL)
+            with open(os.path.join(out_dir, ".lock"), "w") as lock:
+                import fcntl
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another run of this checkout may build it too
+                subprocess.run(["go", "build", "-o", out, pkg], cwd=REPO, check=True, stdin=subprocess.DEVNULL)
             _bins[name] = out
         return _bins[name]
 
 
 def idemd_bin() -> str:
     return build("./cmd/idemd", "idemd", "IDEMD_BIN")
+
+
+def harness_bin() -> str:
+    return build("./internal/sdkharness", "sdkharness", "SDKHARNESS_BIN")
+
+
+class Harness:
+    """internal/sdkharness: a real idemd on one store ("postgres" or
+    "sqlite") with the scenarios' tenants, and control endpoints that
+    restart it or cut it off its store (clients/scenarios/README.md). One
+    per store and test run: see harness()."""
+
+    def __init__(self, store: str):
+        self.store = store
+        self.proc = subprocess.Popen([harness_bin(), "--store", store, "--idemd-bin", idemd_bin()], cwd=REPO,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.log: List[str] = []
+        assert self.proc.stderr is not None and self.proc.stdout is not None
+        threading.Thread(target=self._read_log, daemon=True).start()
+        line: List[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(START_TIMEOUT)
+        if not line or not line[0].strip():
+            self.close()
+            raise RuntimeError(f"sdkharness --store {store} printed no line within {START_TIMEOUT}s:\n"
+                               + "\n".join(self.log[-30:]))
+        self.info = json.loads(line[0])
+        self.url: str = self.info["http_url"]
+        self.tokens: Dict[str, str] = self.info["tokens"]
+        self.namespaces: Dict[str, str] = self.info["namespaces"]
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for l in self.proc.stderr:
+            self.log.append(l.rstrip("\n"))
+
+    def client(self, tenant: str = "worker", **kw: Any) -> "idem.Client":
+        kw.setdefault("token", self.tokens[tenant])
+        return idem.Client(self.url, **kw)
+
+    def control(self, path: str) -> str:
+        """POSTs to a control endpoint and returns its answer's text."""
+        import urllib.request
+        req = urllib.request.Request(self.info["control_url"] + path, data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.read().decode()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # EOF: the harness stops idemd and cleans up
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+
+
+_harnesses: Dict[str, Harness] = {}
+
+
+def harness(store: str) -> Harness:
+    """The harness of store, started on first use and closed at exit."""
+    with _bin_lock:
+        h = _harnesses.get(store)
+    if h is None:
+        h = Harness(store)
+        with _bin_lock:
+            _harnesses[store] = h
+        atexit.register(h.close)
+    return h
 
 
 TOKENS = {"worker": "worker-token-" + uuid.uuid4().hex, "operator": "operator-token-" + uuid.uuid4().hex,

@@ -36,7 +36,7 @@ class ProtoTest(unittest.TestCase):
         self.assertEqual(set(idem.REASON_ERRORS), ours, "REASON_ERRORS and ErrorReason name the same reasons")
         for reason, cls in idem.REASON_ERRORS.items():
             self.assertTrue(issubclass(cls, idem.IdemError), reason)
-            if reason.startswith("INVALID_"):
+            if reason.startswith("INVALID_") or reason in ("MALFORMED_REQUEST", "UNKNOWN_FIELD"):
                 self.assertIs(cls, idem.InvalidArgumentError, reason)
 
     def test_states_and_outcomes_are_the_protos(self):

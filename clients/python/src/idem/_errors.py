@@ -58,6 +58,9 @@ class ErrorReason(str, enum.Enum):
     INVALID_TENANT = "INVALID_TENANT"
     NOT_UNRESOLVED = "NOT_UNRESOLVED"
     INVALID_RESOLUTION = "INVALID_RESOLUTION"
+    MALFORMED_REQUEST = "MALFORMED_REQUEST"
+    UNKNOWN_FIELD = "UNKNOWN_FIELD"
+    REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     RESOLVED_BY_OPERATOR = "RESOLVED_BY_OPERATOR"
 
     def __str__(self) -> str:
@@ -118,9 +121,10 @@ class IdemError(Exception):
 
 
 class InvalidArgumentError(IdemError):
-    """INVALID_ARGUMENT (every INVALID_* reason): a field is malformed or out
-    of bounds; ``field`` names it and the message the bound. Nothing was
-    written: fix the request."""
+    """INVALID_ARGUMENT (every INVALID_* reason, and MALFORMED_REQUEST and
+    UNKNOWN_FIELD for a request the HTTP/JSON API could not read): a field
+    is malformed, unknown or out of bounds; ``field`` names it and the
+    message the bound. Nothing was written: fix the request."""
 
     @property
     def field(self) -> str:
@@ -230,6 +234,9 @@ REASON_ERRORS: Dict[str, type] = {
     "INVALID_TENANT": InvalidArgumentError,
     "NOT_UNRESOLVED": NotUnresolvedError,
     "INVALID_RESOLUTION": InvalidArgumentError,
+    "MALFORMED_REQUEST": InvalidArgumentError,
+    "UNKNOWN_FIELD": InvalidArgumentError,
+    "REQUEST_TOO_LARGE": IdemError,
     "RESOLVED_BY_OPERATOR": ResolvedByOperatorError,
 }
 
