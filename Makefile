@@ -9,7 +9,7 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .DEFAULT_GOAL := help
-.PHONY: help build install generate check-generate lint test run clean-data test-node test-python demo
+.PHONY: help build install generate check-generate lint test run clean-data test-node test-python test-scenarios demo
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -88,6 +88,9 @@ test-python: ## Run the Python package's tests (clients/python: every scenario o
 	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v && \
 	cd ../../examples/python-worker && \
 	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v
+
+test-scenarios: ## Run the Go SDK's side of clients/scenarios alone (make test runs it with the other Go tests): every scenario against a real idemd on PostgreSQL and on SQLite.
+	go test $(GO_TEST_FLAGS) -run '^TestScenario' ./client
 
 demo: ## Exactly-once payments over NATS JetStream with workers killed at random (examples/payments); DEMO_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd

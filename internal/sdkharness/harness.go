@@ -123,7 +123,7 @@ func start(ctx context.Context, opts options, log io.Writer) (_ *harness, err er
 			err = errors.Join(err, h.close())
 		}
 	}()
-	if h.dir, err = os.MkdirTemp("", "idem-sdkharness-"); err != nil {
+	if h.dir, err = os.MkdirTemp("", "idem-sdkharness-run-"); err != nil {
 		return nil, err
 	}
 	bin := opts.idemdBin

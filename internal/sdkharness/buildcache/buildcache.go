@@ -46,7 +46,7 @@ func Dir(root string) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256([]byte(abs))
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("idem-sdkharness-%d", os.Getuid()), hex.EncodeToString(sum[:6]))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("idem-sdkharness-bin-%d", os.Getuid()), hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("the build directory of the SDK harness: %w", err)
 	}
