@@ -4,36 +4,56 @@
 # unset. `make run` does not: without IDEM_DATABASE_URL it runs on SQLite.
 LOCAL_POSTGRES_URL := postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# VERSION is what the binaries say they are: the nearest v* tag (git
+# describe), or before the first tag the Go pseudo-version of the commit
+# (v0.0.0-20261201175430-12a4554a1b2c, what the go command calls that
+# commit), +dirty with uncommitted changes; devel outside a git checkout.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+	{ p=$$(TZ=UTC git log -1 --abbrev=12 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h 2>/dev/null) && [ -n "$$p" ] && \
+	  { git diff-index --quiet HEAD -- 2>/dev/null && echo "$$p" || echo "$$p+dirty"; }; } || echo devel)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
+# buf has a module of its own (tools/go.mod): its requirements, a newer Go
+# and pre-release protobuf among them, stay out of the go.mod that an SDK
+# user's module reads. The protoc plugins are tools of idem's module, so that
+# gen/ is made by the protobuf version the SDK runs with.
+BUF := go tool -modfile=tools/go.mod buf
+# Modules of their own, for what pulls in dependencies an SDK user never
+# needs: the benchmark tool (Redis, HDR histograms) and the demo (NATS).
+GO_MODULES := cmd/idem-bench examples/payments
+
 .DEFAULT_GOAL := help
-.PHONY: help build install generate check-generate lint test run clean-data test-node test-python test-scenarios demo
+.PHONY: help build install version generate check-generate lint test run clean-data test-node test-python test-scenarios demo
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build idemd, idem and idem-bench into bin/.
-	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	@$(call go-build-progress,build,-ldflags "$(LDFLAGS)" -o bin/ ./cmd/...)
+	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
 
 install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin.
 	go install -ldflags "$(LDFLAGS)" ./cmd/idemd ./cmd/idem
 
+version: ## Print the version that build, install and release stamp (docker build takes it as --build-arg VERSION).
+	@echo "$(VERSION)"
+
 generate: ## Regenerate gen/ from proto/ with the pinned buf and plugins.
 	rm -rf gen
-	go tool buf generate
+	$(BUF) generate
 
 check-generate: ## Fail if gen/ differs from what `make generate` would write.
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	go tool buf generate --output "$$tmp" && \
+	$(BUF) generate --output "$$tmp" && \
 	diff -r "$$tmp/gen" gen && echo "gen/ is up to date"
 
 lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at the merge base with main (the previous commit when on main).
 	@out=$$(gofmt -l .); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
-	go tool buf lint
+	@for m in $(GO_MODULES); do echo "go vet ./... (in $$m)"; (cd $$m && go vet ./...) || exit 1; done
+	$(BUF) lint
 	@base=$$(git merge-base HEAD main 2>/dev/null || true); \
 	if [ -z "$$base" ] || [ "$$base" = "$$(git rev-parse HEAD)" ]; then base=$$(git rev-parse -q --verify HEAD~1 || true); fi; \
 	if [ -z "$$base" ]; then \
@@ -42,12 +62,13 @@ lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at th
 		fi; \
 		echo "buf breaking: the first commit has nothing to compare with; skipped"; \
 	else \
-		echo "go tool buf breaking --against .git#ref=$$base"; \
-		go tool buf breaking --against ".git#ref=$$base"; \
+		echo "$(BUF) breaking --against .git#ref=$$base"; \
+		$(BUF) breaking --against ".git#ref=$$base"; \
 	fi
 
-test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), then the Node and Python workers' tests.
+test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), idem's module and then those of cmd/idem-bench and examples/payments, then the Node and Python workers' tests.
 	go test $(GO_TEST_FLAGS) ./...
+	@for m in $(GO_MODULES); do echo "go test ./... (in $$m)"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 	@$(MAKE) --no-print-directory test-node
 	@$(MAKE) --no-print-directory test-python
 
@@ -94,12 +115,31 @@ test-scenarios: ## Run the Go SDK's side of clients/scenarios alone (make test r
 
 demo: ## Exactly-once payments over NATS JetStream with workers killed at random (examples/payments); DEMO_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
-	go run ./examples/payments -idemd bin/idemd -database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" $(DEMO_FLAGS)
+	go build -C examples/payments -o "$(CURDIR)/bin/payments-demo" .
+	bin/payments-demo -idemd bin/idemd -database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" $(DEMO_FLAGS)
 
 run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
-	@echo "make run: building idemd into bin/ (the first build takes about two minutes on 2 cores; later ones seconds)"
-	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	@echo "make run: building idemd into bin/ (the first build compiles some $$(go list -deps ./cmd/idemd 2>/dev/null | wc -l | tr -d ' ') packages, minutes on 2 cores; later builds take seconds)"
+	@$(call go-build-progress,run,-ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd)
 	bin/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
+
+# go-build-progress runs `go build -v $(2)` and says how far it has got, so a
+# cold build is not silent for minutes: a line at every tenth of the packages
+# (go build -v names each as it starts compiling it), and one every 20 s
+# without such a line (BUILD_PROGRESS_EVERY), naming the package begun last.
+# go build's errors pass through as they are, and its exit status is the
+# recipe's. $(1) prefixes the lines (the target's name).
+BUILD_PROGRESS_EVERY ?= 20
+define go-build-progress
+total=$$(go list -deps $(lastword $(2)) 2>/dev/null | wc -l | tr -d ' '); \
+{ (while sleep $(BUILD_PROGRESS_EVERY); do echo go-build-tick; done) & tick=$$!; \
+  go build -v $(2) 2>&1; rc=$$?; kill $$tick 2>/dev/null; echo "go-build-exit $$rc"; } | \
+awk -v total="$$total" -v prefix="make $(1)" ' \
+	/^go-build-exit / { if (n > 0) printf "%s: compiled %d packages\n", prefix, n; exit $$2 } \
+	/^go-build-tick$$/ { if (!shown && n > 0) printf "%s: still building: %d of about %d packages begun, the last %s\n", prefix, n, total, last; shown = 0; fflush(); next } \
+	/^[A-Za-z0-9._~\/-]+$$/ { n++; last = $$0; if (n >= next_at) { printf "%s: compiling %d of about %d packages: %s\n", prefix, n, total, last; next_at = n + int(total / 10) + 1; shown = 1; fflush() } next } \
+	{ print; fflush() }'
+endef
 
 clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start the walkthrough afresh.
 	rm -rf idem-data
@@ -127,7 +167,8 @@ endef
 .PHONY: bench
 bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL and a Redis lock, interleaved, C=32, CPU per job by process and WAL per job, in about two minutes (docs/BENCHMARKS.md); BENCH_FLAGS adds flags.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
-	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
+	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
+	bin/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
 		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
 		--target service,service-sqlite,sql,redis \
 		--concurrency 32 --duration 8s --rounds 4 --scenario unique,hot,replay $(BENCH_FLAGS)
@@ -135,11 +176,12 @@ bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL an
 .PHONY: bench-growth
 bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 million records (interleaved), then Claim latency while idemd's sweeper purges 1 million expired records; 5 to 10 minutes (docs/BENCHMARKS.md).
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
-	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
+	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
+	bin/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
 		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
 		--target service,service-prefilled --prefill 5000000 \
 		--concurrency 32 --duration 8s --rounds 4 --scenario unique $(BENCH_FLAGS)
-	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd \
+	bin/idem-bench --start-idemd --idemd-bin bin/idemd \
 		--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" \
 		--target service --purge 1000000 --sweep-interval 1s \
 		--concurrency 32 --duration 8s --rounds 4 --scenario unique $(BENCH_FLAGS)
@@ -147,16 +189,17 @@ bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 
 .PHONY: bench-rate
 bench-rate: ## docs/DESIGN.md §6's latency target: the service's closed-loop maximum (unique, C=32, 8 s), then an open loop at half that rate (BENCH_RATE sets the rate and skips the first run).
 	@go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	@go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
 	@url="$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))"; rate="$(BENCH_RATE)"; \
 	if [ -z "$$rate" ]; then \
-		max=$$(go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --target service --database-url "$$url" \
+		max=$$(bin/idem-bench --start-idemd --idemd-bin bin/idemd --target service --database-url "$$url" \
 			--concurrency 32 --duration 8s --scenario unique --progress never --json | \
 			sed -n 's/^ *"ops_per_sec": \([0-9.]*\).*/\1/p' | head -n 1); \
 		[ -n "$$max" ] || { echo "bench-rate: the closed-loop run failed" >&2; exit 1; }; \
 		rate=$$(awk -v m="$$max" 'BEGIN { printf "%d", m / 2 }'); \
 		echo "closed-loop maximum $$max jobs/s; open loop at half of it, $$rate jobs/s"; \
 	fi; \
-	go run ./cmd/idem-bench --start-idemd --idemd-bin bin/idemd --target service --database-url "$$url" \
+	bin/idem-bench --start-idemd --idemd-bin bin/idemd --target service --database-url "$$url" \
 		--concurrency 32 --duration 8s --scenario unique --rate "$$rate" $(BENCH_FLAGS)
 
 .PHONY: robustness robustness-short soak

@@ -12,9 +12,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -363,8 +361,12 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal("go.mod has no go directive")
 	}
 	var builds int
+	args := map[string]bool{}
 	for _, in := range stages[0] {
 		switch {
+		case in.cmd == "ARG":
+			name, _, _ := strings.Cut(in.args, "=")
+			args[name] = true
 		case in.cmd == "FROM":
 			if !strings.Contains(in.args, "golang:"+string(goVersion[1])+"-") && !strings.Contains(in.args, "golang:"+string(goVersion[1])+" ") {
 				t.Errorf("the build stage is FROM %s; go.mod asks for Go %s", in.args, goVersion[1])
@@ -379,13 +381,20 @@ func TestDockerfile(t *testing.T) {
 					t.Errorf("the Dockerfile's build leaves out %s: %s", pkg, in.args)
 				}
 			}
-			if !strings.Contains(in.args, "-X main.version=") {
-				t.Errorf("the Dockerfile's build does not stamp the version: %s", in.args)
+			for _, stamp := range []string{"-X main.version=${VERSION}", "-X main.commit=${COMMIT}"} {
+				if !strings.Contains(in.args, stamp) {
+					t.Errorf("the Dockerfile's build does not stamp %s: %s", stamp, in.args)
+				}
 			}
 		}
 	}
 	if builds != 1 {
 		t.Errorf("the build stage runs go build %d times, want once", builds)
+	}
+	for _, arg := range []string{"VERSION", "COMMIT"} {
+		if !args[arg] {
+			t.Errorf("the build stage has no ARG %s for docker build --build-arg", arg)
+		}
 	}
 
 	var entrypoint, command []string
@@ -446,62 +455,6 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-func TestSystemdUnit(t *testing.T) {
-	t.Parallel()
-	data, err := os.ReadFile("systemd/idemd.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sections := map[string]map[string][]string{}
-	var section string
-	for n, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
-		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
-			section = strings.Trim(line, "[]")
-			sections[section] = map[string][]string{}
-		default:
-			k, v, ok := strings.Cut(line, "=")
-			if !ok || section == "" {
-				t.Fatalf("idemd.service:%d: %q is neither a [Section] nor Key=value in one", n+1, line)
-			}
-			sections[section][k] = append(sections[section][k], v)
-		}
-	}
-	for _, s := range []string{"Unit", "Service", "Install"} {
-		if sections[s] == nil {
-			t.Errorf("idemd.service has no [%s] section", s)
-		}
-	}
-	svc := sections["Service"]
-	if len(svc["ExecStart"]) != 1 {
-		t.Fatalf("idemd.service has %d ExecStart lines, want 1", len(svc["ExecStart"]))
-	}
-	fields := strings.Fields(svc["ExecStart"][0])
-	if !filepath.IsAbs(fields[0]) || filepath.Base(fields[0]) != "idemd" {
-		t.Errorf("ExecStart runs %s, want idemd by its absolute path", fields[0])
-	}
-	flags := checkServeArgs(t, "idemd.service ExecStart", fields[1:])
-	for _, name := range []string{"listen", "http-listen"} {
-		if addr, ok := flags[name]; ok {
-			port(t, "idemd.service --"+name, addr)
-		}
-	}
-	if !strings.HasPrefix(flags["config"], "${CREDENTIALS_DIRECTORY}/") {
-		t.Errorf("--config is %q; the unit loads the config file as a credential", flags["config"])
-	}
-	for _, kv := range svc["Environment"] {
-		for _, f := range strings.Fields(kv) {
-			name, _, _ := strings.Cut(strings.Trim(f, `"`), "=")
-			checkEnv(t, "idemd.service Environment", name)
-		}
-	}
-	if svc["User"] == nil && (len(svc["DynamicUser"]) == 0 || svc["DynamicUser"][0] != "yes") {
-		t.Error("idemd.service runs idemd as root: set User= or DynamicUser=yes")
-	}
-}
-
 // manifest is one Kubernetes object, as generic YAML.
 type manifest map[string]any
 
@@ -526,53 +479,12 @@ func (m manifest) get(path ...any) any {
 	return v
 }
 
+// readManifests is what kubectl apply -k would send to a cluster with the
+// Prometheus Operator: deploy/kubernetes with the component monitoring/,
+// rendered by kustomize.
 func readManifests(t *testing.T) map[string]manifest {
 	t.Helper()
-	files, err := filepath.Glob("kubernetes/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in kubernetes/: %v", err)
-	}
-	objects := map[string]manifest{}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for {
-			// Into a plain map: decoding into manifest would make every
-			// nested map a manifest too.
-			var raw map[string]any
-			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s does not parse: %v", file, err)
-			}
-			if raw == nil {
-				continue
-			}
-			m := manifest(raw)
-			name, _ := m.get("metadata", "name").(string)
-			api, _ := m["apiVersion"].(string)
-			if m.kind() == "" || api == "" || (name == "" && m.kind() != "Kustomization") {
-				t.Errorf("%s: an object without apiVersion, kind or metadata.name", file)
-				continue
-			}
-			key := m.kind() + "/" + name
-			if _, dup := objects[key]; dup {
-				t.Errorf("%s: %s twice", file, key)
-			}
-			objects[key] = m
-			if m.kind() == "Kustomization" {
-				for _, r := range m["resources"].([]any) {
-					if _, err := os.Stat(filepath.Join("kubernetes", r.(string))); err != nil {
-						t.Errorf("kustomization.yaml names %s: %v", r, err)
-					}
-				}
-			}
-		}
-	}
-	return objects
+	return kustomizeBuild(t, withMonitoring(t))
 }
 
 // container is what the tests read of the Deployment's idemd container.
@@ -730,4 +642,144 @@ func subset(sel any, labels map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// TestMakeVersion runs `make version` in git repositories of its own: the
+// nearest v* tag when there is one, else the commit's Go pseudo-version,
+// +dirty (-dirty after a tag, as git describe writes it) with uncommitted
+// changes, and devel outside a checkout.
+func TestMakeVersion(t *testing.T) {
+	t.Parallel()
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), makefile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"VERSION", "COMMIT", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, name) && !strings.HasPrefix(name, "GIT_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GIT_COMMITTER_DATE=2026-01-02T03:04:05Z")
+	sh := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := func() string { t.Helper(); return sh("make", "-s", "--no-print-directory", "version") }
+
+	if v := version(); v != "devel" {
+		t.Errorf("outside a git checkout make version prints %q, want devel", v)
+	}
+	sh("git", "init", "-q")
+	sh("git", "add", "Makefile")
+	sh("git", "commit", "-q", "-m", "first")
+	hash := sh("git", "rev-parse", "HEAD")
+	if v, want := version(), "v0.0.0-20260102030405-"+hash[:12]; v != want {
+		t.Errorf("before the first tag make version prints %q, want the pseudo-version %q", v, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), append(makefile, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, want := version(), "v0.0.0-20260102030405-"+hash[:12]+"+dirty"; v != want {
+		t.Errorf("with a change make version prints %q, want %q", v, want)
+	}
+	sh("git", "checkout", "-q", "Makefile")
+	sh("git", "tag", "v1.2.3")
+	sh("git", "tag", "not-a-version")
+	if v := version(); v != "v1.2.3" {
+		t.Errorf("on the tag v1.2.3 make version prints %q", v)
+	}
+}
+
+// fakeGo stands in for the go command in TestMakeRunShowsBuildProgress:
+// go list -deps names 40 packages, and go build -v names them as it
+// "compiles" them (pausing FAKE_GO_PAUSE seconds after the 12th), then
+// fails with a compiler's error when FAKE_GO_FAIL is set, or else writes
+// an idemd that prints its arguments.
+const fakeGo = `#!/bin/sh
+case "$1" in
+list) i=1; while [ $i -le 40 ]; do echo "example.com/p$i"; i=$((i+1)); done ;;
+build)
+  i=1; while [ $i -le 40 ]; do
+    echo "example.com/p$i" >&2
+    [ $i -eq 12 ] && sleep "${FAKE_GO_PAUSE:-0}"
+    i=$((i+1))
+  done
+  if [ -n "$FAKE_GO_FAIL" ]; then echo "cmd/idemd/main.go:3:1: syntax error: unexpected }" >&2; exit 2; fi
+  while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+  mkdir -p "$(dirname "$out")"
+  printf '#!/bin/sh\necho "idemd $*"\n' > "$out" && chmod +x "$out" ;;
+*) echo "fake go: $*" >&2; exit 1 ;;
+esac
+`
+
+// TestMakeRunShowsBuildProgress runs `make run` with a go command that
+// compiles slowly: make run says how far the build has got, at every tenth
+// of the packages and while one takes long, passes the compiler's errors
+// through and fails with them, and runs idemd once it is built.
+func TestMakeRunShowsBuildProgress(t *testing.T) {
+	t.Parallel()
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, bin := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), makefile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fakeGo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"PATH", "IDEM_DATABASE_URL", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, name) {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "BUILD_PROGRESS_EVERY=1")
+	makeRun := func(extra ...string) (string, error) {
+		cmd := exec.Command("make", "--no-print-directory", "run")
+		cmd.Dir, cmd.Env = dir, append(slices.Clone(env), extra...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := makeRun("FAKE_GO_PAUSE=8")
+	if err != nil {
+		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"make run: building idemd into bin/ (the first build compiles some 40 packages",
+		"make run: compiling 1 of about 40 packages: example.com/p1\n",
+		"make run: compiling 6 of about 40 packages: example.com/p6\n",
+		"make run: still building: 12 of about 40 packages begun, the last example.com/p12\n",
+		"make run: compiled 40 packages\n",
+		"\nidemd serve\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make run's output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "packages: example.com/"); n < 7 || n > 11 {
+		t.Errorf("make run printed %d progress lines for 40 packages; want one at each tenth:\n%s", n, out)
+	}
+
+	out, err = makeRun("FAKE_GO_FAIL=1")
+	if err == nil || !strings.Contains(out, "cmd/idemd/main.go:3:1: syntax error: unexpected }\n") || strings.Contains(out, "idemd serve") {
+		t.Errorf("make run with a build that fails: %v; want the compiler's error, a failure, and no idemd:\n%s", err, out)
+	}
 }

@@ -259,7 +259,55 @@ func TestAsDeployed(t *testing.T) {
 			t.Fatalf("idem.json has %d queries; want at least 10", len(exprs))
 		}
 		checkExprs(t, exported, exprs)
+		checkDashboardCovers(t, exported, exprs)
 	})
+}
+
+// notOnDashboard are the metrics of idemd's own the dashboard leaves out,
+// each with the reason.
+var notOnDashboard = map[string]string{
+	"idem_sweep_duration_seconds": "the alerts count its passes (IdemSweeperFailing, IdemSweeperNotRunning); the panel Time spent sweeping shows the sweeper's load",
+	"idem_db_pool_total_conns":    "pool saturation reads the acquired and the maximum connections",
+	"idem_db_pool_idle_conns":     "pool saturation reads the acquired and the maximum connections",
+}
+
+// checkDashboardCovers fails for each metric named idem_* that idemd exports
+// and the dashboard reads nowhere, unless notOnDashboard says why: a metric
+// added to idemd gets a panel or a reason.
+func checkDashboardCovers(t *testing.T, exported map[string]map[string]bool, exprs []namedExpr) {
+	t.Helper()
+	family := func(name string) string {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok {
+				if exported[base+"_bucket"] != nil {
+					return base
+				}
+			}
+		}
+		return name
+	}
+	read := map[string]bool{}
+	for _, e := range exprs {
+		sels, _ := promqlSelectors(e.expr)
+		for _, s := range sels {
+			read[family(s.name)] = true
+		}
+	}
+	for name := range exported {
+		f := family(name)
+		if !strings.HasPrefix(f, "idem_") || read[f] {
+			continue
+		}
+		if _, ok := notOnDashboard[f]; !ok {
+			t.Errorf("idemd exports %s and no panel of idem.json reads it: add one, or say why not in notOnDashboard", f)
+		}
+		read[f] = true // once per family
+	}
+	for f := range notOnDashboard {
+		if exported[f] == nil && exported[f+"_bucket"] == nil {
+			t.Errorf("notOnDashboard names %s, which idemd does not export", f)
+		}
+	}
 }
 
 // parseExposition returns the names of the samples in a Prometheus text
@@ -368,6 +416,7 @@ func dashboardExprs(t *testing.T) []namedExpr {
 	if err := json.Unmarshal(data, &dash); err != nil {
 		t.Fatalf("idem.json does not parse: %v", err)
 	}
+	checkDashboardInputs(t, data)
 	if dash.UID == "" || dash.Title == "" {
 		t.Error("idem.json has no uid or title")
 	}
@@ -652,6 +701,47 @@ func TestPromQLSelectors(t *testing.T) {
 	for _, bad := range []string{`rate(x[5m]`, `x{a="b"`, `x{a}`, `x{a="b}`} {
 		if _, err := promqlSelectors(bad); err == nil {
 			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// checkDashboardInputs checks what Grafana's import reads of idem.json: an
+// __inputs block that asks for a Prometheus data source, and every
+// ${DS_…} placeholder in the file naming one of its inputs, which the
+// import replaces with the data source chosen.
+func checkDashboardInputs(t *testing.T, data []byte) {
+	t.Helper()
+	var dash struct {
+		Inputs []struct {
+			Name     string `json:"name"`
+			Type     string `json:"type"`
+			PluginID string `json:"pluginId"`
+		} `json:"__inputs"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("idem.json does not parse: %v", err)
+	}
+	inputs := map[string]bool{}
+	for _, in := range dash.Inputs {
+		if in.Type != "datasource" || in.PluginID != "prometheus" {
+			t.Errorf("idem.json: input %s is a %s of %s; want a prometheus datasource", in.Name, in.Type, in.PluginID)
+		}
+		inputs[in.Name] = true
+	}
+	if len(inputs) != 1 {
+		t.Errorf("idem.json has %d __inputs; want one, the Prometheus data source import asks for", len(inputs))
+	}
+	used := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$\{(DS_[A-Z0-9_]+)\}`).FindAllSubmatch(data, -1) {
+		name := string(m[1])
+		if !inputs[name] {
+			t.Errorf("idem.json uses ${%s}, which __inputs does not declare", name)
+		}
+		used[name] = true
+	}
+	for name := range inputs {
+		if !used[name] {
+			t.Errorf("idem.json declares the input %s and uses it nowhere: import would ask for it and drop the answer", name)
 		}
 	}
 }

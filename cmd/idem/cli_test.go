@@ -561,3 +561,37 @@ func TestClaimWait(t *testing.T) {
 	}
 	f.idem("claim", "-n", "jobs", "-k", "order-x", "--wait", "61s").must(t, int(exitInvalidArgument), "claim --wait 61s")
 }
+
+// TestHelpOfEachCommand: a command's --help lists every exit code that
+// exit.go's table gives to that command ("claim: …"); the global flags show
+// their defaults; and a required choice of flags reads as a choice in the
+// usage line, not as flags that are all required.
+func TestHelpOfEachCommand(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"claim", "resolve"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			help := runIdem(t, runOpts{}, cmd, "--help").must(t, 0, cmd+" --help").stdout
+			for _, e := range exitCodes {
+				if !strings.HasPrefix(e.meaning, cmd+":") {
+					continue
+				}
+				if !regexp.MustCompile(`(?m)^\s+` + strconv.Itoa(int(e.code)) + `\s`).MatchString(help) {
+					t.Errorf("idem %s --help does not list exit code %d (%s)", cmd, e.code, e.name)
+				}
+			}
+			if want := "(dns:///host:port, unix:///path); 127.0.0.1:7070\n"; !strings.Contains(help, want) {
+				t.Errorf("idem %s --help does not give --addr's default, 127.0.0.1:7070:\n%s", cmd, help)
+			}
+		})
+	}
+	usage, _, _ := strings.Cut(runIdem(t, runOpts{}, "resolve", "--help").must(t, 0, "resolve --help").stdout, "\n")
+	if want := "Usage: idem resolve --namespace=NS --key=KEY (--completed | --failed | --release) [flags]"; usage != want {
+		t.Errorf("idem resolve --help's usage line is\n  %s\nwant\n  %s", usage, want)
+	}
+	// Without one of them, the error names the choice.
+	r := runIdem(t, runOpts{}, "resolve", "-n", "ns", "-k", "k")
+	if r.code != int(exitError) || !strings.Contains(r.stderr, "--completed") || !strings.Contains(r.stderr, "--release") {
+		t.Errorf("resolve without --completed, --failed or --release: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -6,12 +6,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,7 +68,7 @@ Example:
 
 // globals are the flags every command takes.
 type globals struct {
-	Addr          string        `group:"global" default:"127.0.0.1:7070" env:"IDEM_ADDR" placeholder:"HOST:PORT" help:"idemd's gRPC address, or any gRPC target (dns:///host:port, unix:///path)."`
+	Addr          string        `group:"global" default:"127.0.0.1:7070" env:"IDEM_ADDR" placeholder:"HOST:PORT" help:"idemd's gRPC address, or any gRPC target (dns:///host:port, unix:///path); ${default} by default."`
 	Token         string        `group:"global" env:"IDEM_TOKEN" placeholder:"TOKEN" help:"Bearer token of your tenant, when idemd runs with tenants. Never sent in plaintext off this machine."`
 	TLS           bool          `group:"global" name:"tls" env:"IDEM_TLS" help:"Connect over TLS, checking the server's certificate against the system's CAs or --tls-ca."`
 	TLSCA         string        `group:"global" name:"tls-ca" env:"IDEM_TLS_CA" placeholder:"FILE" help:"PEM file of the CA that signed the server's certificate (implies --tls)."`
@@ -151,15 +153,54 @@ func helpHint(err error) string {
 	return `run "idem --help" for the commands`
 }
 
-// helpPrinter is kong's, with the exit code table at the end of idem --help.
+// helpPrinter is kong's, with the exit code table at the end of idem --help
+// and a usage line that shows required flags of which one is given as such.
 func helpPrinter(options kong.HelpOptions, ctx *kong.Context) error {
-	if err := kong.DefaultHelpPrinter(options, ctx); err != nil {
+	stdout := ctx.Stdout
+	var buf bytes.Buffer
+	ctx.Stdout = &buf
+	err := kong.DefaultHelpPrinter(options, ctx)
+	ctx.Stdout = stdout
+	if err != nil {
+		return err
+	}
+	help := buf.String()
+	if cmd := ctx.Selected(); cmd != nil {
+		help = showChoices(help, cmd)
+	}
+	if _, err := io.WriteString(stdout, help); err != nil {
 		return err
 	}
 	if ctx.Selected() == nil {
-		fmt.Fprintf(ctx.Stdout, "\nExit codes:\n%s", exitCodeTable())
+		fmt.Fprintf(stdout, "\nExit codes:\n%s", exitCodeTable())
 	}
 	return nil
+}
+
+// showChoices rewrites the usage line at the top of help: kong lists each
+// required flag of an xor group (resolve's --completed --failed --release)
+// as if all of them were required; one of them is, so the line shows them
+// as a choice, (--completed | --failed | --release).
+func showChoices(help string, cmd *kong.Node) string {
+	usage, rest, _ := strings.Cut(help, "\n")
+	groups := map[string][]string{}
+	var order []string
+	for _, f := range cmd.Flags {
+		if !f.Required || len(f.Xor) == 0 {
+			continue
+		}
+		key := f.Xor[0]
+		if groups[key] == nil {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], f.Summary())
+	}
+	for _, key := range order {
+		if names := groups[key]; len(names) > 1 {
+			usage = strings.Replace(usage, " "+strings.Join(names, " "), " ("+strings.Join(names, " | ")+")", 1)
+		}
+	}
+	return usage + "\n" + rest
 }
 
 // say prints a message for people on stderr, unless --quiet.

@@ -54,6 +54,7 @@ func (claimCmd) Help() string {
     11  COMPLETED: the job was done before (replay); --result-out gets the stored result
     12  FAILED: the job failed permanently before; the stored error is on stderr
     15  the key was claimed before with another --fingerprint
+    20  UNRESOLVED: held for resolution (its lease ran out under a hold policy); park the message
 
 ` + otherExitCodes + `
 

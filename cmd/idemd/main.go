@@ -19,6 +19,8 @@ import (
 
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store/migrate"
+	"github.com/idemhq/idem/store/sqlite"
 )
 
 // version and commit are set at build time with -ldflags "-X
@@ -30,7 +32,7 @@ type cli struct {
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version, the commit and the Go version, and exit."`
 
 	Serve   serveCmd   `cmd:"" help:"Serve the gRPC API and run the sweeper."`
-	Migrate migrateCmd `cmd:"" help:"Apply pending schema migrations and exit."`
+	Migrate migrateCmd `cmd:"" help:"Apply pending schema migrations and exit (--print: print their SQL instead)."`
 	Sweep   sweepCmd   `cmd:"" help:"Expire lapsed leases and purge old records."`
 	Version versionCmd `cmd:"" help:"Print the version, the commit and the Go version, and exit."`
 	Token   tokenCmd   `cmd:"" help:"Make bearer tokens for tenants."`
@@ -54,9 +56,13 @@ func (f logFlags) logger(w io.Writer) *slog.Logger {
 type migrateCmd struct {
 	databaseFlags
 	logFlags
+	Print bool `help:"Print the SQL that migrating would run now, without running it: the pending migrations inside the migration's transaction, for a DBA to review or to run by hand (psql -v ON_ERROR_STOP=1 -f, sqlite3 FILE <). It reads the schema's version and changes nothing; on SQLite it creates no file."`
 }
 
 func (c *migrateCmd) Run(ctx context.Context) error {
+	if c.Print {
+		return c.print(ctx, os.Stdout, os.Stderr)
+	}
 	db, err := c.open(ctx, nil)
 	if err != nil {
 		return err
@@ -71,6 +77,47 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 		return nil
 	}
 	fmt.Printf("applied migrations %v; schema is at version %d\n", applied, db.LatestVersion())
+	return nil
+}
+
+// print writes the SQL that migrating would run to stdout, and what it does
+// to stderr.
+func (c *migrateCmd) print(ctx context.Context, stdout, stderr io.Writer) error {
+	path, _, err := c.sqlitePath()
+	if err != nil {
+		return err
+	}
+	var script migrate.Script
+	where := path
+	if path != "" {
+		// Not c.open: opening the SQLite store migrates it.
+		script, err = sqlite.MigrationScript(ctx, path)
+	} else {
+		db, err := c.open(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		where = db.name
+		p, ok := db.Backend.(interface {
+			MigrationScript(context.Context) (migrate.Script, error)
+		})
+		if !ok {
+			return fmt.Errorf("migrate --print: the store of %s cannot print its migrations", where)
+		}
+		script, err = p.MigrationScript(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate --print: %w", err)
+	}
+	if script.SQL == "" {
+		fmt.Fprintf(stderr, "schema is up to date at version %d (%s): there is no SQL to run\n", script.From, where)
+		return nil
+	}
+	if _, err := io.WriteString(stdout, script.SQL); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "the SQL above takes the schema from version %d to %d (%s); none of it was run\n", script.From, script.To, where)
 	return nil
 }
 

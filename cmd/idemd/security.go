@@ -90,12 +90,18 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*security, erro
 		sec.opts = append(sec.opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 
+	// Without tenants, what idemd serves: the tenant "default", with the
+	// policies of a config file that holds only those.
+	served := `no --config`
+	if f.Config != "" {
+		served = fmt.Sprintf("config %s has no tenants, only %d %s for the tenant %q", f.Config, len(sec.policies), plural(len(sec.policies), "policy", "policies"), "default")
+	}
 	var warnings []string
 	switch {
 	case tenants == nil && f.ClientCA != "":
-		warnings = append(warnings, `no --config: every client with a certificate from --client-ca is tenant "default" and can read and change every record`)
+		warnings = append(warnings, served+`: every client with a certificate from --client-ca is tenant "default" and can read and change every record`)
 	case tenants == nil:
-		warnings = append(warnings, `no --config: serving without authentication; every caller is tenant "default" and can read and change every record`)
+		warnings = append(warnings, served+`: serving without authentication; every caller is tenant "default" and can read and change every record`)
 	case tokens && f.TLSCert == "" && !isLoopback(listen):
 		warnings = append(warnings, "bearer tokens cross the network in plaintext: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
 	}
@@ -131,4 +137,12 @@ func isLoopback(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// plural is one or many, as n asks.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

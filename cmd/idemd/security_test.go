@@ -5,11 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -150,6 +153,21 @@ func TestTokenNew(t *testing.T) {
 		t.Errorf("a second token new printed the same token (or none)")
 	}
 
+	// -o json: stdout is one object and nothing else, for a script.
+	out, code = run(t, nil, "token", "new", "--tenant", "payments", "-o", "json")
+	var js struct{ Tenant, Token, Hash string }
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&js); code != 0 || err != nil || dec.More() {
+		t.Fatalf("token new -o json: exit %d, %v; want one JSON object:\n%s", code, err, out)
+	}
+	if js.Tenant != "payments" || !tokenLine.MatchString(js.Token) || js.Hash != config.HashToken(js.Token) {
+		t.Errorf("token new -o json printed %+v; want the tenant, a token and its hash", js)
+	}
+	if _, err := config.Parse([]byte(fmt.Sprintf("tenants:\n  - name: payments\n    tokens: [%q]\n", js.Hash))); err != nil {
+		t.Errorf("the hash of -o json does not go into a config: %v", err)
+	}
+
 	out, code = run(t, nil, "token", "new", "--tenant", "Payments!")
 	if code == 0 || !strings.Contains(out, "--tenant") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Errorf("bad tenant name: exit %d, output %q; want one line naming --tenant", code, out)
@@ -162,9 +180,16 @@ func TestTokenNew(t *testing.T) {
 // 127.0.0.1:0 for a port of the system's choosing).
 func startIdemd(t *testing.T, args ...string) servedAddrs {
 	t.Helper()
-	db := testdb.New(t, testdb.Unmigrated())
+	addrs, _ := startIdemdOn(t, testdb.New(t, testdb.Unmigrated()).URL, args...)
+	return addrs
+}
+
+// startIdemdOn is startIdemd on the database at url; logs returns what idemd
+// has logged so far.
+func startIdemdOn(t *testing.T, url string, args ...string) (addrs servedAddrs, logs func() []string) {
+	t.Helper()
 	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--log-format", "json", "--sweep-interval", "0"}, args...)...)
-	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), "IDEM_DATABASE_URL="+db.URL)
+	cmd.Env = append(environWithout(append([]string{"IDEM_DATABASE_URL"}, securityEnv...)...), "IDEM_DATABASE_URL="+url)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -195,16 +220,19 @@ func startIdemd(t *testing.T, args ...string) servedAddrs {
 		}
 		close(ended)
 	}()
+	logs = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
 	select {
 	case <-serving:
-		return parseServing(t, servingLine)
+		return parseServing(t, servingLine), logs
 	case <-ended:
 	case <-time.After(30 * time.Second):
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	t.Fatalf("idemd did not serve; its log:\n%s", strings.Join(lines, "\n"))
-	return servedAddrs{}
+	t.Fatalf("idemd did not serve; its log:\n%s", strings.Join(logs(), "\n"))
+	return servedAddrs{}, nil
 }
 
 // TestSDKAgainstServeWithConfig: the Go SDK's WithToken and WithTLS work
@@ -310,5 +338,36 @@ func TestIsLoopback(t *testing.T) {
 		if got := isLoopback(addr); got != want {
 			t.Errorf("isLoopback(%q) = %v; want %v", addr, got, want)
 		}
+	}
+}
+
+// TestWarningSaysWhatIsServed: the warning about serving without
+// authentication names what idemd does serve: without --config, nothing
+// but the tenant default; with a config of policies alone, that file and its
+// policies, never "no --config".
+func TestWarningSaysWhatIsServed(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	policies := "policies:\n  - namespaces: [\"payments.*\"]\n    lease_ttl: 30s\n  - namespaces: [\"mail\"]\n    max_lease_ttl: 1m\n"
+	if err := os.WriteFile(file, []byte(policies), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		flags securityFlags
+		want  string
+	}{
+		{"no config", securityFlags{}, `no --config: serving without authentication; every caller is tenant "default"`},
+		{"policies only", securityFlags{Config: file}, "config " + file + ` has no tenants, only 2 policies for the tenant "default": serving without authentication; every caller is tenant "default"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sec, err := tc.flags.load("127.0.0.1:7070", 65536)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sec.warnings) != 1 || !strings.HasPrefix(sec.warnings[0], tc.want) {
+				t.Errorf("warnings %q; want one that starts %q", sec.warnings, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,14 @@ type tokenCmd struct {
 
 type tokenNewCmd struct {
 	Tenant string `required:"" help:"The tenant the token is for."`
+	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text (the token and the config line, with comments for people) or json (one object: tenant, token, hash, for scripts)."`
+}
+
+// newToken is what -o json prints.
+type newToken struct {
+	Tenant string `json:"tenant"`
+	Token  string `json:"token"`
+	Hash   string `json:"hash"`
 }
 
 func (c *tokenNewCmd) Run() error { return c.print(os.Stdout) }
@@ -25,6 +34,9 @@ func (c *tokenNewCmd) print(w io.Writer) error {
 	token, err := config.NewToken()
 	if err != nil {
 		return err
+	}
+	if c.Output == "json" {
+		return json.NewEncoder(w).Encode(newToken{Tenant: c.Tenant, Token: token, Hash: config.HashToken(token)})
 	}
 	_, err = fmt.Fprintf(w, `# A new token for tenant %[1]q. Give it to the tenant's workers: idemd keeps
 # only its hash, so it cannot be shown again.

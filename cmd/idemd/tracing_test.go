@@ -293,3 +293,24 @@ func intAttr(s *tracepb.Span, key string) int64 {
 	}
 	return -1
 }
+
+// TestServeHelpSaysOTLPOverHTTP: serve --help, where an operator looks for
+// tracing, says the exporter speaks OTLP/HTTP and not gRPC, and idemd
+// refuses the gRPC protocol at start with a line that says what to set.
+func TestServeHelpSaysOTLPOverHTTP(t *testing.T) {
+	t.Parallel()
+	help, code := run(t, nil, "serve", "--help")
+	if code != 0 {
+		t.Fatalf("serve --help: exit %d\n%s", code, help)
+	}
+	for _, want := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTLP/HTTP only", "4318", "grpc is refused"} {
+		if !strings.Contains(strings.Join(strings.Fields(help), " "), want) {
+			t.Errorf("serve --help does not say %q:\n%s", want, help)
+		}
+	}
+	out, code := run(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"},
+		"serve", "--database-url", "postgres://postgres@127.0.0.1:1/x?connect_timeout=1")
+	if code == 0 || !strings.Contains(out, "set it to http/protobuf") {
+		t.Errorf("serve with the grpc protocol: exit %d, output %q; want a refusal that says to use http/protobuf", code, out)
+	}
+}

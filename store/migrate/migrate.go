@@ -92,6 +92,34 @@ func Latest(ms []Migration) int {
 	return ms[len(ms)-1].Version
 }
 
+// Script is the SQL that migrating a database would run, for a person to
+// review or to run by hand: the statements of the store's migration
+// transaction, the pending migrations' SQL among them.
+type Script struct {
+	// From is the schema's version now; To is its version after the
+	// script. They are equal when nothing is pending.
+	From, To int
+	// SQL is the script, "" when nothing is pending.
+	SQL string
+}
+
+// Pending is the migrations of ms newer than version from.
+func Pending(ms []Migration, from int) []Migration {
+	var out []Migration
+	for _, m := range ms {
+		if m.Version > from {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// QuoteLiteral quotes s as an SQL string literal, for the scripts: both
+// stores read a doubled single quote inside one as a quote.
+func QuoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
 // Tx is one store's database inside the transaction that migrates it. The
 // store opens that transaction holding a lock of its own, so that processes
 // starting together apply each migration once.

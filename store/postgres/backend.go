@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/migrate"
 )
 
 var _ store.Backend = (*Backend)(nil)
@@ -47,6 +48,11 @@ func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Bac
 // Migrate implements store.Backend: see MigrateLogged.
 func (b *Backend) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
 	return MigrateLogged(ctx, b.pool, logger)
+}
+
+// MigrationScript is the SQL Migrate would run now; see MigrationScript.
+func (b *Backend) MigrationScript(ctx context.Context) (migrate.Script, error) {
+	return MigrationScript(ctx, b.pool)
 }
 
 // SchemaVersion implements store.Backend.

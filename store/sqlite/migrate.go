@@ -70,11 +70,15 @@ type migrationTx struct {
 	now time.Time
 }
 
+// versionTableSQL creates the table of applied migrations, shared by the
+// migration and MigrationScript.
+const versionTableSQL = `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL) STRICT`
+
 func (m migrationTx) Version(ctx context.Context) (int, error) {
-	if _, err := m.tx.ExecScript(`CREATE TABLE IF NOT EXISTS idem_schema_migrations (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL) STRICT`); err != nil {
+	if _, err := m.tx.ExecScript(versionTableSQL); err != nil {
 		return 0, err
 	}
 	var current int
