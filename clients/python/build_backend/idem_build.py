@@ -11,9 +11,8 @@ lays files out: a wheel (``py3-none-any``), an sdist, and an editable wheel
 
 The version, in order: ``config_settings["version"]`` or $IDEM_VERSION (``make
 release`` passes the binaries' VERSION), the PKG-INFO of an sdist being
-built, ``git describe --tags --always --dirty`` (the Makefile's VERSION), and
-otherwise 0.0.0+unknown. A git description is made a PEP 440 version by
-pep440(). It is written into idem/_version.py in what is built.
+built, ``make version`` (the Makefile's VERSION, from git), and otherwise
+0.0.0+unknown. pep440() makes it a PEP 440 version. It is written into idem/_version.py in what is built.
 
 Built twice from the same tree with the same SOURCE_DATE_EPOCH, the archives
 are byte for byte the same.
@@ -103,8 +102,12 @@ _DESCRIBE = re.compile(
     r"^v?(?P<release>\d+(?:\.\d+)*)"
     r"(?:-?(?P<pre>a|alpha|b|beta|c|rc|pre|preview)\.?(?P<pre_n>\d+)?)?"
     r"(?:-(?P<distance>\d+)-g(?P<hash>[0-9a-f]{4,40}))?"
-    r"(?P<dirty>-dirty)?$")
+    r"(?P<dirty>[+-]dirty)?$")
 _HASH = re.compile(r"^(?P<hash>[0-9a-f]{7,40})(?P<dirty>-dirty)?$")
+# A Go pseudo-version, which the Makefile's VERSION is before the first tag:
+# v0.0.0-20261201175430-12a4554a1b2c (also v1.2.4-0.20261201175430-…).
+_PSEUDO = re.compile(r"^v?(?P<release>\d+(?:\.\d+)*)-(?:0\.)?(?P<ts>\d{14})-(?P<hash>[0-9a-f]{12})"
+                     r"(?P<dirty>[+-]dirty)?$")
 _PRE = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
 
 
@@ -114,17 +117,25 @@ def pep440(describe: str) -> str:
 
     - v1.2.3 -> 1.2.3; v1.2.3-rc.1 -> 1.2.3rc1
     - v1.2.3-5-gabc1234 (5 commits after the tag) -> 1.2.3.post5+gabc1234
-    - a trailing -dirty adds the local label "dirty": 1.2.3+dirty
-    - abc1234 (no tag yet) -> 0.0.0+gabc1234; devel -> 0.0.0+devel
+    - a trailing -dirty (or +dirty) adds the local label "dirty": 1.2.3+dirty
+    - a Go pseudo-version, v0.0.0-20261201175430-12a4554a1b2c (no tag yet)
+      -> 0.0.0.dev20261201175430+g12a4554a1b2c
+    - abc1234 (a bare commit hash) -> 0.0.0+gabc1234; devel -> 0.0.0+devel
 
     Anything else is a ValueError naming the version."""
     v = describe.strip()
     # git describe --always writes an abbreviated hash (7 or more hex
     # digits) when no tag precedes the commit; a tag has dots or a "v".
     h = _HASH.match(v)
-    m = None if h and len(h.group("hash")) >= 7 else _DESCRIBE.match(v)
+    m = None if h else _DESCRIBE.match(v)
+    pseudo = _PSEUDO.match(v)
     local: List[str] = []
-    if m:
+    if pseudo:
+        out = f"{pseudo.group('release')}.dev{pseudo.group('ts')}"
+        local.append("g" + pseudo.group("hash"))
+        if pseudo.group("dirty"):
+            local.append("dirty")
+    elif m:
         out = m.group("release")
         if m.group("pre"):
             out += _PRE[m.group("pre")] + (m.group("pre_n") or "0")
@@ -147,14 +158,20 @@ def pep440(describe: str) -> str:
 
 
 def _git_version(root: str) -> Optional[str]:
+    """The Makefile's VERSION (make version) of the checkout root is in, if
+    it is one and make and git are there."""
+    repo = os.path.dirname(os.path.dirname(root))
+    if not os.path.isfile(os.path.join(repo, "Makefile")):
+        return None
     try:
-        res = subprocess.run(["git", "describe", "--tags", "--always", "--dirty"], cwd=root, capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+        res = subprocess.run(["make", "--no-print-directory", "-s", "version"], cwd=repo, capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
-    if res.returncode != 0 or not res.stdout.strip():
+    out = res.stdout.strip()
+    if res.returncode != 0 or not out or out == "devel":
         return None
-    return res.stdout.strip()
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -170,7 +170,10 @@ class BackendTest(unittest.TestCase):
     def test_versions(self):
         for describe, want in [("v1.2.3", "1.2.3"), ("v1.2.3-rc.1", "1.2.3rc1"), ("v1.2.3-5-gabc1234", "1.2.3.post5+gabc1234"),
                                ("v1.2.3-5-gabc1234-dirty", "1.2.3.post5+gabc1234.dirty"), ("v0.9.0-dirty", "0.9.0+dirty"),
-                               ("abc1234", "0.0.0+gabc1234"), ("12a4554", "0.0.0+g12a4554"), ("devel", "0.0.0+devel")]:
+                               ("abc1234", "0.0.0+gabc1234"), ("12a4554", "0.0.0+g12a4554"), ("devel", "0.0.0+devel"),
+                               ("v0.0.0-20261201175430-12a4554a1b2c", "0.0.0.dev20261201175430+g12a4554a1b2c"),
+                               ("v0.0.0-20261201175430-12a4554a1b2c+dirty", "0.0.0.dev20261201175430+g12a4554a1b2c.dirty"),
+                               ("v1.2.4-0.20261201175430-12a4554a1b2c", "1.2.4.dev20261201175430+g12a4554a1b2c")]:
             self.assertEqual(idem_build.pep440(describe), want, describe)
         with self.assertRaises(ValueError) as cm:
             idem_build.pep440("release one")
