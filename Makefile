@@ -90,21 +90,24 @@ test-node: ## Run the Node.js worker's tests (examples/node-worker). Without nod
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
 	go run ../../internal/testdb/withpg npm test
 
-test-python: ## Run the Python worker's tests (examples/python-worker) against a real idemd. Without python3 (>= 3.8) they are skipped with a notice; in CI (CI=true) that is an error.
+test-python: ## Run the Python package's tests (clients/python: every scenario on both stores, the wheel installed offline) and the Python worker's (examples/python-worker). Without python3 (>= 3.8) they are skipped with a notice; in CI (CI=true) that is an error.
 	@if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then \
 		if [ "$$CI" = "true" ]; then \
-			echo "test-python: python3 >= 3.8 is required in CI (CI=true) to run the tests of examples/python-worker" >&2; \
+			echo "test-python: python3 >= 3.8 is required in CI (CI=true) to run the tests of clients/python and examples/python-worker" >&2; \
 			exit 1; \
 		fi; \
 		echo ""; \
 		echo "########################################################################"; \
-		echo "##  NOTICE: python3 >= 3.8 not found: the Python worker tests DID NOT  ##"; \
-		echo "##  RUN. Install Python 3 and run 'make test-python' before you push. ##"; \
+		echo "##  NOTICE: python3 >= 3.8 not found: the Python package's and the    ##"; \
+		echo "##  Python worker's tests DID NOT RUN. Install Python 3 and run       ##"; \
+		echo "##  'make test-python' before you push.                               ##"; \
 		echo "########################################################################"; \
 		echo ""; \
 		exit 0; \
 	fi; \
-	cd examples/python-worker && \
+	cd clients/python && \
+	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v && \
+	cd ../../examples/python-worker && \
 	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v
 
 test-scenarios: ## Run the Go SDK's side of clients/scenarios alone (make test runs it with the other Go tests): every scenario against a real idemd on PostgreSQL and on SQLite.
@@ -142,9 +145,11 @@ clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start
 	rm -rf idem-data
 
 .PHONY: release
-release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, into DIST (dist/) with SHA256SUMS.
+release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, and the Python package's wheel and sdist of the same VERSION (needs python3 >= 3.8), into DIST (dist/) with SHA256SUMS.
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release: python3 >= 3.8 is needed to build the Python package (clients/python)" >&2; exit 1; }
 	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
 	$(foreach p,$(RELEASE_PLATFORMS),$(foreach c,idemd idem,$(call release-build,$(p),$(c))))
+	PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)"
 	cd "$(DIST)" && $(SHA256SUM) idem* > SHA256SUMS
 	@echo "$(DIST)/: $$(ls "$(DIST)" | wc -l | tr -d ' ') files; verify with: cd $(DIST) && $(SHA256SUM) -c SHA256SUMS"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A Python worker that handles job deliveries through idem, the way a queue
-consumer would: for each job, claim it, perform the side effect once (append
-a line to --effect-file, after --work seconds of "work"), complete it.
+consumer would: for each job, run its side effect once (append a line to
+--effect-file, after --work seconds of "work") with idem-client's do().
 
 Jobs are JSON lines, {"key": "order-1", "payload": {...}}, read from the
 FILEs named or from stdin; --key handles one job instead. Each job's outcome
@@ -15,11 +15,12 @@ outcome is one of
   in_progress  another worker holds it (a queue would redeliver it later)
   failed       the job failed for good earlier: error is the stored error
   fn_failed    this worker's work failed (--fail): recorded as a permanent failure
+  unresolved   its lease ran out under a hold policy: parked for a person
   lease_lost   another worker took the job over (reason LEASE_LOST)
   error        anything else (code, reason, error); the exit status is then 1
 
-Before working it prints {"event": "acquired", ...}. With --wait, a job in
-progress elsewhere is polled until it is done or acquired.
+Before working it prints {"event": "acquired", ...}. With --wait, idemd
+holds a delivery of a job in progress elsewhere until that job is done.
 
   python3 worker.py --key order-1 --payload '{"amount_cents": 500}' --effect-file /tmp/charges
   printf '%s\\n' '{"key":"a"}' '{"key":"b"}' '{"key":"a"}' | python3 worker.py --effect-file /tmp/charges
@@ -29,7 +30,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import idem
 
@@ -96,13 +96,15 @@ def handle(client, args, key, payload):
                 f.write(f"python {key} {attempt.token}\n")
         return {"charged_by": "python", "token": str(attempt.token), "payload": payload}
 
-    job = idem.Job(namespace=args.namespace, key=key, payload=payload, lease_ttl=args.lease)
+    job = idem.Job(args.namespace, key, fingerprint=idem.fingerprint_json(payload), lease_ttl=args.lease)
     try:
         res = client.do(job, charge, wait=args.wait)
     except idem.InProgressError as err:
         emit(key, outcome="in_progress", retry_after_ms=round(err.retry_after * 1000))
     except idem.JobFailedError as err:
         emit(key, outcome="failed", error=err.message)
+    except idem.UnresolvedError:
+        emit(key, outcome="unresolved")
     except idem.Permanent as err:
         emit(key, outcome="fn_failed", error=str(err))
     except idem.LeaseLostError as err:
@@ -110,12 +112,9 @@ def handle(client, args, key, payload):
     except idem.IdemError as err:
         emit(key, outcome="error", code=err.code, reason=err.reason, error=str(err))
         return False
-    except idem.Error as err:
-        emit(key, outcome="error", error=str(err))
-        return False
     else:
         emit(key, outcome="replayed" if res.replayed else "ran", token=str(res.record.token),
-             attempt=res.record.attempt, value=res.value.decode("utf-8", "replace"))
+             attempt=res.record.attempt, value=res.text())
     return True
 
 
@@ -127,8 +126,9 @@ def main(argv=None):
         print(f"worker.py: {err}", file=sys.stderr)
         return 2
     ok = True
-    for key, payload in jobs(args):
-        ok = handle(client, args, key, payload) and ok
+    with client:
+        for key, payload in jobs(args):
+            ok = handle(client, args, key, payload) and ok
     return 0 if ok else 1
 
 

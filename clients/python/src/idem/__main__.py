@@ -1,0 +1,217 @@
+"""python -m idem: claim, complete, fail, heartbeat and lookup from a shell,
+where Python is installed and the Go ``idem`` CLI is not. The commands,
+flags and exit codes are the idem CLI's, so a shell worker written for one
+runs with the other:
+
+    if TOKEN=$(python -m idem claim -n process_payment -k "$KEY" --lease-ttl 30s); then
+      charge_card && python -m idem complete -n process_payment -k "$KEY" --lease-token "$TOKEN" --result ok
+    fi
+
+It talks to idemd's HTTP/JSON listener: --url (IDEM_JSON_URL, default
+http://127.0.0.1:7072), --token (IDEM_TOKEN), --tls-ca (IDEM_TLS_CA).
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, List, Optional
+
+from ._client import DEFAULT_URL, Client
+from ._errors import (AlreadyTerminalError, FingerprintMismatchError, IdemError, InProgressError,
+                      InvalidArgumentError, LeaseLostError, NotFoundError, NotUnresolvedError,
+                      PermissionDeniedError, RateLimitedError, UnauthenticatedError, UnavailableError,
+                      UnresolvedError)
+from ._fingerprint import fingerprint
+from ._retry import RetryPolicy
+from ._types import Outcome
+
+# The idem CLI's exit codes (cmd/idem/exit.go).
+EXIT_OK, EXIT_ERROR = 0, 1
+EXIT_IN_PROGRESS, EXIT_COMPLETED, EXIT_FAILED = 10, 11, 12
+EXIT_NOT_FOUND, EXIT_LEASE_LOST, EXIT_FINGERPRINT_MISMATCH, EXIT_ALREADY_TERMINAL = 13, 14, 15, 16
+EXIT_INVALID_ARGUMENT, EXIT_DENIED, EXIT_UNAVAILABLE, EXIT_UNRESOLVED, EXIT_NOT_UNRESOLVED = 17, 18, 19, 20, 21
+EXIT_INTERRUPTED = 130
+
+_EXITS = [
+    (InProgressError, EXIT_IN_PROGRESS), (UnresolvedError, EXIT_UNRESOLVED), (NotFoundError, EXIT_NOT_FOUND),
+    (LeaseLostError, EXIT_LEASE_LOST), (FingerprintMismatchError, EXIT_FINGERPRINT_MISMATCH),
+    (AlreadyTerminalError, EXIT_ALREADY_TERMINAL), (InvalidArgumentError, EXIT_INVALID_ARGUMENT),
+    (UnauthenticatedError, EXIT_DENIED), (PermissionDeniedError, EXIT_DENIED),
+    (NotUnresolvedError, EXIT_NOT_UNRESOLVED), (UnavailableError, EXIT_UNAVAILABLE),
+    (RateLimitedError, EXIT_UNAVAILABLE),
+]
+
+EPILOG = """exit codes:
+    0  ok: for claim, ACQUIRED, and the lease token is on stdout
+    1  a bad flag or any other error
+   10  claim: another worker holds a live lease; try again later
+   11  claim: the job completed earlier (replay); do not do it again
+   12  claim: the job failed permanently earlier; its error is on stderr
+   13  no such record         14  lease lost: another worker took over; stop
+   15  fingerprint mismatch   16  the record already ended, not by this call
+   17  invalid argument       18  unauthenticated or permission denied
+   19  idemd or its database unreachable, or the rate limit hit; retry later
+   20  claim: the record is held for resolution; park the message
+"""
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(text: str) -> float:
+    """A duration as Go writes it (1m30s, 1.5s, 500ms) or bare seconds."""
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (30s, 1.5s, 500ms, 2m, or seconds)")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _read(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _write(path: Optional[str], data: bytes) -> None:
+    if not path:
+        return
+    if path == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m idem", description=__doc__.split("\n\n")[0],
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", default=os.environ.get("IDEM_JSON_URL") or DEFAULT_URL,
+                   help="idemd's HTTP/JSON listener (env IDEM_JSON_URL; default %(default)s)")
+    p.add_argument("--token", default=os.environ.get("IDEM_TOKEN", ""), help="bearer token of your tenant (env IDEM_TOKEN)")
+    p.add_argument("--tls-ca", default=os.environ.get("IDEM_TLS_CA") or None,
+                   help="PEM CA that signed idemd's certificate (env IDEM_TLS_CA)")
+    p.add_argument("--timeout", type=duration, default=10.0, help="each request's timeout (default 10s)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.add_argument("-n", "--namespace", required=True)
+        c.add_argument("-k", "--key", required=True)
+        return c
+
+    c = command("claim", "ask for the right to run a job; prints the lease token when acquired")
+    fp = c.add_mutually_exclusive_group()
+    fp.add_argument("--fingerprint", metavar="HEX", help="the request's fingerprint, in hex")
+    fp.add_argument("--fingerprint-of", metavar="FILE", help="fingerprint the bytes of FILE (- for stdin) with SHA-256")
+    c.add_argument("--lease-ttl", type=duration)
+    c.add_argument("--retention", type=duration)
+    c.add_argument("--claimant", default="")
+    c.add_argument("--wait", type=duration, help="wait up to this long (at most 60s) for the holder to finish")
+    c.add_argument("--result-out", metavar="FILE", help="write the stored result of a replay to FILE (- for stdout)")
+
+    def with_token(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--lease-token", "--fencing-token", dest="lease_token", type=int,
+                       default=int(os.environ["IDEM_LEASE_TOKEN"]) if os.environ.get("IDEM_LEASE_TOKEN") else None,
+                       help="the token claim printed (env IDEM_LEASE_TOKEN)")
+
+    c = command("complete", "record success and a result")
+    with_token(c)
+    res = c.add_mutually_exclusive_group()
+    res.add_argument("--result", help="the result, as text")
+    res.add_argument("--result-file", metavar="FILE", help="the result, the bytes of FILE (- for stdin)")
+
+    c = command("fail", "record failure; --retryable hands the job back")
+    with_token(c)
+    c.add_argument("--error", required=True, help="what went wrong")
+    c.add_argument("--retryable", action="store_true", help="release the job for the next Claim instead of failing it for good")
+
+    c = command("heartbeat", "extend a running job's lease")
+    with_token(c)
+    c.add_argument("--lease-ttl", type=duration)
+
+    c = command("lookup", "print a record as JSON")
+    c.add_argument("--result-out", metavar="FILE", help="write the raw result to FILE (- for stdout) instead")
+    return p
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command in ("complete", "fail", "heartbeat") and args.lease_token is None:
+        print(f"idem: {args.command} needs --lease-token (the token claim printed)", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        client = Client(args.url, token=args.token, timeout=args.timeout, ca_file=args.tls_ca,
+                        retry=RetryPolicy(max_attempts=3))
+    except (ValueError, OSError) as err:
+        print(f"idem: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        with client:
+            return _command(client, args)
+    except IdemError as err:
+        print(err, file=sys.stderr)
+        for cls, code in _EXITS:
+            if isinstance(err, cls):
+                return code
+        return EXIT_ERROR
+    except (OSError, ValueError) as err:
+        print(f"idem: {err}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _command(client: Client, args: Any) -> int:
+    ns, key = args.namespace, args.key
+    if args.command == "claim":
+        fp = b""
+        if args.fingerprint:
+            try:
+                fp = bytes.fromhex(args.fingerprint)
+            except ValueError:
+                print(f"idem: --fingerprint {args.fingerprint!r} is not hex", file=sys.stderr)
+                return EXIT_ERROR
+        elif args.fingerprint_of:
+            fp = fingerprint(_read(args.fingerprint_of))
+        res = client.claim(ns, key, fingerprint=fp, lease_ttl=args.lease_ttl, retention=args.retention,
+                           claimant=args.claimant, wait=args.wait)
+        if res.outcome == Outcome.ACQUIRED:
+            print(res.record.token)
+            return EXIT_OK
+        if res.outcome == Outcome.COMPLETED:
+            _write(args.result_out, res.record.result)
+            return EXIT_COMPLETED
+        print(f"idem: {ns}/{key} failed permanently earlier: {res.record.error}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.command == "complete":
+        result = args.result.encode("utf-8") if args.result is not None else (
+            _read(args.result_file) if args.result_file else b"")
+        client.complete(ns, key, args.lease_token, result)
+        return EXIT_OK
+    if args.command == "fail":
+        client.fail(ns, key, args.lease_token, args.error, retryable=args.retryable)
+        return EXIT_OK
+    if args.command == "heartbeat":
+        client.heartbeat(ns, key, args.lease_token, args.lease_ttl)
+        return EXIT_OK
+    rec = client.lookup(ns, key)
+    if args.result_out:
+        _write(args.result_out, rec.result)
+    else:
+        print(json.dumps(rec.to_json(), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def main() -> None:
+    try:
+        sys.exit(run())
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Client: one typed method per RPC of IdempotencyService and AdminService."""
+
+import os
+import ssl
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
+
+from ._do import Attempt, Job, Once, Result, do, idempotent
+from ._errors import IdemError, InProgressError, UnresolvedError
+from ._retry import RetryPolicy, retry
+from ._types import (MAX_WAIT, ClaimResult, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
+                     duration_from_wire, duration_to_wire, int_from_wire, seconds)
+from ._wire import Transport
+
+__all__ = ["Client", "AdminClient", "DEFAULT_URL", "MAX_WAIT"]
+
+#: idemd's HTTP/JSON listener when it runs with its defaults on this machine.
+DEFAULT_URL = "http://127.0.0.1:7072"
+
+IDEMPOTENCY = "idem.v1.IdempotencyService"
+ADMIN = "idem.v1.AdminService"
+
+T = TypeVar("T")
+
+
+def _bytes(v: Any, field: str) -> bytes:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    hint = "; fingerprint a payload with idem.fingerprint_json(payload)" if field == "fingerprint" else ""
+    raise TypeError(f"idem: {field} must be bytes, not {type(v).__name__}{hint}")
+
+
+def _token(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"idem: token must be an int (the fencing token of the Claim), not {type(v).__name__}")
+    return str(v)
+
+
+def _body(**fields: Any) -> Dict[str, Any]:
+    """A request body without the fields left at their defaults (None, "",
+    False), which the server reads as unset."""
+    return {k: v for k, v in fields.items() if v is not None and v != "" and v is not False}
+
+
+class Client:
+    """A client of one idemd, over its HTTP/JSON listener (``idemd serve
+    --json-listen``) with the Connect protocol. It is safe to share between
+    threads; create one per process. Use it as a context manager, or call
+    close(), to close its kept-alive connections.
+
+    - ``url``: the listener, http:// or https:// (default
+      http://127.0.0.1:7072); a path after the host is kept as a prefix.
+    - ``token``: sent as "Authorization: Bearer <token>" when given; only
+      over https or to a loopback address.
+    - ``ca_file``: a PEM file of the CAs that signed idemd's certificate
+      (default: the system's); ``cert_file`` and ``key_file``: a client
+      certificate for mutual TLS; or ``ssl_context`` for anything else.
+    - ``timeout``: each request's timeout in seconds (default 10; a Claim
+      with a wait gets the wait on top).
+    - ``retry``: how transient failures are retried (default RetryPolicy()).
+      Every typed call is retried with it; ``RetryPolicy(max_attempts=1)``
+      turns that off.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str = "", timeout: float = 10.0,
+                 retry: Optional[RetryPolicy] = None, ca_file: Optional[str] = None,
+                 cert_file: Optional[str] = None, key_file: Optional[str] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None):
+        if ssl_context is not None and (ca_file or cert_file):
+            raise ValueError("idem: pass ssl_context or ca_file/cert_file, not both")
+        if (ca_file or cert_file) and not url.startswith("https://"):
+            raise ValueError(f"idem: ca_file and cert_file are for an https:// url, not {url!r}")
+        if key_file and not cert_file:
+            raise ValueError("idem: key_file needs cert_file")
+        if ssl_context is None and (ca_file or cert_file):
+            ssl_context = ssl.create_default_context(cafile=ca_file)
+            if cert_file:
+                ssl_context.load_cert_chain(cert_file, key_file)
+        if not timeout > 0:
+            raise ValueError(f"idem: timeout is {timeout}; it must be above 0 seconds")
+        self._transport = Transport(url, token=token, ssl_context=ssl_context)
+        self.url = self._transport.url
+        self.timeout = float(timeout)
+        self.retry = retry if retry is not None else RetryPolicy()
+        #: AdminService: list, delete, count and resolve records.
+        self.admin = AdminClient(self)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "Client":
+        """A Client configured from the environment, as the idem CLI is:
+        IDEM_JSON_URL (default http://127.0.0.1:7072), IDEM_TOKEN,
+        IDEM_TLS_CA, IDEM_TLS_CERT and IDEM_TLS_KEY. Keyword arguments win."""
+        kw: Dict[str, Any] = {
+            "url": os.environ.get("IDEM_JSON_URL") or DEFAULT_URL,
+            "token": os.environ.get("IDEM_TOKEN", ""),
+            "ca_file": os.environ.get("IDEM_TLS_CA") or None,
+            "cert_file": os.environ.get("IDEM_TLS_CERT") or None,
+            "key_file": os.environ.get("IDEM_TLS_KEY") or None,
+        }
+        kw.update(overrides)
+        return cls(**kw)
+
+    def close(self) -> None:
+        """Closes the kept-alive connections. Calls after it open new ones."""
+        self._transport.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"idem.Client({self.url!r})"
+
+    # ------------------------------------------------------------------
+    # The raw call
+
+    def call(self, service: str, method: str, body: Mapping[str, Any], *,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Sends one RPC as given, without retries, and returns the answer's
+        JSON object (protobuf's JSON mapping: camelCase fields, int64 as
+        strings, bytes as base64). service is "IdempotencyService" or
+        "AdminService" (or with its package, "idem.v1.AdminService"). For
+        RPCs without a typed call yet, and for tests of the wire itself.
+        Errors are raised as for the typed calls."""
+        if "." not in service:
+            service = "idem.v1." + service
+        return self._transport.call(service, method, body, self.timeout if timeout is None else timeout)
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        return retry(self.retry, call)
+
+    # ------------------------------------------------------------------
+    # IdempotencyService
+
+    def claim(self, namespace: str, key: str, *, fingerprint: bytes = b"", lease_ttl: Optional[Seconds] = None,
+              claimant: str = "", retention: Optional[Seconds] = None,
+              wait: Optional[Seconds] = None) -> ClaimResult:
+        """Asks for the right to perform the job (namespace, key).
+
+        Returns a ClaimResult for ACQUIRED (perform the side effect, then
+        complete() or fail() with ``result.record.token``), COMPLETED
+        (``record.result`` is the stored result) and FAILED (``record.error``);
+        raises InProgressError (with ``retry_after``) when another worker
+        holds a live lease and UnresolvedError when the record is held for
+        resolution, so that code which only looks at the return value never
+        runs a side effect it must not.
+
+        ``lease_ttl`` (seconds; default the server's, 5 minutes unless
+        configured) is how long the lease lasts without a heartbeat;
+        ``retention`` how long the outcome is kept; ``fingerprint`` (bytes,
+        at most 64; see fingerprint_json) is stored with a new record, and a
+        later Claim with another raises FingerprintMismatchError. ``wait``
+        (seconds, at most 60) makes the server wait, when the job is in
+        progress, until the holder finishes (the answer is then COMPLETED or
+        FAILED, or ACQUIRED when it gave the job back or its lease ran out)
+        or the wait runs out (InProgressError). ``claimant`` identifies the
+        attempt; it defaults to a fresh UUID, so that this call's own
+        retries of an answer that was lost still acquire.
+        """
+        claimant = claimant or str(uuid.uuid4())
+        return self._retrying(lambda: self._claim(namespace, key, fingerprint=fingerprint, lease_ttl=lease_ttl,
+                                                  claimant=claimant, retention=retention, wait=wait))
+
+    def _claim(self, namespace: str, key: str, *, fingerprint: bytes = b"", lease_ttl: Optional[Seconds] = None,
+               claimant: str = "", retention: Optional[Seconds] = None,
+               wait: Optional[Seconds] = None) -> ClaimResult:
+        fp = _bytes(fingerprint, "fingerprint")
+        w = seconds(wait, "wait") or 0.0
+        body = _body(namespace=namespace, key=key, fingerprint=bytes_to_wire(fp) if fp else None,
+                     leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")), claimant=claimant,
+                     retention=duration_to_wire(seconds(retention, "retention")), wait=duration_to_wire(w))
+        m = self._transport.call(IDEMPOTENCY, "Claim", body, self.timeout + w)
+        res = ClaimResult(outcome=Outcome.from_wire(m.get("outcome")), record=Record.from_wire(m.get("record")),
+                          retry_after=duration_from_wire(m.get("retryAfter")))
+        if res.outcome == Outcome.IN_PROGRESS:
+            raise InProgressError(res.record, res.retry_after)
+        if res.outcome == Outcome.UNRESOLVED:
+            raise UnresolvedError(res.record)
+        if res.outcome not in (Outcome.ACQUIRED, Outcome.COMPLETED, Outcome.FAILED):
+            raise IdemError(f"Claim answered with an outcome this client does not know: {m.get('outcome')!r}",
+                            code="UNKNOWN", rpc="Claim", transient=False)
+        return res
+
+    def complete(self, namespace: str, key: str, token: int, result: bytes = b"") -> Record:
+        """Records the job's success and its result (bytes, at most 64 KiB
+        unless the server is configured otherwise) with the acquired token.
+        Repeating it with the same token after a lost answer returns the
+        stored record. Raises LeaseLostError (another worker took over),
+        ResolvedByOperatorError, AlreadyTerminalError, NotFoundError."""
+        return self._retrying(lambda: self._complete(namespace, key, token, result))
+
+    def _complete(self, namespace: str, key: str, token: int, result: bytes = b"") -> Record:
+        r = _bytes(result, "result")
+        body = _body(namespace=namespace, key=key, token=_token(token), result=bytes_to_wire(r) if r else None)
+        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Complete", body, self.timeout).get("record"))
+
+    def fail(self, namespace: str, key: str, token: int, error: str, *, retryable: bool) -> Record:
+        """Records the job's failure with the acquired token: retryable=True
+        gives the job back (RELEASED: the next Claim acquires it),
+        retryable=False fails it for good (FAILED: replayed to every later
+        Claim). error is at most 4 KiB of UTF-8 without NUL (see
+        storable_text). Repeating it with the same token returns the stored
+        record."""
+        return self._retrying(lambda: self._fail(namespace, key, token, error, retryable=retryable))
+
+    def _fail(self, namespace: str, key: str, token: int, error: str, *, retryable: bool) -> Record:
+        body = _body(namespace=namespace, key=key, token=_token(token), error=str(error), retryable=bool(retryable))
+        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Fail", body, self.timeout).get("record"))
+
+    def heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None) -> Record:
+        """Extends the lease held with the token to lease_ttl seconds from now
+        (default the server's); returns the record with its new
+        lease_expires_at. Raises LeaseLostError, AlreadyTerminalError,
+        NotFoundError."""
+        return self._retrying(lambda: self._heartbeat(namespace, key, token, lease_ttl))
+
+    def _heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None) -> Record:
+        body = _body(namespace=namespace, key=key, token=_token(token),
+                     leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")))
+        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Heartbeat", body, self.timeout).get("record"))
+
+    def lookup(self, namespace: str, key: str) -> Record:
+        """Reads the record without changing it; NotFoundError when there is
+        none."""
+        return self._retrying(lambda: Record.from_wire(
+            self._transport.call(IDEMPOTENCY, "Lookup", _body(namespace=namespace, key=key),
+                                 self.timeout).get("record")))
+
+    # ------------------------------------------------------------------
+    # do, @idempotent, once: see _do.py
+
+    def do(self, job: Job, fn: Callable[[Attempt], Any], *, wait: Seconds = 0) -> Result:
+        """Runs fn at most once per (job.namespace, job.key) across every
+        worker, and records its outcome: the counterpart of the Go SDK's
+        client.Do. See idem.do for the whole contract."""
+        return do(self, job, fn, wait=wait)
+
+    def idempotent(self, namespace: str, *, key: Callable[..., str],
+                   fingerprint: Optional[Callable[..., bytes]] = None, lease_ttl: Optional[Seconds] = None,
+                   retention: Optional[Seconds] = None,
+                   wait: Seconds = 0) -> Callable[[Callable[..., Any]], Callable[..., Result]]:
+        """A decorator that runs the function through do(): see
+        idem.idempotent."""
+        return idempotent(self, namespace, key=key, fingerprint=fingerprint, lease_ttl=lease_ttl,
+                          retention=retention, wait=wait)
+
+    def once(self, job: Job, *, wait: Seconds = 0) -> Once:
+        """A context manager that holds the job while its block runs: see
+        idem.Once."""
+        return Once(self, job, wait=wait)
+
+
+class AdminClient:
+    """AdminService, for the people who run idem: ``client.admin``. When
+    idemd runs with tenants, only tenants with ``admin: true`` may call it
+    (PermissionDeniedError / NOT_ADMIN otherwise), and only operators may
+    name another tenant (``tenant``) or every tenant (``all_tenants``)."""
+
+    def __init__(self, client: Client):
+        self._c = client
+
+    def _call(self, method: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        return self._c._retrying(lambda: self._c._transport.call(ADMIN, method, body, self._c.timeout))
+
+    def list_records(self, namespace: str = "", *, state: Optional[State] = None,
+                     older_than: Optional[Seconds] = None, page_size: Optional[int] = None, page_token: str = "",
+                     tenant: str = "", all_tenants: bool = False) -> RecordPage:
+        """One page of records, ordered by namespace, then key: of one
+        namespace or all, in one state or all, unchanged for at least
+        older_than seconds (with state PROCESSING: the claims that have not
+        heartbeated lately). page_size is 1 to 1000 (default 100); pass the
+        page's next_page_token as page_token for the next one."""
+        body = _body(namespace=namespace, state=State(state).wire if state else None,
+                     olderThan=duration_to_wire(seconds(older_than, "older_than")) if older_than is not None else None,
+                     pageSize=page_size, pageToken=page_token, tenant=tenant, allTenants=all_tenants)
+        if older_than is not None and "olderThan" not in body:
+            body["olderThan"] = "0s"
+        m = self._call("ListRecords", body)
+        return RecordPage(records=[Record.from_wire(r) for r in m.get("records") or []],
+                          next_page_token=m.get("nextPageToken") or "")
+
+    def iter_records(self, namespace: str = "", *, state: Optional[State] = None,
+                     older_than: Optional[Seconds] = None, page_size: Optional[int] = None, tenant: str = "",
+                     all_tenants: bool = False) -> Iterator[Record]:
+        """Every record list_records would page through, one page at a time."""
+        token = ""
+        while True:
+            page = self.list_records(namespace, state=state, older_than=older_than, page_size=page_size,
+                                     page_token=token, tenant=tenant, all_tenants=all_tenants)
+            yield from page.records
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_record(self, namespace: str, key: str, *, tenant: str = "") -> Record:
+        """Evicts the record whatever its state and returns it as it was. The
+        next Claim of the key creates it afresh (attempt 1) with a greater
+        token; a worker still holding the old one gets NOT_FOUND or
+        LEASE_LOST."""
+        m = self._call("DeleteRecord", _body(namespace=namespace, key=key, tenant=tenant))
+        return Record.from_wire(m.get("record"))
+
+    def stats(self, namespace: str = "", *, tenant: str = "", all_tenants: bool = False) -> List[StatsRow]:
+        """How many records each namespace holds in each state."""
+        m = self._call("Stats", _body(namespace=namespace, tenant=tenant, allTenants=all_tenants))
+        return [StatsRow(namespace=r.get("namespace") or "", state=State.from_wire(r.get("state")),
+                         count=int_from_wire(r.get("count")), tenant=r.get("tenant") or "")
+                for r in m.get("rows") or []]
+
+    def resolve_record(self, namespace: str, key: str, *, completed: Optional[bytes] = None,
+                       failed: Optional[str] = None, released: bool = False, tenant: str = "") -> Record:
+        """Moves an UNRESOLVED record on, with exactly one of: completed=
+        RESULT (COMPLETED with that result; b"" is a result), failed=ERROR
+        (FAILED with that error), or released=True (RELEASED: the next Claim
+        acquires it). Raises NotUnresolvedError when the record is not
+        UNRESOLVED (unless it is already resolved as asked: a retry)."""
+        given = [name for name, v in (("completed", completed is not None), ("failed", failed is not None),
+                                      ("released", released)) if v]
+        if len(given) != 1:
+            raise ValueError("idem: resolve_record needs exactly one of completed=, failed= or released=True"
+                             + (f"; got {', '.join(given)}" if given else ""))
+        body = _body(namespace=namespace, key=key, tenant=tenant)
+        if completed is not None:
+            r = _bytes(completed, "completed")
+            body["completed"] = {"result": bytes_to_wire(r)} if r else {}
+        elif failed is not None:
+            body["failed"] = {"error": str(failed)}
+        else:
+            body["released"] = {}
+        return Record.from_wire(self._call("ResolveRecord", body).get("record"))
+

@@ -1,0 +1,78 @@
+"""python -m idem against a real idemd (the SQLite harness): the idem
+CLI's commands, flags and exit codes, so a shell worker runs with either."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+from support import PACKAGE_ROOT, fresh, harness, idem
+
+h = None
+
+
+def setUpModule():
+    global h
+    h = harness("sqlite")
+
+
+def cli(*args, token=None, stdin=b""):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IDEM_")}
+    env.update(PYTHONPATH=os.path.join(PACKAGE_ROOT, "src"), IDEM_JSON_URL=h.url,
+               IDEM_TOKEN=h.tokens["worker"] if token is None else token)
+    res = subprocess.run([sys.executable, "-m", "idem", *args], env=env, input=stdin, capture_output=True, timeout=120)
+    return res.returncode, res.stdout.decode(), res.stderr.decode()
+
+
+class CLITest(unittest.TestCase):
+    def test_claim_complete_replay_lookup(self):
+        ns, k = h.namespaces["plain"], fresh("cli")
+        code, out, _ = cli("claim", "-n", ns, "-k", k, "--lease-ttl", "30s", "--fingerprint-of", "-", stdin=b"payload")
+        self.assertEqual(code, 0)
+        token = int(out)
+        self.assertEqual(cli("claim", "-n", ns, "-k", k)[0], 10, "in progress")
+        code, _, err = cli("claim", "-n", ns, "-k", k, "--fingerprint", "00ff")
+        self.assertEqual(code, 15, err)
+        self.assertEqual(cli("complete", "-n", ns, "-k", k, "--lease-token", str(token + 99), "--result", "x")[0], 14)
+        self.assertEqual(cli("heartbeat", "-n", ns, "-k", k, "--lease-token", str(token), "--lease-ttl", "1m")[0], 0)
+        self.assertEqual(cli("complete", "-n", ns, "-k", k, "--lease-token", str(token), "--result-file", "-",
+                             stdin=b"ch_1")[0], 0)
+        code, out, _ = cli("claim", "-n", ns, "-k", k, "--result-out", "-")
+        self.assertEqual((code, out), (11, "ch_1"))
+        code, out, _ = cli("lookup", "-n", ns, "-k", k)
+        rec = json.loads(out)
+        self.assertEqual((code, rec["state"], rec["result"], rec["token"]), (0, "COMPLETED", "ch_1", str(token)))
+        self.assertEqual(cli("lookup", "-n", ns, "-k", fresh("none"))[0], 13)
+
+    def test_failures_and_held_records(self):
+        ns, k = h.namespaces["plain"], fresh("cli-fail")
+        token = cli("claim", "-n", ns, "-k", k)[1].strip()
+        self.assertEqual(cli("fail", "-n", ns, "-k", k, "--lease-token", token, "--error", "busy", "--retryable")[0], 0)
+        token = cli("claim", "-n", ns, "-k", k)[1].strip()
+        self.assertEqual(cli("fail", "-n", ns, "-k", k, "--lease-token", token, "--error", "card declined")[0], 0)
+        code, _, err = cli("claim", "-n", ns, "-k", k)
+        self.assertEqual(code, 12)
+        self.assertIn("card declined", err)
+        self.assertEqual(cli("heartbeat", "-n", ns, "-k", k, "--lease-token", token)[0], 16, "already terminal")
+
+        held = fresh("cli-held")
+        self.assertEqual(cli("claim", "-n", h.namespaces["held"], "-k", held, "--lease-ttl", "1s")[0], 0)
+        time.sleep(1.5)
+        self.assertEqual(cli("claim", "-n", h.namespaces["held"], "-k", held)[0], 20, "unresolved")
+
+    def test_usage_and_credentials(self):
+        self.assertEqual(cli("lookup", "-n", "jobs", "-k", "k", token="wrong")[0], 18)
+        self.assertEqual(cli("claim", "-n", "jobs", "-k", "k" * 300)[0], 17)
+        code, _, err = cli("complete", "-n", "jobs", "-k", "k")
+        self.assertEqual(code, 1)
+        self.assertIn("--lease-token", err)
+        code, out, _ = cli("--help")
+        self.assertEqual(code, 0)
+        self.assertIn("exit codes", out)
+        self.assertEqual(cli("claim", "-n", "jobs", "-k", "k", "--lease-ttl", "soon")[0], 2, "argparse's usage error")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,221 @@
+"""Every typed call of both services, the errors a worker branches on,
+@idempotent and once(), against a real idemd (the SQLite harness); and TLS
+with a bearer token against an idemd serving TLS."""
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+
+from support import TOKENS, Idemd, fresh, harness, idem, self_signed_cert
+
+RAW = idem.RetryPolicy(max_attempts=1)
+
+h = None
+
+
+def setUpModule():
+    global h
+    h = harness("sqlite")
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.c = h.client()
+        self.ns, self.held = h.namespaces["plain"], h.namespaces["held"]
+        self.addCleanup(self.c.close)
+
+    def test_claim_heartbeat_complete_lookup(self):
+        k = fresh("order/2024:17 100% ключ")  # characters a URL path would need escaped
+        fp = idem.fingerprint_json({"amount_cents": 1250})
+        res = self.c.claim(self.ns, k, fingerprint=fp, lease_ttl=30, claimant="c-1", retention=3600)
+        rec = res.record
+        self.assertEqual((res.outcome, rec.namespace, rec.key, rec.state, rec.attempt, rec.claimant, rec.fingerprint),
+                         (idem.Outcome.ACQUIRED, self.ns, k, idem.State.PROCESSING, 1, "c-1", fp))
+        self.assertGreater(rec.token, 0)
+        self.assertAlmostEqual((rec.lease_expires_at - rec.updated_at).total_seconds(), 30, delta=0.01)
+        self.assertEqual((rec.policy, rec.hold, rec.tenant), ("", False, ""))
+
+        again = self.c.claim(self.ns, k, fingerprint=fp, claimant="c-1")
+        self.assertEqual((again.outcome, again.record.token), (idem.Outcome.ACQUIRED, rec.token),
+                         "the same claimant acquires again: a lost answer is safe to retry")
+        with self.assertRaises(idem.InProgressError) as cm:
+            self.c.claim(self.ns, k, claimant="c-2")
+        self.assertGreater(cm.exception.retry_after, 20)
+
+        beat = self.c.heartbeat(self.ns, k, rec.token, lease_ttl=60)
+        self.assertGreater(beat.lease_expires_at, rec.lease_expires_at)
+        done = self.c.complete(self.ns, k, rec.token, b'{"charge":"ch_1"}')
+        self.assertEqual((done.state, done.result), (idem.State.COMPLETED, b'{"charge":"ch_1"}'))
+        self.assertIsNotNone(done.completed_at)
+        self.assertIsNotNone(done.expires_at)
+        self.assertEqual(self.c.complete(self.ns, k, rec.token, b'{"charge":"ch_1"}').state, idem.State.COMPLETED,
+                         "a repeated Complete with the same token returns the stored record")
+        replay = self.c.claim(self.ns, k)
+        self.assertEqual((replay.outcome, replay.record.result), (idem.Outcome.COMPLETED, b'{"charge":"ch_1"}'))
+        self.assertEqual(self.c.lookup(self.ns, k), replay.record)
+
+    def test_fail_retryable_and_permanent(self):
+        k = fresh("fail")
+        t1 = self.c.claim(self.ns, k, lease_ttl=30).record.token
+        self.assertEqual(self.c.fail(self.ns, k, t1, "try again", retryable=True).state, idem.State.RELEASED)
+        t2 = self.c.claim(self.ns, k, lease_ttl=30).record
+        self.assertEqual((t2.attempt, t2.token > t1), (2, True))
+        failed = self.c.fail(self.ns, k, t2.token, "card declined", retryable=False)
+        self.assertEqual((failed.state, failed.error), (idem.State.FAILED, "card declined"))
+        res = self.c.claim(self.ns, k)
+        self.assertEqual((res.outcome, res.record.error), (idem.Outcome.FAILED, "card declined"))
+
+    def test_errors_a_worker_branches_on(self):
+        k = fresh("errors")
+        rec = self.c.claim(self.ns, k, fingerprint=idem.fingerprint(b"a"), lease_ttl=5).record
+        with self.assertRaises(idem.LeaseLostError) as cm:
+            self.c.complete(self.ns, k, rec.token + 1000, b"x")
+        self.assertEqual((cm.exception.code, cm.exception.reason, cm.exception.http_status), ("ABORTED", "LEASE_LOST", 409))
+        with self.assertRaises(idem.FingerprintMismatchError):
+            self.c.claim(self.ns, k, fingerprint=idem.fingerprint(b"b"))
+        self.c.fail(self.ns, k, rec.token, "declined", retryable=False)
+        with self.assertRaises(idem.AlreadyTerminalError):
+            self.c.heartbeat(self.ns, k, rec.token)
+        with self.assertRaises(idem.NotFoundError) as cm:
+            self.c.lookup(self.ns, fresh("missing"))
+        self.assertEqual(cm.exception.reason, idem.ErrorReason.NOT_FOUND)
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            self.c.claim(self.ns, "k" * 257)
+        self.assertEqual((cm.exception.reason, cm.exception.field), ("INVALID_KEY", "key"))
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            self.c.claim(self.ns, fresh("lease"), lease_ttl=0.5)
+        self.assertEqual(cm.exception.reason, "INVALID_LEASE_TTL")
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            self.c.claim(self.ns, fresh("wait"), wait=61)
+        self.assertEqual(cm.exception.reason, "INVALID_WAIT")
+        with idem.Client(h.url, token="not-a-token") as stranger:
+            with self.assertRaises(idem.UnauthenticatedError):
+                stranger.lookup(self.ns, k)
+        with self.assertRaises(TypeError):
+            self.c.claim(self.ns, k, fingerprint={"a": 1})
+
+    def test_a_held_namespace_shows_its_policy(self):
+        rec = self.c.claim(self.held, fresh("held"), lease_ttl=30).record
+        self.assertEqual((rec.policy, rec.hold), ("held*", True))
+
+    def test_admin_list_stats_delete_resolve(self):
+        # The harness's worker tenant is no admin; its operator manages the
+        # worker's records by naming the tenant.
+        op = h.client("operator")
+        self.addCleanup(op.close)
+        with self.assertRaises(idem.PermissionDeniedError) as cm:
+            self.c.admin.stats()
+        self.assertEqual(cm.exception.reason, "NOT_ADMIN")
+        ns = "admin-" + fresh("ns")[:20]
+        keys = sorted(fresh(f"k{i}") for i in range(3))
+        for k in keys:
+            self.c.claim(ns, k, lease_ttl=30)
+        page = op.admin.list_records(ns, page_size=2, tenant="worker")
+        self.assertEqual(([r.key for r in page.records], bool(page.next_page_token)), (keys[:2], True))
+        self.assertEqual([r.key for r in op.admin.iter_records(ns, page_size=2, tenant="worker")], keys)
+        self.assertEqual([r.key for r in op.admin.iter_records(ns, state=idem.State.COMPLETED, tenant="worker")], [])
+        self.assertEqual(op.admin.list_records(ns, state=idem.State.PROCESSING, older_than=3600, tenant="worker").records, [])
+        self.assertEqual(op.admin.stats(ns, tenant="worker"), [idem.StatsRow(ns, idem.State.PROCESSING, 3, "worker")])
+        self.assertIn(idem.StatsRow(ns, idem.State.PROCESSING, 3, "worker"), op.admin.stats(ns, all_tenants=True))
+        gone = op.admin.delete_record(ns, keys[0], tenant="worker")
+        self.assertEqual((gone.key, gone.tenant), (keys[0], "worker"))
+        with self.assertRaises(idem.NotFoundError):
+            self.c.lookup(ns, keys[0])
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            op.admin.stats(ns, tenant="nobody")
+        self.assertEqual(cm.exception.reason, "INVALID_TENANT")
+
+        with self.assertRaises(idem.NotUnresolvedError):
+            op.admin.resolve_record(ns, keys[1], released=True, tenant="worker")
+        held = [fresh("r1"), fresh("r2")]
+        for k in held:
+            self.c.claim(self.held, k, lease_ttl=1)
+        time.sleep(1.5)
+        for k in held:
+            with self.assertRaises(idem.UnresolvedError):
+                self.c.claim(self.held, k)
+        failed = op.admin.resolve_record(self.held, held[0], failed="checked: not charged", tenant="worker")
+        self.assertEqual((failed.state, failed.error), (idem.State.FAILED, "checked: not charged"))
+        released = op.admin.resolve_record(self.held, held[1], released=True, tenant="worker")
+        self.assertEqual(released.state, idem.State.RELEASED)
+        self.assertEqual(self.c.claim(self.held, held[1], lease_ttl=30).outcome, idem.Outcome.ACQUIRED)
+
+    def test_the_raw_call(self):
+        k = fresh("raw")
+        answer = self.c.call("IdempotencyService", "Claim", {"namespace": self.ns, "key": k, "leaseTtl": "30s"})
+        self.assertEqual((answer["outcome"], answer["record"]["key"]), ("OUTCOME_ACQUIRED", k))
+        self.assertIsInstance(answer["record"]["token"], str, "int64 is a string in protobuf JSON")
+
+
+class DecoratorAndOnceTest(unittest.TestCase):
+    def setUp(self):
+        self.c = h.client()
+        self.ns = h.namespaces["plain"]
+        self.addCleanup(self.c.close)
+
+    def test_idempotent_runs_once_per_key(self):
+        sent = []
+
+        @self.c.idempotent(self.ns, key=lambda order: order["key"], fingerprint=idem.fingerprint_json, lease_ttl=30)
+        def send_receipt(order):
+            a = idem.current_attempt()
+            sent.append((order["key"], a.token))
+            return {"sent_to": order["email"], "token": str(a.token)}
+
+        order = {"key": fresh("receipt"), "email": "a@example.com"}
+        first = send_receipt(order)
+        again = send_receipt(dict(order))
+        self.assertEqual((first.replayed, again.replayed, again.json(), len(sent)), (False, True, first.json(), 1))
+        with self.assertRaises(idem.FingerprintMismatchError):
+            send_receipt(dict(order, email="b@example.com"))
+
+    def test_once_holds_the_job_for_the_block(self):
+        k = fresh("once")
+        effects = []
+
+        def deliver():
+            try:
+                with self.c.once(idem.Job(self.ns, k, lease_ttl=30), wait=10) as attempt:
+                    effects.append(attempt.token)
+                    time.sleep(0.2)
+                    attempt.result = b"sent"
+                return "ran"
+            except idem.Replayed as r:
+                self.assertEqual(r.result.value, b"sent")
+                return "replayed"
+
+        out = []
+        threads = [threading.Thread(target=lambda: out.append(deliver())) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual((sorted(out), len(effects)), (["ran", "replayed"], 1))
+        rec = self.c.lookup(self.ns, k)
+        self.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, b"sent"))
+
+
+class TLSTest(unittest.TestCase):
+    def test_a_token_over_tls_with_a_ca_file(self):
+        d = tempfile.mkdtemp(prefix="idem-python-tls-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cert, key = self_signed_cert(d)
+        server = Idemd(extra_args=["--tls-cert", cert, "--tls-key", key], scheme="https")
+        self.addCleanup(server.stop)
+        with server.client(ca_file=cert) as c:
+            res = c.claim("jobs", fresh("tls"), lease_ttl=30)
+            self.assertEqual(res.outcome, idem.Outcome.ACQUIRED)
+        with idem.Client(server.url, token=TOKENS["worker"]) as untrusted:  # the system's CAs
+            with self.assertRaises(idem.IdemError) as cm:
+                untrusted.lookup("jobs", "k")
+            self.assertIn("certificate", str(cm.exception))
+        with idem.Client(server.url.replace("https", "http"), token=TOKENS["worker"], retry=RAW) as plain:
+            with self.assertRaises(idem.IdemError):
+                plain.lookup("jobs", "k")
+
+
+if __name__ == "__main__":
+    unittest.main()

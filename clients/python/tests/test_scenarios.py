@@ -1,0 +1,461 @@
+"""Every scenario of clients/scenarios/scenarios.json, against a real idemd
+on PostgreSQL and on SQLite (internal/sdkharness). The suite fails when the
+file has a scenario this file does not implement, and when this file
+implements one the file no longer has."""
+
+import concurrent.futures
+import json
+import os
+import threading
+import time
+import unittest
+import uuid
+
+from support import REPO, harness, idem
+
+SCENARIO_FILE = os.path.join(REPO, "clients", "scenarios", "scenarios.json")
+
+RAW = idem.RetryPolicy(max_attempts=1)  # a raw call: one RPC, no retries
+
+
+def load_scenarios():
+    with open(SCENARIO_FILE, encoding="utf-8") as f:
+        doc = json.load(f)
+    return doc["scenarios"]
+
+
+class Recorder:
+    """Records the RPCs a client sends: (method, start, end, error), as the
+    scenarios observe the SDK; ok_beats counts Heartbeats answered OK."""
+
+    def __init__(self, client):
+        self.calls = []
+        self.lock = threading.Lock()
+        self.beat = threading.Event()
+        send = client._transport.call
+
+        def call(service, method, body, timeout):
+            start = time.monotonic()
+            try:
+                answer = send(service, method, body, timeout)
+            except idem.IdemError as e:
+                with self.lock:
+                    self.calls.append((method, start, time.monotonic(), e))
+                raise
+            with self.lock:
+                self.calls.append((method, start, time.monotonic(), None))
+            if method == "Heartbeat":
+                self.beat.set()
+            return answer
+
+        client._transport.call = call
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.calls)
+
+    def count(self, method):
+        return sum(1 for c in self.snapshot() if c[0] == method)
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+        self.attempts = []
+        self.lock = threading.Lock()
+
+    def hit(self, attempt=None):
+        with self.lock:
+            self.n += 1
+            self.attempts.append(attempt)
+
+    def returns(self, value):
+        def handler(attempt):
+            self.hit(attempt)
+            return value
+        return handler
+
+    def must_not_run(self, attempt):
+        self.hit(attempt)
+        raise AssertionError("the handler ran; it must not")
+
+
+class Scenarios:
+    """The implementations, by scenario id. Each runs in a thread of its own
+    (the exclusive ones alone) against self.h."""
+
+    def __init__(self, test, h):
+        self.t = test
+        self.h = h
+        self.plain = h.namespaces["plain"]
+        self.held = h.namespaces["held"]
+        self.clients = []
+
+    def key(self, sid, part="k"):
+        return f"{sid}-{part}-{uuid.uuid4().hex[:10]}"
+
+    def client(self, tenant="worker", **kw):
+        c = self.h.client(tenant, **kw)
+        self.clients.append(c)
+        return c
+
+    def raw(self, tenant="worker"):
+        return self.client(tenant, retry=RAW)
+
+    def close(self):
+        for c in self.clients:
+            c.close()
+
+    # ------------------------------------------------------------------
+
+    def claim_complete_replay(self, sid):
+        t, c, k = self.t, self.client(), self.key(sid)
+        r = ("result-" + k).encode()
+        calls = Counter()
+        res = c.do(idem.Job(self.plain, k), calls.returns(r))
+        t.assertEqual((res.value, res.replayed), (r, False))
+        t.assertEqual((calls.n, calls.attempts[0].number, calls.attempts[0].takeover), (1, 1, False))
+        res = c.do(idem.Job(self.plain, k), calls.returns(r))
+        t.assertEqual((res.value, res.replayed, calls.n), (r, True, 1))
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, r, 1))
+
+    def concurrent_deliveries(self, sid):
+        t = self.t
+        # Part A: no wait. The handler holds the job until the other do()
+        # has returned, so that one meets it in progress.
+        c, k1, r = self.client(), self.key(sid, "a"), b"R"
+        calls = Counter()
+        one_returned = threading.Event()
+
+        def blocking(attempt):
+            calls.hit(attempt)
+            if not one_returned.wait(10):
+                raise AssertionError("the other do() did not return within 10 s")
+            return r
+
+        outcomes = [None, None]
+
+        def deliver(i, job, handler, wait=0):
+            try:
+                outcomes[i] = c.do(job, handler, wait=wait)
+            except BaseException as e:  # noqa: BLE001
+                outcomes[i] = e
+            finally:
+                one_returned.set()
+
+        threads = [threading.Thread(target=deliver, args=(i, idem.Job(self.plain, k1), blocking)) for i in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        t.assertEqual(calls.n, 1, outcomes)
+        ran = [o for o in outcomes if isinstance(o, idem.Result)]
+        busy = [o for o in outcomes if isinstance(o, idem.InProgressError)]
+        t.assertEqual((len(ran), len(busy)), (1, 1), outcomes)
+        t.assertEqual((ran[0].value, ran[0].replayed), (r, False))
+        t.assertGreater(busy[0].retry_after, 0)
+
+        # Part B: with a wait, the other gets the replay.
+        k2, calls = self.key(sid, "b"), Counter()
+
+        def sleepy(attempt):
+            calls.hit(attempt)
+            time.sleep(0.2)
+            return r
+
+        outcomes = [None, None]
+        threads = [threading.Thread(target=deliver, args=(i, idem.Job(self.plain, k2), sleepy, 10)) for i in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        t.assertEqual(calls.n, 1, outcomes)
+        t.assertTrue(all(isinstance(o, idem.Result) for o in outcomes), outcomes)
+        t.assertEqual(sorted((o.value, o.replayed) for o in outcomes), [(r, False), (r, True)])
+
+    def in_progress_retry_after(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        held = raw.claim(self.plain, k, lease_ttl=30, claimant="holder")
+        t.assertEqual(held.outcome, idem.Outcome.ACQUIRED)
+        calls = Counter()
+        with t.assertRaises(idem.InProgressError) as cm:
+            self.client().do(idem.Job(self.plain, k), calls.must_not_run)
+        t.assertGreater(cm.exception.retry_after, 0)
+        t.assertLessEqual(cm.exception.retry_after, 30)
+        t.assertEqual(calls.n, 0)
+        rec = raw.lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.token), (idem.State.PROCESSING, held.record.token))
+
+    def fingerprint_mismatch(self, sid):
+        t, c, k = self.t, self.client(), self.key(sid)
+        f1, f2 = idem.fingerprint(b"payload-1"), idem.fingerprint(b"payload-2")
+        calls = Counter()
+        res = c.do(idem.Job(self.plain, k, fingerprint=f1), calls.returns(b"R"))
+        t.assertEqual(res.value, b"R")
+        with t.assertRaises(idem.FingerprintMismatchError) as cm:
+            c.do(idem.Job(self.plain, k, fingerprint=f2), calls.must_not_run)
+        t.assertEqual((cm.exception.code, cm.exception.reason), ("FAILED_PRECONDITION", "FINGERPRINT_MISMATCH"))
+        res = c.do(idem.Job(self.plain, k, fingerprint=f1), calls.must_not_run)
+        t.assertEqual((res.value, res.replayed, calls.n), (b"R", True, 1))
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result, rec.fingerprint), (idem.State.COMPLETED, b"R", f1))
+
+    def lease_lost_mid_job(self, sid):
+        t, k = self.t, self.key(sid)
+        c = self.client()
+        rpcs = Recorder(c)
+        started, seen = threading.Event(), {}
+
+        def holder(attempt):
+            seen["token"] = attempt.token
+            started.set()
+            seen["stopped"] = attempt.lost.wait(10)
+            return b"late"
+
+        out = {}
+
+        def run():
+            try:
+                out["result"] = c.do(idem.Job(self.plain, k, lease_ttl=3), holder)
+            except BaseException as e:  # noqa: BLE001
+                out["error"] = e
+
+        th = threading.Thread(target=run)
+        th.start()
+        t.assertTrue(started.wait(30), "the handler did not start")
+        t.assertTrue(rpcs.beat.wait(30), "no heartbeat was answered OK")
+        self.client("operator").admin.delete_record(self.plain, k, tenant="worker")
+        successor = self.raw().claim(self.plain, k, lease_ttl=30, claimant="successor")
+        t.assertEqual(successor.outcome, idem.Outcome.ACQUIRED)
+        th.join(60)
+        t.assertGreater(successor.record.token, seen["token"])
+        t.assertTrue(seen["stopped"], "the handler was not told to stop")
+        err = out.get("error")
+        t.assertIsInstance(err, idem.LeaseLostError, out)
+        t.assertNotIsInstance(err, idem.CompletionUnknownError)
+        t.assertEqual((err.code, err.reason, err.value), ("ABORTED", "LEASE_LOST", b"late"))
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.token, rec.claimant, rec.result),
+                      (idem.State.PROCESSING, successor.record.token, "successor", b""))
+
+    def retryable_failure(self, sid):
+        t, c, k = self.t, self.client(), self.key(sid)
+        e = RuntimeError("transient: try again")
+
+        def fails(attempt):
+            raise e
+
+        with t.assertRaises(RuntimeError) as cm:
+            c.do(idem.Job(self.plain, k), fails)
+        t.assertIs(cm.exception, e)
+        t.assertFalse(hasattr(e, "idem_fail_error"), "the failure was not recorded")
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.error, rec.attempt), (idem.State.RELEASED, "transient: try again", 1))
+        calls = Counter()
+        res = c.do(idem.Job(self.plain, k), calls.returns(b"R"))
+        t.assertEqual((res.value, res.replayed), (b"R", False))
+        t.assertEqual((calls.attempts[0].number, calls.attempts[0].takeover), (2, True))
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, b"R", 2))
+
+    def permanent_failure(self, sid):
+        t, c, k = self.t, self.client(), self.key(sid)
+        e = idem.Permanent(ValueError("card declined"))
+
+        def declined(attempt):
+            raise e
+
+        with t.assertRaises(idem.Permanent) as cm:
+            c.do(idem.Job(self.plain, k), declined)
+        t.assertIs(cm.exception, e)
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.error), (idem.State.FAILED, "card declined"))
+        calls = Counter()
+        with t.assertRaises(idem.JobFailedError) as cm:
+            c.do(idem.Job(self.plain, k), calls.must_not_run)
+        t.assertEqual((cm.exception.message, calls.n), ("card declined", 0))
+
+    def unresolved(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        held = raw.claim(self.held, k, lease_ttl=1, claimant="holder")
+        t.assertEqual(held.outcome, idem.Outcome.ACQUIRED)
+        time.sleep(1.5)
+        calls = Counter()
+        with t.assertRaises(idem.UnresolvedError):
+            self.client().do(idem.Job(self.held, k), calls.must_not_run)
+        t.assertEqual(calls.n, 0)
+        rec = raw.lookup(self.held, k)
+        t.assertEqual((rec.state, rec.hold, rec.token, rec.policy),
+                      (idem.State.UNRESOLVED, True, held.record.token, "held*"))
+
+    def resolved_by_operator(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        a, b = b"resolved-by-operator", b"late-holder"
+        held = raw.claim(self.held, k, lease_ttl=1, claimant="holder")
+        time.sleep(1.5)
+        with t.assertRaises(idem.UnresolvedError):
+            raw.claim(self.held, k, claimant="other")
+        rec = self.client("operator").admin.resolve_record(self.held, k, completed=a, tenant="worker")
+        t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, a))
+        with t.assertRaises(idem.ResolvedByOperatorError) as cm:
+            raw.complete(self.held, k, held.record.token, b)
+        t.assertEqual((cm.exception.code, cm.exception.reason), ("FAILED_PRECONDITION", "RESOLVED_BY_OPERATOR"))
+        t.assertIn("your result was not stored: the record was resolved by an operator", str(cm.exception))
+        rec = raw.lookup(self.held, k)
+        t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, a))
+        rec = raw.complete(self.held, k, held.record.token, a)
+        t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, a))
+
+    def wait(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        held = raw.claim(self.plain, k, lease_ttl=30, claimant="holder")
+        c = self.client()
+        rpcs = Recorder(c)
+        calls, out = Counter(), {}
+
+        def run():
+            try:
+                out["result"] = c.do(idem.Job(self.plain, k), calls.must_not_run, wait=10)
+            except BaseException as e:  # noqa: BLE001
+                out["error"] = e
+
+        th = threading.Thread(target=run)
+        th.start()
+        time.sleep(0.3)
+        raw.complete(self.plain, k, held.record.token, b"R")
+        th.join(60)
+        res = out.get("result")
+        t.assertIsInstance(res, idem.Result, out)
+        t.assertEqual((res.value, res.replayed, calls.n), (b"R", True, 0))
+        t.assertLessEqual(rpcs.count("Claim"), 2, "do() polled instead of letting the server wait")
+
+    def unavailable_retried(self, sid):
+        t, k = self.t, self.key(sid)
+        self.h.control("/unavailable?ms=1000")
+        calls = Counter()
+        res = self.client().do(idem.Job(self.plain, k), calls.returns(b"R"))
+        t.assertEqual((res.value, res.replayed, calls.n), (b"R", False, 1))
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, b"R"))
+
+    def restart_mid_complete(self, sid):
+        t, k = self.t, self.key(sid)
+        effects = Counter()
+
+        def effect_then_restart(attempt):
+            effects.hit(attempt)
+            self.h.control("/restart?down_ms=1500")
+            return b"R"
+
+        res = self.client().do(idem.Job(self.plain, k, lease_ttl=30), effect_then_restart)
+        t.assertEqual((res.value, res.replayed, effects.n), (b"R", False, 1))
+        rec = self.client().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, b"R", 1))
+
+    def rate_limited(self, sid):
+        t = self.t
+        c = self.client("limited")
+        rpcs = Recorder(c)
+        for i in range(1, 6):
+            v = f"R{i}".encode()
+            res = c.do(idem.Job(self.plain, self.key(sid, str(i))), lambda a, v=v: v)
+            t.assertEqual((res.value, res.replayed), (v, False))
+        calls = rpcs.snapshot()
+        limited = [i for i, call in enumerate(calls) if isinstance(call[3], idem.RateLimitedError)]
+        t.assertTrue(limited, "no RPC was rate limited")
+        for i in limited:
+            method, start, end, e = calls[i]
+            t.assertEqual((e.code, e.reason), ("RESOURCE_EXHAUSTED", "RATE_LIMITED"))
+            t.assertIsNotNone(e.retry_after)
+            t.assertLess(i + 1, len(calls))
+            t.assertGreaterEqual(calls[i + 1][1] - end, e.retry_after, "the next RPC came before RetryInfo's delay")
+
+    def error_text_unstorable(self, sid):
+        t, k = self.t, self.key(sid)
+        e = RuntimeError("nul:\0:" + "€" * 2000)
+
+        def fails(attempt):
+            raise e
+
+        with t.assertRaises(RuntimeError) as cm:
+            self.client().do(idem.Job(self.plain, k), fails)
+        t.assertIs(cm.exception, e)
+        t.assertFalse(hasattr(e, "idem_fail_error"), "the failure was not recorded")
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual(rec.state, idem.State.RELEASED)
+        t.assertEqual(rec.error, "nul:\ufffd:" + "€" * 1362)
+        t.assertEqual(len(rec.error.encode("utf-8")), 4094)
+
+    def unknown_field_refused(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        with t.assertRaises(idem.InvalidArgumentError) as cm:
+            raw.call("IdempotencyService", "Claim", {"namespace": self.plain, "key": k, "leaseTTL": "5s"})
+        t.assertEqual((cm.exception.http_status, cm.exception.code), (400, "INVALID_ARGUMENT"))
+        t.assertIn("leaseTTL", cm.exception.message)
+        with t.assertRaises(idem.NotFoundError):
+            raw.lookup(self.plain, k)
+
+
+IMPLEMENTED = {name.replace("_", "-"): getattr(Scenarios, name) for name in dir(Scenarios)
+               if not name.startswith("_") and name not in ("key", "client", "raw", "close")}
+
+
+class ScenarioFileTest(unittest.TestCase):
+    def test_the_file_and_this_suite_name_the_same_scenarios(self):
+        ids = [s["id"] for s in load_scenarios()]
+        self.assertEqual(len(ids), len(set(ids)), "an id is given twice")
+        self.assertEqual(sorted(set(ids) - set(IMPLEMENTED)), [],
+                         f"scenarios of {SCENARIO_FILE} without a Python implementation in {__file__}")
+        self.assertEqual(sorted(set(IMPLEMENTED) - set(ids)), [],
+                         f"scenarios implemented in {__file__} that {SCENARIO_FILE} no longer has: remove them")
+
+
+class _StoreScenarios:
+    store = ""
+
+    def test_scenarios(self):
+        h = harness(self.store)
+        specs = load_scenarios()
+        env = Scenarios(self, h)
+        self.addCleanup(env.close)
+
+        def run(spec):
+            impl = IMPLEMENTED.get(spec["id"])
+            if impl is None:
+                raise AssertionError(f"scenario {spec['id']!r} has no Python implementation")
+            start = time.monotonic()
+            impl(env, spec["id"])
+            return time.monotonic() - start
+
+        results = {}
+        shared = [s for s in specs if not s.get("exclusive")]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(shared)) as pool:
+            futures = {s["id"]: pool.submit(run, s) for s in shared}
+            for sid, f in futures.items():
+                results[sid] = f.exception() or f.result()
+        for s in specs:
+            if s.get("exclusive"):
+                try:
+                    results[s["id"]] = run(s)
+                except BaseException as e:  # noqa: BLE001
+                    results[s["id"]] = e
+                finally:
+                    h.control("/ready")
+        for s in specs:
+            with self.subTest(scenario=s["id"], store=self.store):
+                r = results[s["id"]]
+                if isinstance(r, BaseException):
+                    raise r
+
+
+class PostgresScenarios(_StoreScenarios, unittest.TestCase):
+    store = "postgres"
+
+
+class SQLiteScenarios(_StoreScenarios, unittest.TestCase):
+    store = "sqlite"
+
+
+if __name__ == "__main__":
+    unittest.main()
