@@ -135,6 +135,11 @@ const (
 	// or what its Content-Encoding inflates it to, is larger than the largest
 	// valid request. Retrying it is no use.
 	ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE ErrorReason = 32
+	// FAILED_PRECONDITION (Complete, Fail): the record was UNRESOLVED and an
+	// operator resolved it (AdminService.ResolveRecord) with another outcome
+	// than this call's: its result or error was not stored. The record keeps
+	// the operator's resolution.
+	ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR ErrorReason = 33
 )
 
 // Enum value maps for ErrorReason.
@@ -173,6 +178,7 @@ var (
 		30: "ERROR_REASON_MALFORMED_REQUEST",
 		31: "ERROR_REASON_UNKNOWN_FIELD",
 		32: "ERROR_REASON_REQUEST_TOO_LARGE",
+		33: "ERROR_REASON_RESOLVED_BY_OPERATOR",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -208,6 +214,7 @@ var (
 		"ERROR_REASON_MALFORMED_REQUEST":     30,
 		"ERROR_REASON_UNKNOWN_FIELD":         31,
 		"ERROR_REASON_REQUEST_TOO_LARGE":     32,
+		"ERROR_REASON_RESOLVED_BY_OPERATOR":  33,
 	}
 )
 
@@ -242,7 +249,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xde\b\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\x85\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -277,7 +284,8 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1fERROR_REASON_INVALID_RESOLUTION\x10\x1d\x12\"\n" +
 	"\x1eERROR_REASON_MALFORMED_REQUEST\x10\x1e\x12\x1e\n" +
 	"\x1aERROR_REASON_UNKNOWN_FIELD\x10\x1f\x12\"\n" +
-	"\x1eERROR_REASON_REQUEST_TOO_LARGE\x10 B\x87\x01\n" +
+	"\x1eERROR_REASON_REQUEST_TOO_LARGE\x10 \x12%\n" +
+	"!ERROR_REASON_RESOLVED_BY_OPERATOR\x10!B\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (
