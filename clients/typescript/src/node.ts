@@ -11,11 +11,11 @@ import { parseBaseUrl, tokenInterceptors } from "./transport.js";
 /** TlsOptions set the TLS of a gRPC connection (an https:// baseUrl). */
 export interface TlsOptions {
   /** ca is the certificate authority (PEM) to trust instead of the system's. */
-  ca?: string | Buffer | Array<string | Buffer>;
+  ca?: string | Uint8Array | Array<string | Uint8Array>;
   /** cert is the client certificate (PEM), for a server that authenticates clients by certificate. */
-  cert?: string | Buffer;
+  cert?: string | Uint8Array;
   /** key is the client certificate's private key (PEM). */
-  key?: string | Buffer;
+  key?: string | Uint8Array;
   /** servername is the name the server's certificate must have; the baseUrl's host by default. */
   servername?: string;
 }
@@ -66,7 +66,8 @@ export function grpcTransport(options: GrpcTransportOptions): ClosableTransport 
     throw new TypeError(`idem: tls options need an https:// baseUrl; got ${options.baseUrl}`);
   }
   const interceptors = [...tokenInterceptors(url, options.token), ...(options.interceptors ?? [])];
-  const sessionOptions: http2.SecureClientSessionOptions = { ...(options.tls ?? {}) };
+  // Node's TLS takes any Uint8Array where its types say Buffer.
+  const sessionOptions = { ...(options.tls ?? {}) } as http2.SecureClientSessionOptions;
   const sessions = new Http2SessionManager(url, { pingIntervalMs: options.pingIntervalMs }, sessionOptions);
   const transport = createGrpcTransport({
     baseUrl: options.baseUrl,
