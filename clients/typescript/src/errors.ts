@@ -284,10 +284,14 @@ export function errorReason(err: unknown): ErrorReason {
 /**
  * isTransient reports whether err is worth retrying with the same request:
  * UNAVAILABLE (the server or its database is unreachable, or the record was
- * contended), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED with a RetryInfo (idemd's
- * per-tenant rate limit; without one it is a message over a size limit,
- * which no retry fixes), and ABORTED without an idem reason (a connection
- * reset, as Node's HTTP/2 reports it; idem's own ABORTED is LEASE_LOST).
+ * contended), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED with a RetryInfo
+ * (idemd's per-tenant rate limit; without one it is a message over a size
+ * limit, which no retry fixes), and a connection that failed under the
+ * call, which Node's HTTP/2 reports as ABORTED (a reset), CANCELLED (a
+ * stream closed by a peer that died) or INTERNAL (with the network error as
+ * its cause) — none with an idem reason: idem's own ABORTED is LEASE_LOST.
+ * A CANCELLED that your own AbortSignal caused passes this test too: check
+ * the signal first.
  */
 export function isTransient(err: unknown): boolean {
   if (!(err instanceof RpcError)) {
@@ -300,7 +304,24 @@ export function isTransient(err: unknown): boolean {
     case Code.ResourceExhausted:
       return err.retryAfterMs !== undefined;
     case Code.Aborted:
+    case Code.Canceled:
       return err.reasonName === "";
+    case Code.Internal:
+      return err.reasonName === "" && networkErrorIn(err.cause);
+  }
+  return false;
+}
+
+// The codes Node gives errors of sockets and HTTP/2 sessions: ECONNRESET,
+// EPIPE, ERR_HTTP2_GOAWAY_SESSION, ERR_STREAM_PREMATURE_CLOSE, …
+const networkErrorCode = /^(E[A-Z]+|ERR_HTTP2_[A-Z_]+|ERR_STREAM_[A-Z_]+)$/;
+
+function networkErrorIn(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && networkErrorCode.test(code)) {
+      return true;
+    }
   }
   return false;
 }

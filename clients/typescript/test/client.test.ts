@@ -401,8 +401,12 @@ describe("gRPC over TLS", { timeout: 120_000 }, () => {
         "--config", path.join(dir, "idem.yaml"), "--tls-cert", path.join(dir, "cert.pem"), "--tls-key", path.join(dir, "key.pem"), "--log-format", "json"],
       { stdio: ["ignore", "ignore", "pipe"] },
     );
+    // Whatever ends this process ends idemd too.
+    const killIdemd = () => idemd.kill("SIGKILL");
+    process.once("exit", killIdemd);
     stop = () =>
       new Promise((resolve) => {
+        process.removeListener("exit", killIdemd);
         if (idemd.exitCode !== null) {
           resolve();
           return;

@@ -186,6 +186,12 @@ describe("errors", () => {
     assert.equal(isTransient(RpcError.from(new ConnectError("too large", Code.ResourceExhausted))), false);
     assert.equal(isTransient(RpcError.from(rpcFailure(Code.InvalidArgument, "INVALID_KEY"))), false);
     assert.equal(isTransient(new Error("not an RPC")), false);
+    // How Node's HTTP/2 reports a server that died under the call.
+    assert.equal(isTransient(RpcError.from(new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled))), true);
+    const epipe = Object.assign(new Error("write EPIPE"), { code: "EPIPE" });
+    assert.equal(isTransient(RpcError.from(new ConnectError("write EPIPE", Code.Internal, undefined, undefined, epipe))), true);
+    assert.equal(isTransient(RpcError.from(new ConnectError("cannot decode the answer", Code.Internal))), false);
+    assert.equal(isTransient(RpcError.from(rpcFailure(Code.Internal, "INTERNAL"))), false);
   });
 
   it("passes what is not a ConnectError through", () => {
