@@ -280,7 +280,9 @@ async function keepLease(client: IdemClient, job: Job, token: bigint, interval: 
     try {
       await retry(
         client.retryPolicy,
-        (b) => client.heartbeat({ namespace: job.namespace, key: job.key, token, leaseTtlMs: job.leaseTtlMs }, b),
+        // A beat that takes longer than the interval is of no use, and one
+        // hung on a dead connection must not stop the beats after it.
+        (b) => client.heartbeat({ namespace: job.namespace, key: job.key, token, leaseTtlMs: job.leaseTtlMs }, { signal: b.signal, timeoutMs: Math.max(interval, 1000) }),
         { signal },
       );
     } catch (err) {
