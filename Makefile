@@ -24,7 +24,7 @@ BUF := go tool -modfile=tools/go.mod buf
 GO_MODULES := cmd/idem-bench examples/payments
 
 .DEFAULT_GOAL := help
-.PHONY: help build install version generate check-generate lint test run clean-data test-node test-python test-scenarios demo
+.PHONY: help build install version generate check-generate generate-ts check-generate-ts lint test run clean-data test-ts test-node test-python test-scenarios demo
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,46 @@ check-generate: ## Fail if gen/ differs from what `make generate` would write.
 	$(BUF) generate --output "$$tmp" && \
 	diff -r "$$tmp/gen" gen && echo "gen/ is up to date"
 
+# The TypeScript package's generated code has a buf template of its own, so
+# that `make generate` needs nothing but Go; these need Node and npm too.
+TS_DIR := clients/typescript
+TS_GEN := $(TS_DIR)/src/gen
+
+# ts-deps installs the TypeScript package's dependencies as its lockfile
+# pins them, unless they are already.
+define ts-deps
+{ [ $(TS_DIR)/node_modules/.package-lock.json -nt $(TS_DIR)/package-lock.json ] || (cd $(TS_DIR) && npm ci --no-audit --no-fund); }
+endef
+
+# need-node ends a recipe when node or npm is missing: with a notice that
+# $(1) did not run, or with an error in CI (CI=true).
+define need-node
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	if [ "$$CI" = "true" ]; then \
+		echo "$(1): node and npm are required in CI (CI=true)" >&2; \
+		exit 1; \
+	fi; \
+	echo ""; \
+	echo "########################################################################"; \
+	echo "##  NOTICE: node/npm not found: $(1) DID NOT RUN."; \
+	echo "##  Install Node.js >= 20 and run 'make $(1)' before you push."; \
+	echo "########################################################################"; \
+	echo ""; \
+	exit 0; \
+fi
+endef
+
+generate-ts: ## Regenerate clients/typescript/src/gen from proto/ with the pinned buf and the lockfile's protoc-gen-es.
+	@$(ts-deps)
+	rm -rf $(TS_GEN)
+	$(BUF) generate --template $(TS_DIR)/buf.gen.yaml
+
+check-generate-ts: ## Fail if clients/typescript/src/gen differs from what `make generate-ts` would write.
+	@$(ts-deps)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(BUF) generate --template $(TS_DIR)/buf.gen.yaml --output "$$tmp" && \
+	diff -r "$$tmp/$(TS_GEN)" $(TS_GEN) && echo "$(TS_GEN) is up to date"
+
 lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at the merge base with main (the previous commit when on main).
 	@out=$$(gofmt -l .); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -66,26 +106,21 @@ lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at th
 		$(BUF) breaking --against ".git#ref=$$base"; \
 	fi
 
-test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), idem's module and then those of cmd/idem-bench and examples/payments, then the Node and Python workers' tests.
+test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), idem's module and then those of cmd/idem-bench and examples/payments, then the TypeScript package's and the Node and Python workers' tests.
 	go test $(GO_TEST_FLAGS) ./...
 	@for m in $(GO_MODULES); do echo "go test ./... (in $$m)"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+	@$(MAKE) --no-print-directory test-ts
 	@$(MAKE) --no-print-directory test-node
 	@$(MAKE) --no-print-directory test-python
 
-test-node: ## Run the Node.js worker's tests (examples/node-worker). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
-	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
-		if [ "$$CI" = "true" ]; then \
-			echo "test-node: node and npm are required in CI (CI=true) to run the tests of examples/node-worker" >&2; \
-			exit 1; \
-		fi; \
-		echo ""; \
-		echo "########################################################################"; \
-		echo "##  NOTICE: node/npm not found: the Node.js worker tests DID NOT RUN.  ##"; \
-		echo "##  Install Node.js >= 18 and run 'make test-node' before you push.   ##"; \
-		echo "########################################################################"; \
-		echo ""; \
-		exit 0; \
-	fi; \
+test-ts: ## Check clients/typescript/src/gen for drift and run the TypeScript package's tests against real idemd processes (both stores, both transports). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
+	@$(call need-node,test-ts); \
+	$(ts-deps) && $(MAKE) --no-print-directory check-generate-ts && \
+	cd $(TS_DIR) && go run ../../internal/testdb/withpg npm test
+
+test-node: ## Run the Node.js worker's tests (examples/node-worker, on the TypeScript package). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
+	@$(call need-node,test-node); \
+	$(ts-deps) && (cd $(TS_DIR) && npm run --silent build) && \
 	cd examples/node-worker && \
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
 	go run ../../internal/testdb/withpg npm test
@@ -144,12 +179,13 @@ endef
 clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start the walkthrough afresh.
 	rm -rf idem-data
 
-.PHONY: release
-release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, and the Python package's wheel and sdist of the same VERSION (needs python3 >= 3.8), into DIST (dist/) with SHA256SUMS.
+.PHONY: release release-npm
+release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, with the Python package's wheel and sdist (needs python3 >= 3.8) and the TypeScript package's tarball (needs npm) of the same VERSION, into DIST (dist/) with SHA256SUMS.
 	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release: python3 >= 3.8 is needed to build the Python package (clients/python)" >&2; exit 1; }
 	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
 	$(foreach p,$(RELEASE_PLATFORMS),$(foreach c,idemd idem,$(call release-build,$(p),$(c))))
 	PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)"
+	@$(MAKE) --no-print-directory release-npm
 	cd "$(DIST)" && $(SHA256SUM) idem* > SHA256SUMS
 	@echo "$(DIST)/: $$(ls "$(DIST)" | wc -l | tr -d ' ') files; verify with: cd $(DIST) && $(SHA256SUM) -c SHA256SUMS"
 
@@ -159,6 +195,26 @@ release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and 
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST ?= dist
 SHA256SUM := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || echo "shasum -a 256")
+# release-npm packs clients/typescript as $(DIST)/idemhq-idem-V.tgz, V being
+# VERSION without its leading v (0.0.0-VERSION when that is not semver, as
+# for a bare commit), from a copy whose package.json says V, with the
+# repository's LICENSE.
+release-npm: ## Pack the TypeScript package (@idemhq/idem) into DIST, with VERSION as its version.
+	@command -v npm >/dev/null 2>&1 || { echo "release-npm: npm is required to pack clients/typescript" >&2; exit 1; }
+	@$(ts-deps)
+	@mkdir -p "$(DIST)"
+	@v='$(VERSION)'; v=$${v#v}; \
+	if ! printf '%s' "$$v" | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$'; then \
+		v="0.0.0-$$(printf '%s' '$(VERSION)' | tr -c '0-9A-Za-z.-' '-')"; \
+	fi; \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp -R $(addprefix $(TS_DIR)/,package.json package-lock.json tsconfig.json tsconfig.build.json README.md src) "$$tmp/" && \
+	{ [ ! -f LICENSE ] || cp LICENSE "$$tmp/"; } && \
+	ln -s "$(CURDIR)/$(TS_DIR)/node_modules" "$$tmp/node_modules" && \
+	cd "$$tmp" && npm pkg set version="$$v" && \
+	npm pack --silent --pack-destination "$(abspath $(DIST))" >/dev/null && \
+	echo "$(DIST)/idemhq-idem-$$v.tgz"
+
 define release-build
 CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o "$(DIST)/$(2)_$(VERSION)_$(subst /,_,$(1))" ./cmd/$(2)
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
-'use strict';
 // A Node.js worker that handles one delivery of one job through idem, the
-// way a queue consumer would: claim, perform the side effect (append a line
-// to --effect-file, after --work-ms of "work"), complete. It prints what
-// happened as one JSON line on stdout:
+// way a queue consumer would, on the @idemhq/idem package: do() claims the
+// job, performs the side effect (appends a line to --effect-file after
+// --work-ms of "work") while it heartbeats, and completes it. It prints
+// what happened as one JSON line on stdout:
 //
 //   {"worker":"node","key":"order-1","outcome":"ran","token":"7","attempt":1,"value":"{...}"}
 //
@@ -12,16 +12,16 @@
 //   replayed     the job completed earlier: value is the stored result
 //   in_progress  another worker holds it (a queue would redeliver later)
 //   failed       the job failed for good earlier: error is the stored error
+//   unresolved   the job waits for an operator's resolution: park the message
 //   fn_failed    this worker's work failed (--fail): recorded with Fail
 //   lease_lost   another worker took the job over (reason from ErrorInfo)
 //
-// and, with --wait, IN_PROGRESS is polled until the job is done or acquired.
 // Before working it prints {"event":"acquired",...}, so a test can pause it.
 //
 //   node bin/worker.js --addr 127.0.0.1:7070 --key order-1 --payload '{"amount_cents":500}' --effect-file /tmp/charges
 
-const fs = require('node:fs');
-const { parseArgs } = require('node:util');
+import { appendFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 
 const usage = `Usage: node bin/worker.js --key KEY [flags]
 
@@ -40,12 +40,13 @@ Flags:
   --work-ms N           how long the "work" takes before the side effect (default 100)
   --effect-file FILE    file the side effect appends to (default none: no side effect)
   --fail MESSAGE        fail the job for good with MESSAGE instead of completing it
-  --wait                poll while another worker holds the job, until done or acquired
-  --wait-ms N           how long --wait polls, in milliseconds (default 30000)
+  --wait-ms N           wait up to N milliseconds while another worker holds the job
+                        (default 0: answer in_progress at once)
   -h, --help            print this help
 
-Exit status: 0 for the outcomes ran, replayed, in_progress, failed, fn_failed
-and lease_lost; 1 for any other error; 2 for a mistake in the flags.
+Exit status: 0 for the outcomes ran, replayed, in_progress, failed,
+unresolved, fn_failed and lease_lost; 1 for any other error; 2 for a mistake
+in the flags.
 `;
 
 let opts;
@@ -62,8 +63,7 @@ try {
       'work-ms': { type: 'string', default: '100' },
       'effect-file': { type: 'string' },
       fail: { type: 'string' },
-      wait: { type: 'boolean', default: false },
-      'wait-ms': { type: 'string', default: '30000' },
+      'wait-ms': { type: 'string', default: '0' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   }));
@@ -83,87 +83,70 @@ if (!opts.key) {
 }
 
 // Loaded after the flags, so that --help works before `npm ci`.
-const { Client, IdemError, Reason, run, permanent } = require('../lib/idem');
+const idem = await import('@idemhq/idem');
+const { grpcTransport } = await import('@idemhq/idem/node');
+
+const print = (obj) => process.stdout.write(JSON.stringify({ worker: 'node', key: opts.key, ...obj }) + '\n');
+const text = (bytes) => new TextDecoder().decode(bytes);
 
 const sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
     const t = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      reject(signal.reason);
+    }, { once: true });
   });
 
-function print(obj) {
-  process.stdout.write(JSON.stringify({ worker: 'node', key: opts.key, ...obj }) + '\n');
-}
+const client = new idem.IdemClient(
+  grpcTransport({ baseUrl: `${opts.tls ? 'https' : 'http'}://${opts.addr}`, token: opts.token || undefined }),
+);
+const payload = JSON.parse(opts.payload);
+const job = {
+  namespace: opts.namespace,
+  key: opts.key,
+  fingerprint: idem.fingerprintJSON(payload),
+  leaseTtlMs: Number(opts['lease-ms']),
+};
 
-async function main() {
-  const client = new Client(opts.addr, { token: opts.token, tls: opts.tls });
-  const payload = JSON.parse(opts.payload);
-  const job = { namespace: opts.namespace, key: opts.key, payload, leaseMs: Number(opts['lease-ms']) };
-
-  // The side effect: the "charge" is a line in the effect file, written only
-  // after the work and only while the lease is ours.
-  const charge = async ({ signal, token, attempt }) => {
-    print({ event: 'acquired', token, attempt });
-    await sleep(Number(opts['work-ms']), signal);
-    if (opts.fail) {
-      throw permanent(new Error(opts.fail));
-    }
-    signal.throwIfAborted();
-    if (opts['effect-file']) {
-      fs.appendFileSync(opts['effect-file'], `node ${opts.key} ${token}\n`);
-    }
-    return { charged_by: 'node', token, payload };
-  };
-
-  const waitUntil = Date.now() + Number(opts['wait-ms']);
-  try {
-    for (;;) {
-      let res;
-      try {
-        res = await run(client, job, charge);
-      } catch (err) {
-        if (err instanceof IdemError && err.reason === Reason.LEASE_LOST) {
-          print({ outcome: 'lease_lost', code: err.code, reason: err.reason, domain: err.errorInfo?.domain });
-          return;
-        }
-        if (err instanceof IdemError) {
-          print({ outcome: 'error', code: err.code, reason: err.reason, error: err.message });
-          process.exitCode = 1;
-          return;
-        }
-        if (opts.fail && err.permanent) {
-          print({ outcome: 'fn_failed', error: err.message });
-          return;
-        }
-        throw err;
-      }
-      if (res.outcome === 'in_progress' && opts.wait && Date.now() < waitUntil) {
-        await sleep(Math.min(Math.max(res.retryAfterMs, 50), 200));
-        continue;
-      }
-      print({
-        outcome: res.outcome,
-        token: res.record.token,
-        attempt: res.record.attempt,
-        value: res.value ? Buffer.from(res.value).toString('utf8') : undefined,
-        error: res.error || undefined,
-        retry_after_ms: res.retryAfterMs,
-      });
-      return;
-    }
-  } finally {
-    client.close();
+// The side effect: the "charge" is a line in the effect file, written only
+// after the work and only while the lease is ours.
+async function charge({ signal, token, number }) {
+  print({ event: 'acquired', token: String(token), attempt: number });
+  await sleep(Number(opts['work-ms']), signal);
+  if (opts.fail) {
+    throw idem.permanent(new Error(opts.fail));
   }
+  signal.throwIfAborted();
+  if (opts['effect-file']) {
+    appendFileSync(opts['effect-file'], `node ${opts.key} ${token}\n`);
+  }
+  return JSON.stringify({ charged_by: 'node', token: String(token), payload });
 }
 
-main().catch((err) => {
-  console.error('worker:', err);
-  process.exit(1);
-});
+try {
+  const res = await client.do(job, charge, { waitMs: Number(opts['wait-ms']) });
+  print({
+    outcome: res.replayed ? 'replayed' : 'ran',
+    token: String(res.record.token),
+    attempt: res.record.attempt,
+    value: text(res.value),
+  });
+} catch (err) {
+  if (err instanceof idem.InProgressError) {
+    print({ outcome: 'in_progress', retry_after_ms: err.retryAfterMs });
+  } else if (err instanceof idem.JobFailedError) {
+    print({ outcome: 'failed', error: err.storedError });
+  } else if (err instanceof idem.UnresolvedError) {
+    print({ outcome: 'unresolved' });
+  } else if (err instanceof idem.LeaseLostError) {
+    print({ outcome: 'lease_lost', code: err.codeName, reason: err.reasonName });
+  } else if (err instanceof idem.PermanentError) {
+    print({ outcome: 'fn_failed', error: err.message });
+  } else {
+    print({ outcome: 'error', error: String(err?.message ?? err), reason: err?.reasonName });
+    process.exitCode = 1;
+  }
+} finally {
+  client.close();
+}

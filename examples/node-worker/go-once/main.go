@@ -25,6 +25,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:7070", "idemd's gRPC address")
+	token := flag.String("token", os.Getenv("IDEM_TOKEN"), "bearer token of your tenant (default $IDEM_TOKEN; none when unset)")
 	namespace := flag.String("namespace", "node_worker", "the job's namespace")
 	key := flag.String("key", "", "the job's idempotency key (required)")
 	payload := flag.String("payload", "{}", "the job's payload, JSON text; fingerprinted with client.FingerprintJSON")
@@ -37,7 +38,7 @@ func main() {
 		os.Exit(2)
 	}
 	out := map[string]any{"worker": "go", "key": *key}
-	handle(out, *addr, *namespace, *key, *payload, *lease, *work, *effectFile)
+	handle(out, *addr, *token, *namespace, *key, *payload, *lease, *work, *effectFile)
 	b, _ := json.Marshal(out)
 	fmt.Println(string(b))
 	if out["outcome"] == "error" {
@@ -46,13 +47,17 @@ func main() {
 }
 
 // handle runs the job through client.Do and fills in out.
-func handle(out map[string]any, addr, namespace, key, payload string, lease, work time.Duration, effectFile string) {
+func handle(out map[string]any, addr, token, namespace, key, payload string, lease, work time.Duration, effectFile string) {
 	fingerprint, err := client.FingerprintJSON(json.RawMessage(payload))
 	if err != nil {
 		out["outcome"], out["error"] = "error", err.Error()
 		return
 	}
-	c, err := client.New(addr, client.WithInsecure())
+	opts := []client.Option{client.WithInsecure()}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	c, err := client.New(addr, opts...)
 	if err != nil {
 		out["outcome"], out["error"] = "error", err.Error()
 		return

@@ -1,12 +1,12 @@
-'use strict';
 // bin/worker.js's command line: --help and flag mistakes, without idemd.
 
-const { describe, it } = require('node:test');
-const assert = require('node:assert/strict');
-const path = require('node:path');
-const { spawnSync } = require('node:child_process');
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import * as path from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
-const WORKER = path.join(__dirname, '..', 'bin', 'worker.js');
+const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'worker.js');
 const worker = (...args) => spawnSync(process.execPath, [WORKER, ...args], { encoding: 'utf8', timeout: 30_000 });
 
 describe('worker.js command line', () => {

@@ -1,58 +1,22 @@
-'use strict';
-// Test harness: a real idemd on a fresh Postgres schema of its own, and
-// helpers that run workers (Node and Go) as separate processes.
+// Test harness: a real idemd on a Postgres schema of its own, started by the
+// scenario harness of internal/sdkharness (tenants with tokens; the worker
+// tenant's token is the one the workers use), and helpers that run workers
+// (Node and Go) as separate processes.
 //
 // IDEM_TEST_DATABASE_URL names the database, as for the Go tests (default:
-// the local Postgres). IDEMD_BIN and GO_ONCE_BIN name prebuilt binaries;
-// without them the harness builds both with `go build`.
+// the local Postgres). SDKHARNESS_BIN, IDEMD_BIN and GO_ONCE_BIN name
+// prebuilt binaries; without them the harness builds them with `go build`.
 
-const { spawn, execFileSync } = require('node:child_process');
-const crypto = require('node:crypto');
-const fs = require('node:fs');
-const os = require('node:os');
-const path = require('node:path');
-const readline = require('node:readline');
-const { Client } = require('pg');
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import * as readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
 
-const REPO = path.resolve(__dirname, '..', '..', '..');
-const WORKER = path.resolve(__dirname, '..', 'bin', 'worker.js');
-const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable';
-
-function redact(url) {
-  try {
-    const u = new URL(url);
-    if (u.password) {
-      u.password = 'xxxxx';
-    }
-    return u.toString();
-  } catch {
-    return '(unparsable URL)';
-  }
-}
-
-/** withSearchPath returns url with its search_path set to schema, as internal/testdb does. */
-function withSearchPath(url, schema) {
-  const u = new URL(url);
-  u.searchParams.set('search_path', schema);
-  return u.toString();
-}
-
-// pg reads sslmode=disable itself; it does not know search_path, so the admin
-// connection gets a URL without it.
-async function connectAdmin(base) {
-  const u = new URL(base);
-  u.searchParams.delete('search_path');
-  const db = new Client({ connectionString: u.toString(), connectionTimeoutMillis: 10_000 });
-  try {
-    await db.connect();
-  } catch (err) {
-    throw new Error(
-      `the Node worker tests need PostgreSQL and none answers at ${redact(base)}: ${err.message}\n` +
-        'Start one (on Debian: pg_ctlcluster 15 main start) or point IDEM_TEST_DATABASE_URL at one.',
-    );
-  }
-  return db;
-}
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const REPO = path.resolve(here, '..', '..', '..');
+const WORKER = path.resolve(here, '..', 'bin', 'worker.js');
 
 function goBuild(pkg, out) {
   execFileSync('go', ['build', '-o', out, pkg], { cwd: REPO, stdio: ['ignore', 'inherit', 'inherit'] });
@@ -60,55 +24,40 @@ function goBuild(pkg, out) {
 }
 
 /**
- * startIdem creates a schema, builds (or takes) idemd and the Go worker,
- * starts idemd on a free loopback port and returns {addr, dir, goOnce, stop}.
+ * startIdem builds (or takes) the harness, idemd and the Go worker, starts
+ * idemd on PostgreSQL and returns {addr, token, dir, goOnce, stop}.
  */
-async function startIdem() {
-  const base = process.env.IDEM_TEST_DATABASE_URL || DEFAULT_DATABASE_URL;
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idem-node-test-'));
-  const admin = await connectAdmin(base);
-  const schema = 'idem_node_test_' + crypto.randomBytes(6).toString('hex');
-  await admin.query(`CREATE SCHEMA ${schema}`);
-
-  let idemd;
+export async function startIdem() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'idem-node-test-'));
+  let harness;
   const stop = async () => {
-    if (idemd && idemd.exitCode === null) {
-      const exited = new Promise((resolve) => idemd.once('exit', resolve));
-      idemd.kill('SIGTERM');
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-      idemd.kill('SIGKILL');
+    if (harness && harness.exitCode === null) {
+      const exited = new Promise((resolve) => harness.once('exit', resolve));
+      harness.stdin.end(); // EOF: the harness stops idemd and drops its schema
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
+      harness.kill('SIGKILL');
     }
-    await admin.query(`DROP SCHEMA ${schema} CASCADE`);
-    await admin.end();
-    fs.rmSync(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
   };
-
   try {
+    const harnessBin = process.env.SDKHARNESS_BIN || goBuild('./internal/sdkharness', path.join(dir, 'sdkharness'));
     const idemdBin = process.env.IDEMD_BIN || goBuild('./cmd/idemd', path.join(dir, 'idemd'));
     const goOnce = process.env.GO_ONCE_BIN || goBuild('./examples/node-worker/go-once', path.join(dir, 'go-once'));
-    const env = { ...process.env };
-    delete env.IDEM_DATABASE_URL; // a developer's own setting must not leak in
-    idemd = spawn(
-      idemdBin,
-      ['serve', '--listen', '127.0.0.1:0', '--http-listen', '', '--json-listen', '', '--database-url', withSearchPath(base, schema), '--sweep-interval', '1s', '--log-format', 'json'],
-      { env, stdio: ['ignore', 'inherit', 'pipe'] },
-    );
-    const addr = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('idemd did not log "idemd serving" within 30s')), 30_000);
-      const lines = [];
-      readline.createInterface({ input: idemd.stderr }).on('line', (line) => {
-        lines.push(line);
-        if (line.includes('"msg":"idemd serving"')) {
-          clearTimeout(timer);
-          resolve(JSON.parse(line).listen);
-        }
-      });
-      idemd.once('exit', (code) => {
+    harness = spawn(harnessBin, ['--store', 'postgres', '--idemd-bin', idemdBin], { cwd: REPO, stdio: ['pipe', 'pipe', 'pipe'] });
+    const log = [];
+    readline.createInterface({ input: harness.stderr }).on('line', (line) => log.push(line));
+    const info = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the harness printed nothing within 120 s:\n${log.join('\n')}`)), 120_000);
+      readline.createInterface({ input: harness.stdout }).once('line', (line) => {
         clearTimeout(timer);
-        reject(new Error(`idemd exited with ${code} before serving:\n${lines.join('\n')}`));
+        resolve(JSON.parse(line));
+      });
+      harness.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`the harness exited (${code}) before idemd served:\n${log.join('\n')}`));
       });
     });
-    return { addr, dir, goOnce, stop };
+    return { addr: info.grpc_addr, token: info.tokens.worker, dir, goOnce, stop };
   } catch (err) {
     await stop().catch(() => {});
     throw err;
@@ -117,19 +66,18 @@ async function startIdem() {
 
 /**
  * spawnWorker starts a worker process (kind 'node' or 'go') and returns
- * {child, lines, result}: lines is every JSON line it printed so far, result
- * a promise of its last JSON line (its outcome) once it exits.
+ * {child, lines, result, waitFor}: lines is every JSON line it printed so
+ * far, result a promise of its last JSON line (its outcome) once it exits.
  */
-function spawnWorker(kind, env, args) {
+export function spawnWorker(kind, env, args) {
   const child =
     kind === 'node'
-      ? spawn(process.execPath, [WORKER, '--addr', env.addr, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
-      : spawn(env.goOnce, ['-addr', env.addr, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+      ? spawn(process.execPath, [WORKER, '--addr', env.addr, '--token', env.token, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+      : spawn(env.goOnce, ['-addr', env.addr, '-token', env.token, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   const lines = [];
   const waiters = [];
   readline.createInterface({ input: child.stdout }).on('line', (line) => {
-    const msg = JSON.parse(line);
-    lines.push(msg);
+    lines.push(JSON.parse(line));
     for (const w of waiters.splice(0)) {
       w();
     }
@@ -163,11 +111,9 @@ function spawnWorker(kind, env, args) {
 }
 
 /** effects returns the lines of an effect file: one per side effect performed. */
-function effects(file) {
-  if (!fs.existsSync(file)) {
+export function effects(file) {
+  if (!existsSync(file)) {
     return [];
   }
-  return fs.readFileSync(file, 'utf8').split('\n').filter(Boolean);
+  return readFileSync(file, 'utf8').split('\n').filter(Boolean);
 }
-
-module.exports = { startIdem, spawnWorker, effects, REPO };

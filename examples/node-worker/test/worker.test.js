@@ -1,25 +1,20 @@
-'use strict';
 // The Node worker against a real idemd (built from ./cmd/idemd) on a fresh
 // Postgres schema. Workers run as separate processes, so every race here is
 // a race between processes, as between real queue consumers.
 
-const { describe, it, before, after } = require('node:test');
-const assert = require('node:assert/strict');
-const path = require('node:path');
-const { startIdem, spawnWorker, effects } = require('./harness');
-const { Client, IdemError, fingerprintJSON } = require('../lib/idem');
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { effects, spawnWorker, startIdem } from './harness.js';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('node worker against idemd', { timeout: 180_000 }, () => {
   let env;
-  let client;
   before(async () => {
     env = await startIdem();
-    client = new Client(env.addr);
   });
   after(async () => {
-    client?.close();
     await env?.stop();
   });
 
@@ -29,33 +24,6 @@ describe('node worker against idemd', { timeout: 180_000 }, () => {
     n++;
     return { key: `${name}-${n}`, file: path.join(env.dir, `effects-${name}-${n}`) };
   };
-
-  it('reads LEASE_LOST, FINGERPRINT_MISMATCH and ALREADY_TERMINAL from the ErrorInfo in the status details', async () => {
-    const { key } = fresh('errors');
-    const ns = 'node_worker';
-    const claim = await client.claim({ namespace: ns, key, fingerprint: fingerprintJSON({ a: 1 }), lease_ttl: { seconds: '5' } });
-    assert.equal(claim.outcome, 'OUTCOME_ACQUIRED');
-    const token = BigInt(claim.record.token);
-
-    await assert.rejects(client.complete({ namespace: ns, key, token: String(token + 1000n), result: Buffer.from('x') }), (err) => {
-      assert.ok(err instanceof IdemError);
-      assert.equal(err.code, 10); // ABORTED
-      assert.equal(err.reason, 'LEASE_LOST');
-      assert.equal(err.errorInfo.domain, 'idem');
-      return true;
-    });
-    await assert.rejects(client.claim({ namespace: ns, key, fingerprint: fingerprintJSON({ a: 2 }) }), (err) => {
-      assert.equal(err.code, 9); // FAILED_PRECONDITION
-      assert.equal(err.reason, 'FINGERPRINT_MISMATCH');
-      return true;
-    });
-    await client.complete({ namespace: ns, key, token: String(token), result: Buffer.from('done') });
-    await assert.rejects(client.heartbeat({ namespace: ns, key, token: String(token) }), (err) => {
-      assert.equal(err.code, 9);
-      assert.equal(err.reason, 'ALREADY_TERMINAL');
-      return true;
-    });
-  });
 
   it('Node workers given the same job concurrently (three processes): one side effect, then replays of the stored result', async () => {
     const { key, file } = fresh('concurrent');
@@ -94,7 +62,7 @@ describe('node worker against idemd', { timeout: 180_000 }, () => {
     // effect a second time.
     const holder = spawnWorker('node', env, ['--key', key, '--lease-ms', '1500', '--work-ms', '4000', '--effect-file', file]);
     await holder.waitFor((l) => l.event === 'acquired');
-    const waiter = await spawnWorker('node', env, ['--key', key, '--lease-ms', '1500', '--wait', '--effect-file', file]).result;
+    const waiter = await spawnWorker('node', env, ['--key', key, '--lease-ms', '1500', '--wait-ms', '30000', '--effect-file', file]).result;
     const held = await holder.result;
     assert.equal(held.outcome, 'ran', JSON.stringify(held));
     assert.equal(waiter.outcome, 'replayed', JSON.stringify(waiter));
@@ -109,7 +77,7 @@ describe('node worker against idemd', { timeout: 180_000 }, () => {
     slow.child.kill('SIGSTOP'); // a long GC pause, a frozen VM
     try {
       await sleep(1200); // the lease runs out
-      const successor = await spawnWorker('node', env, ['--key', key, '--lease-ms', '1000', '--wait', '--work-ms', '50', '--effect-file', file]).result;
+      const successor = await spawnWorker('node', env, ['--key', key, '--lease-ms', '1000', '--wait-ms', '30000', '--work-ms', '50', '--effect-file', file]).result;
       assert.equal(successor.outcome, 'ran', JSON.stringify(successor));
       assert.equal(successor.attempt, 2);
       assert.ok(BigInt(successor.token) > BigInt(acquired.token), 'the takeover has a greater fencing token');
@@ -119,8 +87,7 @@ describe('node worker against idemd', { timeout: 180_000 }, () => {
     const lost = await slow.result;
     assert.equal(lost.outcome, 'lease_lost', JSON.stringify(lost));
     assert.equal(lost.reason, 'LEASE_LOST');
-    assert.equal(lost.domain, 'idem');
-    assert.equal(lost.code, 10);
+    assert.equal(lost.code, 'ABORTED');
     assert.equal(effects(file).length, 1, 'only the successor performed the effect');
   });
 

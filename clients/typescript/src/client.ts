@@ -1,0 +1,422 @@
+import { type CallOptions, type Client, createClient, type Transport } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { AdminService, type ResolveRecordRequestSchema, type StatsRow as StatsRowPb } from "./gen/idem/v1/admin_pb.js";
+import { IdempotencyService, Outcome, State } from "./gen/idem/v1/idem_pb.js";
+import { InProgressError, RpcError, UnresolvedError } from "./errors.js";
+import { bytesOf, durationMs, durationOf, type JobRecord, recordFromProto } from "./record.js";
+import { type RetryPolicy, withDefaults } from "./retry.js";
+import { type DoOptions, type DoResult, type Handler, type Job, MAX_WAIT_MS, runDo } from "./do.js";
+
+export { MAX_WAIT_MS };
+
+/** ClaimRequest asks for the right to perform one job. */
+export interface ClaimRequest {
+  /** namespace is the job type, matching ^[a-z0-9][a-z0-9_.-]{0,63}$. */
+  namespace: string;
+  /** key is the idempotency key: 1 to 256 bytes of printable UTF-8. */
+  key: string;
+  /**
+   * fingerprint is an optional hash of the request (at most 64 bytes; see
+   * {@link fingerprint} and {@link fingerprintJSON}). None by default.
+   */
+  fingerprint?: Uint8Array;
+  /**
+   * leaseTtlMs is how long the lease lasts without a heartbeat. Unset (or 0)
+   * means the server's default, 5 minutes unless configured otherwise;
+   * bounds 1 s to 24 h.
+   */
+  leaseTtlMs?: number;
+  /**
+   * claimant identifies this attempt (at most 128 bytes). Repeating a Claim
+   * with the same claimant while its lease lives returns ACQUIRED with the
+   * same token, so a Claim whose response was lost can be retried. None by
+   * default.
+   */
+  claimant?: string;
+  /**
+   * retentionMs is how long the record is kept after it leaves PROCESSING.
+   * Unset means the server's default, 24 hours unless configured otherwise;
+   * bounds 1 min to 90 days.
+   */
+  retentionMs?: number;
+  /**
+   * waitMs is how long the server waits, when another worker holds the job,
+   * for it to finish before it answers: the Claim then returns the job's
+   * outcome (COMPLETED, FAILED, or ACQUIRED when the holder gave it back or
+   * its lease ran out), or IN_PROGRESS when the wait runs out. Unset (or 0)
+   * answers at once; at most {@link MAX_WAIT_MS}.
+   */
+  waitMs?: number;
+}
+
+/** ClaimResult is the answer to a Claim that acquired or found the job finished. */
+export interface ClaimResult {
+  /** outcome is ACQUIRED, COMPLETED or FAILED: the others are thrown. */
+  outcome: Outcome;
+  /** record is the record after the Claim. */
+  record: JobRecord;
+}
+
+/** CompleteRequest records a job's success. */
+export interface CompleteRequest {
+  namespace: string;
+  key: string;
+  /** token is the token of the ACQUIRED Claim. */
+  token: bigint;
+  /**
+   * result is stored and replayed to later Claims (a string as UTF-8): at
+   * most 64 KiB unless the server is configured otherwise.
+   */
+  result?: Uint8Array | string;
+}
+
+/** FailRequest records a job's failure. */
+export interface FailRequest {
+  namespace: string;
+  key: string;
+  /** token is the token of the ACQUIRED Claim. */
+  token: bigint;
+  /** error says what went wrong: at most 4 KiB of UTF-8 without NUL (see {@link storableText}). */
+  error: string;
+  /**
+   * retryable true releases the record (RELEASED) so that the next Claim
+   * acquires it; false makes the failure permanent (FAILED) and replays
+   * error to every later Claim.
+   */
+  retryable: boolean;
+}
+
+/** HeartbeatRequest extends a lease. */
+export interface HeartbeatRequest {
+  namespace: string;
+  key: string;
+  /** token is the token of the ACQUIRED Claim. */
+  token: bigint;
+  /** leaseTtlMs is the new lease, counted from now. Unset means the server's default. */
+  leaseTtlMs?: number;
+}
+
+/** LookupRequest names a record. */
+export interface LookupRequest {
+  namespace: string;
+  key: string;
+}
+
+/** ClientOptions configure an {@link IdemClient}. */
+export interface ClientOptions {
+  /**
+   * retry sets how {@link IdemClient.do} retries RPCs that fail with a
+   * transient error and how fast it polls while waiting. Unset fields take
+   * their defaults (see {@link RetryPolicy}).
+   */
+  retry?: Partial<RetryPolicy>;
+}
+
+/** A transport that holds connections: {@link IdemClient.close} closes them. */
+interface Closable {
+  close?: () => void;
+}
+
+/**
+ * IdemClient talks to one idem service over a Connect-ES transport:
+ * {@link connectTransport} (the Connect protocol over fetch, in every
+ * runtime) or grpcTransport from "@idemhq/idem/node" (gRPC over Node's
+ * HTTP/2). It is thin: every typed call is one RPC without retries, and
+ * {@link IdemClient.do} adds the retries and the lease handling around them.
+ * Create one per process and share it.
+ *
+ * Typed calls throw an {@link RpcError} (of the subclass its reason names)
+ * for an error status. {@link IdemClient.claim} also throws
+ * {@link InProgressError} and {@link UnresolvedError} for those outcomes, so
+ * that code which only handles the happy path never runs a side effect that
+ * another worker is running or that waits for a decision.
+ */
+export class IdemClient {
+  /**
+   * raw holds the generated clients on the same transport, for code that
+   * works with the protobuf messages: their errors are plain ConnectErrors
+   * ({@link RpcError.from} decodes them).
+   */
+  readonly raw: {
+    readonly idempotency: Client<typeof IdempotencyService>;
+    readonly admin: Client<typeof AdminService>;
+  };
+  /**
+   * admin has the typed AdminService calls (list, delete, count, resolve),
+   * for operators' tools. When idemd runs with tenants, only tenants with
+   * `admin: true` may call them.
+   */
+  readonly admin: AdminClient;
+  /** retryPolicy is the policy do() retries with. */
+  readonly retryPolicy: RetryPolicy;
+  readonly #transport: Transport & Closable;
+
+  constructor(transport: Transport, options: ClientOptions = {}) {
+    this.#transport = transport;
+    this.raw = {
+      idempotency: createClient(IdempotencyService, transport),
+      admin: createClient(AdminService, transport),
+    };
+    this.admin = new AdminClient(this.raw.admin);
+    this.retryPolicy = withDefaults(options.retry);
+  }
+
+  /**
+   * claim asks for the right to perform a job, in one RPC without retries.
+   * ACQUIRED, COMPLETED and FAILED are returned: act on `outcome`.
+   * IN_PROGRESS throws an {@link InProgressError} (with retryAfterMs),
+   * UNRESOLVED an {@link UnresolvedError}, a Claim with another fingerprint
+   * a {@link FingerprintMismatchError}.
+   */
+  async claim(req: ClaimRequest, options?: CallOptions): Promise<ClaimResult> {
+    const resp = await call(() =>
+      this.raw.idempotency.claim(
+        {
+          namespace: req.namespace,
+          key: req.key,
+          fingerprint: req.fingerprint,
+          leaseTtl: durationOf(req.leaseTtlMs, "leaseTtlMs"),
+          claimant: req.claimant,
+          retention: durationOf(req.retentionMs, "retentionMs"),
+          wait: durationOf(req.waitMs, "waitMs"),
+        },
+        options,
+      ),
+    );
+    const record = recordFromProto(resp.record);
+    switch (resp.outcome) {
+      case Outcome.ACQUIRED:
+      case Outcome.COMPLETED:
+      case Outcome.FAILED:
+        return { outcome: resp.outcome, record };
+      case Outcome.IN_PROGRESS:
+        throw new InProgressError(record, durationMs(resp.retryAfter));
+      case Outcome.UNRESOLVED:
+        throw new UnresolvedError(record);
+    }
+    throw new Error(`idem: Claim answered with unknown outcome ${resp.outcome}`);
+  }
+
+  /**
+   * complete records a job's success with the acquired token, in one RPC
+   * without retries; repeating it after a lost response returns the stored
+   * record. Throws {@link LeaseLostError} (another worker took over),
+   * {@link AlreadyTerminalError}, {@link NotFoundError},
+   * {@link ResolvedByOperatorError}.
+   */
+  async complete(req: CompleteRequest, options?: CallOptions): Promise<JobRecord> {
+    const resp = await call(() =>
+      this.raw.idempotency.complete(
+        { namespace: req.namespace, key: req.key, token: req.token, result: req.result === undefined ? undefined : bytesOf(req.result) },
+        options,
+      ),
+    );
+    return recordFromProto(resp.record);
+  }
+
+  /**
+   * fail records a job's failure with the acquired token, in one RPC without
+   * retries; repeating it returns the stored record. Throws as
+   * {@link IdemClient.complete} does.
+   */
+  async fail(req: FailRequest, options?: CallOptions): Promise<JobRecord> {
+    const resp = await call(() =>
+      this.raw.idempotency.fail({ namespace: req.namespace, key: req.key, token: req.token, error: req.error, retryable: req.retryable }, options),
+    );
+    return recordFromProto(resp.record);
+  }
+
+  /**
+   * heartbeat extends the lease held with the token, in one RPC without
+   * retries, and returns the record with its new leaseExpiresAt. Throws
+   * {@link LeaseLostError}, {@link AlreadyTerminalError}, {@link NotFoundError}.
+   */
+  async heartbeat(req: HeartbeatRequest, options?: CallOptions): Promise<JobRecord> {
+    const resp = await call(() =>
+      this.raw.idempotency.heartbeat(
+        { namespace: req.namespace, key: req.key, token: req.token, leaseTtl: durationOf(req.leaseTtlMs, "leaseTtlMs") },
+        options,
+      ),
+    );
+    return recordFromProto(resp.record);
+  }
+
+  /** lookup reads a record without changing it. Throws {@link NotFoundError}. */
+  async lookup(req: LookupRequest, options?: CallOptions): Promise<JobRecord> {
+    const resp = await call(() => this.raw.idempotency.lookup({ namespace: req.namespace, key: req.key }, options));
+    return recordFromProto(resp.record);
+  }
+
+  /**
+   * do runs handler at most once per (namespace, key) across all workers,
+   * and records its outcome; see {@link DoOptions} for waiting. It returns
+   * only when the job is done: by this call (the handler ran and its Complete
+   * was confirmed) or before (a replay of the stored result, `replayed`
+   * true). Every other outcome is thrown:
+   *
+   * - {@link InProgressError}: another worker holds the job (after waitMs).
+   * - {@link JobFailedError}: the job failed permanently earlier.
+   * - {@link UnresolvedError}: the job waits for a resolution.
+   * - {@link FingerprintMismatchError}: the key was used for another request.
+   * - {@link LeaseLostError}: another worker took the job over while the
+   *   handler ran (its `attempt.signal` was aborted) or before its Complete;
+   *   `value` holds the handler's value if it returned one.
+   * - {@link ResolvedByOperatorError}: the handler's result was not stored:
+   *   an operator resolved the record meanwhile.
+   * - {@link CompletionUnknownError}: the handler returned, but the Complete
+   *   could not be confirmed before the lease ran out.
+   * - the handler's own error, once its failure is recorded: retryable
+   *   (RELEASED) unless wrapped with {@link permanent} (FAILED).
+   *
+   * It claims under a fresh claimant id (a UUID), reused when a Claim that
+   * failed transiently is retried, so a Claim whose answer was lost still
+   * acquires. While the handler runs it heartbeats every third of the
+   * lease. The error text it records is made storable (see
+   * {@link storableText}), so a failure is recorded whatever its message.
+   */
+  do(job: Job, handler: Handler, options?: DoOptions): Promise<DoResult> {
+    return runDo(this, job, handler, options ?? {});
+  }
+
+  /**
+   * close closes the transport's connections, if it holds any (gRPC's
+   * HTTP/2 session); calls in flight fail. A fetch transport has nothing to
+   * close.
+   */
+  close(): void {
+    this.#transport.close?.();
+  }
+}
+
+/** ListRecordsRequest filters and pages a listing. */
+export interface ListRecordsRequest {
+  /** namespace limits the listing to one namespace; all by default. */
+  namespace?: string;
+  /** state limits it to one state; all by default. */
+  state?: State;
+  /** olderThanMs limits it to records unchanged for at least this long. */
+  olderThanMs?: number;
+  /** pageSize is 1 to 1000; 100 by default. */
+  pageSize?: number;
+  /** pageToken is the previous page's nextPageToken; "" for the first page. */
+  pageToken?: string;
+  /** tenant lists another tenant's records (operators only). */
+  tenant?: string;
+  /** allTenants lists every tenant's records (operators only; not with tenant). */
+  allTenants?: boolean;
+}
+
+/** ListRecordsPage is one page of a listing. */
+export interface ListRecordsPage {
+  records: JobRecord[];
+  /** nextPageToken is "" on the last page. */
+  nextPageToken: string;
+}
+
+/** RecordRef names one record, of the caller's tenant or (operators) another's. */
+export interface RecordRef {
+  namespace: string;
+  key: string;
+  /** tenant names another tenant (operators only); "" for the caller's own. */
+  tenant?: string;
+}
+
+/**
+ * ResolveRecordRequest names an UNRESOLVED record and exactly one
+ * resolution: `completed` (the result every later Claim replays), `failed`
+ * (the error every later Claim replays) or `released: true` (the next Claim
+ * acquires it).
+ */
+export type ResolveRecordRequest = RecordRef & {
+  completed?: Uint8Array | string;
+  failed?: string;
+  released?: boolean;
+};
+
+/** StatsRequest asks for record counts. */
+export interface StatsRequest {
+  namespace?: string;
+  tenant?: string;
+  allTenants?: boolean;
+}
+
+/** StatsRow is the number of records of one namespace in one state. */
+export interface StatsRow {
+  namespace: string;
+  state: State;
+  count: bigint;
+  tenant: string;
+}
+
+/** AdminClient has the typed AdminService calls; see {@link IdemClient.admin}. */
+export class AdminClient {
+  readonly #raw: Client<typeof AdminService>;
+
+  constructor(raw: Client<typeof AdminService>) {
+    this.#raw = raw;
+  }
+
+  /** listRecords returns one page of records in (namespace, key) order. */
+  async listRecords(req: ListRecordsRequest = {}, options?: CallOptions): Promise<ListRecordsPage> {
+    const resp = await call(() =>
+      this.#raw.listRecords(
+        {
+          namespace: req.namespace,
+          state: req.state,
+          olderThan: durationOf(req.olderThanMs, "olderThanMs"),
+          pageSize: req.pageSize,
+          pageToken: req.pageToken,
+          tenant: req.tenant,
+          allTenants: req.allTenants,
+        },
+        options,
+      ),
+    );
+    return { records: resp.records.map(recordFromProto), nextPageToken: resp.nextPageToken };
+  }
+
+  /**
+   * deleteRecord evicts one record whatever its state and returns it as it
+   * was. The next Claim of the key creates it afresh with a greater token.
+   */
+  async deleteRecord(req: RecordRef, options?: CallOptions): Promise<JobRecord> {
+    const resp = await call(() => this.#raw.deleteRecord({ namespace: req.namespace, key: req.key, tenant: req.tenant }, options));
+    return recordFromProto(resp.record);
+  }
+
+  /** stats counts the records per namespace and state. */
+  async stats(req: StatsRequest = {}, options?: CallOptions): Promise<StatsRow[]> {
+    const resp = await call(() => this.#raw.stats({ namespace: req.namespace, tenant: req.tenant, allTenants: req.allTenants }, options));
+    return resp.rows.map((r: StatsRowPb) => ({ namespace: r.namespace, state: r.state, count: r.count, tenant: r.tenant }));
+  }
+
+  /**
+   * resolveRecord moves an UNRESOLVED record on, with exactly one of
+   * `completed`, `failed` or `released`, and returns the resolved record.
+   */
+  async resolveRecord(req: ResolveRecordRequest, options?: CallOptions): Promise<JobRecord> {
+    const given = (["completed", "failed", "released"] as const).filter((f) => req[f] !== undefined && req[f] !== false);
+    if (given.length !== 1) {
+      throw new TypeError(`idem: resolveRecord takes exactly one of completed, failed and released; got ${given.length ? given.join(", ") : "none"}`);
+    }
+    let resolution: MessageInitShape<typeof ResolveRecordRequestSchema>["resolution"];
+    if (req.completed !== undefined) {
+      resolution = { case: "completed", value: { result: bytesOf(req.completed) } };
+    } else if (req.failed !== undefined) {
+      resolution = { case: "failed", value: { error: req.failed } };
+    } else {
+      resolution = { case: "released", value: {} };
+    }
+    const resp = await call(() => this.#raw.resolveRecord({ namespace: req.namespace, key: req.key, tenant: req.tenant, resolution }, options));
+    return recordFromProto(resp.record);
+  }
+}
+
+/** call runs one RPC and decodes its error. */
+async function call<T>(rpc: () => Promise<T>): Promise<T> {
+  try {
+    return await rpc();
+  } catch (err) {
+    throw RpcError.from(err);
+  }
+}

@@ -1,0 +1,305 @@
+import type { IdemClient } from "./client.js";
+import {
+  CompletionUnknownError,
+  InProgressError,
+  isPermanent,
+  isTransient,
+  JobFailedError,
+  LeaseLostError,
+  messageOf,
+  ResolvedByOperatorError,
+  RpcError,
+} from "./errors.js";
+import { Outcome } from "./gen/idem/v1/idem_pb.js";
+import type { JobRecord } from "./record.js";
+import { bytesOf } from "./record.js";
+import { delay, retry, sleep } from "./retry.js";
+import { MAX_ERROR_BYTES, storableText } from "./text.js";
+import { randomUUID } from "./uuid.js";
+
+/**
+ * DEFAULT_LEASE_TTL_MS is the lease do() assumes when neither the job nor
+ * the claimed record tells it: the server's documented default.
+ */
+const DEFAULT_LEASE_TTL_MS = 5 * 60_000;
+
+/** MAX_WAIT_MS is the longest {@link ClaimRequest.waitMs} the server accepts. */
+export const MAX_WAIT_MS = 60_000;
+
+/** Job identifies one unit of work and how to hold it. */
+export interface Job {
+  /** namespace is the job type, matching ^[a-z0-9][a-z0-9_.-]{0,63}$. */
+  namespace: string;
+  /** key is the idempotency key, chosen once when the job was created. */
+  key: string;
+  /**
+   * fingerprint is an optional hash of the payload ({@link fingerprint},
+   * {@link fingerprintJSON}): a Claim of the key with another fingerprint
+   * throws {@link FingerprintMismatchError}. None by default.
+   */
+  fingerprint?: Uint8Array;
+  /**
+   * leaseTtlMs is how long the job is held without a heartbeat. Unset means
+   * the server's default (5 minutes unless configured otherwise). do()
+   * heartbeats every third of it while the handler runs.
+   */
+  leaseTtlMs?: number;
+  /**
+   * retentionMs is how long the outcome is kept (and replayed) after the job
+   * finishes. Unset means the server's default (24 hours unless configured
+   * otherwise).
+   */
+  retentionMs?: number;
+}
+
+/** Attempt describes the acquisition the handler runs under. */
+export interface Attempt {
+  /**
+   * token is the fencing token of this acquisition. Pass it to downstream
+   * systems that can reject writes from a superseded token.
+   */
+  token: bigint;
+  /** number is the record's attempt count: 1 for the first acquisition. */
+  number: number;
+  /**
+   * takeover is number > 1: an earlier attempt held the job and may have
+   * done part of the work before it failed or lost its lease. Check the
+   * downstream state before repeating a partial effect.
+   */
+  takeover: boolean;
+  /**
+   * signal is aborted when the lease is lost (a heartbeat was refused: its
+   * reason is the error, a {@link LeaseLostError} when another worker took
+   * over) or when do()'s own signal is. Stop, and do not perform the side
+   * effect after it: `attempt.signal.throwIfAborted()` just before it.
+   */
+  signal: AbortSignal;
+  /** record is the record as acquired. */
+  record: JobRecord;
+}
+
+/**
+ * Handler performs the job's side effect and returns its result (a string
+ * is stored as UTF-8), which idem stores and replays to later deliveries.
+ * Throwing records a retryable failure, or a permanent one when the error is
+ * wrapped with {@link permanent}.
+ */
+export type Handler = (attempt: Attempt) => Promise<Uint8Array | string | void> | Uint8Array | string | void;
+
+/** DoOptions configure one {@link IdemClient.do} call. */
+export interface DoOptions {
+  /**
+   * waitMs makes do() wait while another worker holds the job, instead of
+   * throwing {@link InProgressError} at once (the default, which suits
+   * queues that redeliver). do() waits until the job has COMPLETED (the
+   * stored value), FAILED ({@link JobFailedError}) or is acquired (the
+   * handler runs), or until waitMs has passed ({@link InProgressError}). The
+   * server does the waiting (ClaimRequest.wait, up to a minute per Claim) and
+   * answers as soon as the holder finishes; when it answers IN_PROGRESS
+   * before the wait it was asked for, do() polls with the client's backoff
+   * instead, never later than the holder's lease runs out.
+   */
+  waitMs?: number;
+  /**
+   * signal cancels do(): its Claims, and the handler's `attempt.signal`.
+   * Once the handler has returned, its Complete or Fail is sent even if
+   * signal is aborted, for at most one lease, because it records what
+   * already happened.
+   */
+  signal?: AbortSignal;
+}
+
+/** DoResult is what {@link IdemClient.do} returns. */
+export interface DoResult {
+  /** value is the handler's value, or the stored value when replayed. */
+  value: Uint8Array;
+  /** replayed is true when the job had completed earlier and the handler was not called. */
+  replayed: boolean;
+  /** record is the record after do()'s last successful call. */
+  record: JobRecord;
+}
+
+/** runDo is {@link IdemClient.do}. */
+export async function runDo(client: IdemClient, job: Job, handler: Handler, o: DoOptions): Promise<DoResult> {
+  const claimant = await randomUUID();
+  const waitUntil = Date.now() + (o.waitMs ?? 0);
+  for (let poll = 0; ; ) {
+    // The server waits for the holder, for what is left of o.waitMs.
+    const waitMs = Math.floor(Math.min(Math.max(waitUntil - Date.now(), 0), MAX_WAIT_MS));
+    const asked = Date.now();
+    let claimed: { outcome: Outcome; record: JobRecord };
+    try {
+      claimed = await retry(
+        client.retryPolicy,
+        (b) =>
+          client.claim(
+            {
+              namespace: job.namespace,
+              key: job.key,
+              fingerprint: job.fingerprint,
+              leaseTtlMs: job.leaseTtlMs,
+              claimant,
+              retentionMs: job.retentionMs,
+              waitMs,
+            },
+            { signal: b.signal },
+          ),
+        { signal: o.signal },
+      );
+    } catch (err) {
+      if (!(err instanceof InProgressError)) {
+        throw err; // UnresolvedError among them: the handler is not called
+      }
+      const remaining = waitUntil - Date.now();
+      if (remaining <= 0) {
+        throw err;
+      }
+      if (waitMs > 0 && Date.now() - asked >= waitMs) {
+        continue; // the server waited all it was asked to: ask again
+      }
+      // Answered before the wait it was asked for: poll.
+      if (!(await sleep(Math.min(delay(client.retryPolicy, poll), remaining, Math.max(err.retryAfterMs, 1)), o.signal))) {
+        throw o.signal?.reason ?? err;
+      }
+      poll++;
+      continue;
+    }
+    switch (claimed.outcome) {
+      case Outcome.COMPLETED:
+        return { value: claimed.record.result, replayed: true, record: claimed.record };
+      case Outcome.FAILED:
+        throw new JobFailedError(claimed.record);
+      default: // ACQUIRED: claim() returns no other outcome
+        return run(client, job, claimed.record, handler, o);
+    }
+  }
+}
+
+/** run calls handler under the acquired record rec and records its outcome. */
+async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handler, o: DoOptions): Promise<DoResult> {
+  let lease = job.leaseTtlMs ?? 0;
+  if (lease <= 0 && rec.leaseExpiresAt && rec.updatedAt) {
+    // The server's default lease, measured on the server's clock.
+    lease = rec.leaseExpiresAt.getTime() - rec.updatedAt.getTime();
+  }
+  if (lease <= 0) {
+    lease = DEFAULT_LEASE_TTL_MS;
+  }
+
+  const handlerAbort = new AbortController();
+  const beatsAbort = new AbortController();
+  const onCallerAbort = () => {
+    handlerAbort.abort(o.signal?.reason);
+    beatsAbort.abort();
+  };
+  if (o.signal?.aborted) {
+    onCallerAbort();
+  } else {
+    o.signal?.addEventListener("abort", onCallerAbort, { once: true });
+  }
+  let lost: unknown; // why the lease was given up, if it was
+  const beats = keepLease(client, job, rec.token, lease / 3, beatsAbort.signal).then((err) => {
+    if (err !== undefined) {
+      lost = err;
+      handlerAbort.abort(err);
+    }
+  });
+
+  let value: Uint8Array | undefined;
+  let handlerError: unknown;
+  let threw = false;
+  try {
+    value = resultBytes(await handler({ token: rec.token, number: rec.attempt, takeover: rec.attempt > 1, signal: handlerAbort.signal, record: rec }));
+  } catch (err) {
+    threw = true;
+    handlerError = err;
+  } finally {
+    beatsAbort.abort();
+    await beats;
+    o.signal?.removeEventListener("abort", onCallerAbort);
+  }
+
+  if (lost !== undefined) {
+    // A successor may hold the job now; anything we record would be
+    // rejected, and the handler's error, if any, is most likely the abort.
+    if (lost instanceof RpcError && value !== undefined) {
+      lost.value = value;
+    }
+    throw lost;
+  }
+
+  // Complete and Fail record what already happened, so a caller that gives
+  // up now must not skip them; one lease bounds them instead.
+  const deadline = Date.now() + lease;
+  if (threw) {
+    const error = storableText(messageOf(handlerError), MAX_ERROR_BYTES);
+    try {
+      await retry(
+        client.retryPolicy,
+        (b) => client.fail({ namespace: job.namespace, key: job.key, token: rec.token, error, retryable: !isPermanent(handlerError) }, b),
+        { deadline },
+      );
+    } catch (err) {
+      if (err instanceof RpcError) {
+        err.handlerError = handlerError;
+      }
+      throw err;
+    }
+    throw handlerError;
+  }
+  const result = value ?? new Uint8Array();
+  try {
+    const done = await retry(
+      client.retryPolicy,
+      (b) => client.complete({ namespace: job.namespace, key: job.key, token: rec.token, result }, b),
+      { deadline },
+    );
+    return { value: result, replayed: false, record: done };
+  } catch (err) {
+    if (err instanceof LeaseLostError || err instanceof ResolvedByOperatorError) {
+      err.value = result;
+      throw err;
+    }
+    throw new CompletionUnknownError(result, rec, err);
+  }
+}
+
+/**
+ * keepLease heartbeats every interval until signal is aborted, and then
+ * resolves undefined. It resolves early with the first error that is not
+ * transient: the lease was lost, or the record changed under the worker.
+ * Transient failures are retried and then left to the next beat: the lease
+ * outlives two missed beats, and a lease that ran out is still ours until
+ * someone takes it over.
+ */
+async function keepLease(client: IdemClient, job: Job, token: bigint, interval: number, signal: AbortSignal): Promise<unknown> {
+  for (;;) {
+    if (!(await sleep(interval, signal))) {
+      return undefined;
+    }
+    try {
+      await retry(
+        client.retryPolicy,
+        // A beat that takes longer than the interval is of no use, and one
+        // hung on a dead connection must not stop the beats after it.
+        (b) => client.heartbeat({ namespace: job.namespace, key: job.key, token, leaseTtlMs: job.leaseTtlMs }, { signal: b.signal, timeoutMs: Math.max(interval, 1000) }),
+        { signal },
+      );
+    } catch (err) {
+      if (!signal.aborted && !isTransient(err)) {
+        return err;
+      }
+    }
+  }
+}
+
+/** resultBytes is the handler's value as the bytes to store. */
+function resultBytes(v: unknown): Uint8Array {
+  if (v === undefined || v === null) {
+    return new Uint8Array();
+  }
+  if (typeof v === "string" || v instanceof Uint8Array) {
+    return bytesOf(v);
+  }
+  throw new TypeError(`idem: the handler returned ${typeof v === "object" ? "an object" : `a ${typeof v}`}; return a Uint8Array or a string (JSON.stringify an object)`);
+}

@@ -1,0 +1,835 @@
+// idem is an idempotency-key coordination service. A worker that is about to
+// perform an irreversible side effect (charge a card, send an email, call a
+// webhook) for a job that an at-least-once queue may deliver more than once
+// calls Claim first, performs the effect only when the outcome is ACQUIRED,
+// and then calls Complete (success) or Fail (failure). Every other delivery
+// of the same job gets IN_PROGRESS, or the stored result (COMPLETED) or error
+// (FAILED), so the effect happens once.
+//
+// A record is identified by (tenant, namespace, key). The tenant comes from
+// authentication and never from a request.
+//
+// Errors. Every error that a worker may want to branch on carries a
+// google.rpc.ErrorInfo detail with domain "idem" and one of these reasons,
+// the values of the enum ErrorReason (error_reason.proto) without their
+// ERROR_REASON_ prefix:
+//   - INVALID_ARGUMENT    / INVALID_NAMESPACE, INVALID_KEY, INVALID_FINGERPRINT,
+//     INVALID_CLAIMANT, INVALID_LEASE_TTL, INVALID_RETENTION, INVALID_WAIT,
+//     INVALID_RESULT, INVALID_ERROR, INVALID_TOKEN: a field is malformed or out of bounds;
+//     the message names the field and the bound. Nothing was written. A
+//     text field that breaks the text rule below also has the ErrorInfo
+//     metadata "field" and "problem" (NUL_CHARACTER or INVALID_UTF8).
+//   - FAILED_PRECONDITION / FINGERPRINT_MISMATCH: the key was used before for
+//     a request with another fingerprint.
+//   - FAILED_PRECONDITION / ALREADY_TERMINAL: the record is no longer
+//     PROCESSING, EXPIRED or UNRESOLVED, and this call is not a repeat of
+//     the call that ended it.
+//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
+//     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
+//     resolution given.
+//   - ABORTED / LEASE_LOST: the token is not the record's current token; the
+//     lease was taken over by another worker. Stop and do not retry.
+//   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged
+//     after its retention, or deleted with AdminService.DeleteRecord).
+//   - UNAVAILABLE / STORE_UNAVAILABLE: the database cannot be reached. Retry
+//     with backoff; nothing is known to have changed.
+//   - UNAVAILABLE / CONTENTION: the record changed under the call every time
+//     it was tried. Retry with backoff.
+//   - UNAUTHENTICATED / UNAUTHENTICATED: no credentials, or a bearer token
+//     or client certificate that names no tenant (only when idemd runs with a
+//     config file). Nothing was read or written.
+//   - INVALID_ARGUMENT    / INVALID_PAGE_SIZE, INVALID_PAGE_TOKEN,
+//     INVALID_STATE, INVALID_OLDER_THAN (AdminService.ListRecords): the
+//     page_size is outside 1–1000, the page_token is not one the server
+//     returned, the state is not a known State, or older_than is outside
+//     0s–87600h (10 years). Nothing was read.
+//   - PERMISSION_DENIED / NAMESPACE_NOT_ALLOWED: the namespace is not in the
+//     caller's tenant's allow-list; this holds for AdminService too, whose
+//     listings and counts without a namespace show only the namespaces the
+//     allow-list admits. PERMISSION_DENIED / NOT_ADMIN: an AdminService call
+//     from a tenant without admin rights. PERMISSION_DENIED / NOT_OPERATOR:
+//     an AdminService call that names another tenant, or all_tenants, from
+//     a tenant that is not an operator; metadata "field" names the field.
+//   - INVALID_ARGUMENT    / INVALID_TENANT (AdminService): the tenant named
+//     is not in idemd's config, or tenant and all_tenants are both set.
+//   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
+//     a google.rpc.RetryInfo says how long to wait. Nothing was written.
+//   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
+//     UNKNOWN_FIELD, a body field or query parameter the request does not
+//     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
+//     JSON object of the request's type, or (HTTP 415) a Content-Type or
+//     Content-Encoding it does not read; RESOURCE_EXHAUSTED /
+//     REQUEST_TOO_LARGE (HTTP 413), a body over the largest valid request.
+//     A JSON value that is not of its field's type gets that field's reason
+//     (INVALID_LEASE_TTL, …) where it has one. Nothing was written.
+//
+// Text. Every string field (namespace, key, claimant, error) is UTF-8
+// without the character U+0000 (NUL), whichever store the server runs on:
+// a NUL anywhere in one is INVALID_ARGUMENT with that field's reason
+// (INVALID_CLAIMANT, …) and the problem NUL_CHARACTER, also on a Claim that
+// would only replay; nothing is read or written. A string that is not valid
+// UTF-8 is refused by gRPC's protobuf decoding (INTERNAL, "error
+// unmarshalling request") before idem sees it; a transport that hands it on,
+// as the HTTP/JSON API does for a JSON string or a REST path segment, gets
+// INVALID_ARGUMENT with the problem INVALID_UTF8. Other control
+// characters (tab, newline, …) are kept as sent, except in keys, which allow
+// none. The Go SDK's Do makes the error text it sends storable: NULs and
+// bytes that are not UTF-8 become U+FFFD and it is cut to 4 KiB.
+
+// @generated by protoc-gen-es v2.13.0 with parameter "target=ts,import_extension=js"
+// @generated from file idem/v1/idem.proto (package idem.v1, syntax proto3)
+/* eslint-disable */
+
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Message } from "@bufbuild/protobuf";
+
+/**
+ * Describes the file idem/v1/idem.proto.
+ */
+export const file_idem_v1_idem: GenFile = /*@__PURE__*/
+  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEi0wMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCCLaAQoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSEwoLZmluZ2VycHJpbnQYAyABKAwSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGNsYWltYW50GAUgASgJEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoMBCg1DbGFpbVJlc3BvbnNlEiEKB291dGNvbWUYASABKA4yEC5pZGVtLnYxLk91dGNvbWUSHwoGcmVjb3JkGAIgASgLMg8uaWRlbS52MS5SZWNvcmQSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUAoPQ29tcGxldGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDgoGcmVzdWx0GAQgASgMIjMKEENvbXBsZXRlUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiXgoLRmFpbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxINCgVlcnJvchgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiLwoMRmFpbFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIm8KEEhlYXJ0YmVhdFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxIsCglsZWFzZV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRSGVhcnRiZWF0UmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiLwoNTG9va3VwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJIjEKDkxvb2t1cFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkKpgBCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhQKEFNUQVRFX1BST0NFU1NJTkcQARITCg9TVEFURV9DT01QTEVURUQQAhIQCgxTVEFURV9GQUlMRUQQAxISCg5TVEFURV9SRUxFQVNFRBAEEhEKDVNUQVRFX0VYUElSRUQQBRIUChBTVEFURV9VTlJFU09MVkVEEAYqlAEKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhQKEE9VVENPTUVfQUNRVUlSRUQQARIXChNPVVRDT01FX0lOX1BST0dSRVNTEAISFQoRT1VUQ09NRV9DT01QTEVURUQQAxISCg5PVVRDT01FX0ZBSUxFRBAEEhYKEk9VVENPTUVfVU5SRVNPTFZFRBAFMuYEChJJZGVtcG90ZW5jeVNlcnZpY2UScQoFQ2xhaW0SFS5pZGVtLnYxLkNsYWltUmVxdWVzdBoWLmlkZW0udjEuQ2xhaW1SZXNwb25zZSI5gtPkkwIzOgEqIi4vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmNsYWltEn0KCENvbXBsZXRlEhguaWRlbS52MS5Db21wbGV0ZVJlcXVlc3QaGS5pZGVtLnYxLkNvbXBsZXRlUmVzcG9uc2UiPILT5JMCNjoBKiIxL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjb21wbGV0ZRJtCgRGYWlsEhQuaWRlbS52MS5GYWlsUmVxdWVzdBoVLmlkZW0udjEuRmFpbFJlc3BvbnNlIjiC0+STAjI6ASoiLS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06ZmFpbBKBAQoJSGVhcnRiZWF0EhkuaWRlbS52MS5IZWFydGJlYXRSZXF1ZXN0GhouaWRlbS52MS5IZWFydGJlYXRSZXNwb25zZSI9gtPkkwI3OgEqIjIvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmhlYXJ0YmVhdBJrCgZMb29rdXASFi5pZGVtLnYxLkxvb2t1cFJlcXVlc3QaFy5pZGVtLnYxLkxvb2t1cFJlc3BvbnNlIjCC0+STAioSKC92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+
+/**
+ * Record is the server's state for one (namespace, key).
+ *
+ * @generated from message idem.v1.Record
+ */
+export type Record = Message<"idem.v1.Record"> & {
+  /**
+   * The job type or scope the key belongs to.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The idempotency key.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * Where the record is in its life.
+   *
+   * @generated from field: idem.v1.State state = 3;
+   */
+  state: State;
+
+  /**
+   * The fencing token of the latest ACQUIRED outcome. Every acquisition hands
+   * out a token strictly greater than all earlier ones for this record, also
+   * across a purge. Pass it to downstream systems that can reject stale
+   * writers.
+   *
+   * @generated from field: int64 token = 4;
+   */
+  token: bigint;
+
+  /**
+   * How many times the record was acquired since it was created.
+   *
+   * @generated from field: int32 attempt = 5;
+   */
+  attempt: number;
+
+  /**
+   * The claimant id sent with the latest ACQUIRED Claim; empty if none.
+   *
+   * @generated from field: string claimant = 6;
+   */
+  claimant: string;
+
+  /**
+   * The fingerprint stored when the record was created; empty if none.
+   *
+   * @generated from field: bytes fingerprint = 7;
+   */
+  fingerprint: Uint8Array;
+
+  /**
+   * When the current lease runs out. Set while PROCESSING, and kept on an
+   * EXPIRED record to show when it ran out.
+   *
+   * @generated from field: google.protobuf.Timestamp lease_expires_at = 8;
+   */
+  leaseExpiresAt?: Timestamp | undefined;
+
+  /**
+   * The result stored by Complete (COMPLETED only).
+   *
+   * @generated from field: bytes result = 9;
+   */
+  result: Uint8Array;
+
+  /**
+   * The error stored by Fail (FAILED and RELEASED only).
+   *
+   * @generated from field: string error = 10;
+   */
+  error: string;
+
+  /**
+   * When the record was created.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 11;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When the record last changed.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 12;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * When the record became COMPLETED or FAILED.
+   *
+   * @generated from field: google.protobuf.Timestamp completed_at = 13;
+   */
+  completedAt?: Timestamp | undefined;
+
+  /**
+   * When the record may be purged: the moment it left PROCESSING plus its
+   * retention. Unset while PROCESSING.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 14;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * The policy of idemd's config file that applied when the record was last
+   * acquired: the policy's namespace globs joined by commas ("payments.*").
+   * Empty when no policy matched the namespace and the server's defaults
+   * applied. A policy sets the lease and retention a Claim gets when it
+   * sends none, and the longest lease a Claim or Heartbeat may ask for.
+   *
+   * @generated from field: string policy = 15;
+   */
+  policy: string;
+
+  /**
+   * The tenant that owns the record. Set in AdminService answers, where an
+   * operator may see several tenants' records; empty elsewhere, where it is
+   * always the caller's.
+   *
+   * @generated from field: string tenant = 16;
+   */
+  tenant: string;
+
+  /**
+   * True when that policy says on_lease_expiry: hold: a lease that runs out
+   * with no Complete or Fail makes the record UNRESOLVED instead of open to
+   * a takeover.
+   *
+   * @generated from field: bool hold = 17;
+   */
+  hold: boolean;
+};
+
+/**
+ * Describes the message idem.v1.Record.
+ * Use `create(RecordSchema)` to create a new message.
+ */
+export const RecordSchema: GenMessage<Record> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 0);
+
+/**
+ * ClaimRequest asks for the right to perform one job.
+ *
+ * @generated from message idem.v1.ClaimRequest
+ */
+export type ClaimRequest = Message<"idem.v1.ClaimRequest"> & {
+  /**
+   * The job type or scope, e.g. "process_payment". It must match
+   * ^[a-z0-9][a-z0-9_.-]{0,63}$.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The idempotency key, chosen once when the job was created: 1 to 256 bytes
+   * of UTF-8 without control characters.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * Optional hash of the request (at most 64 bytes, e.g. SHA-256 of the
+   * canonical job payload). It is stored when the record is created; a later
+   * Claim with a different non-empty fingerprint is rejected with
+   * FAILED_PRECONDITION / FINGERPRINT_MISMATCH.
+   *
+   * @generated from field: bytes fingerprint = 3;
+   */
+  fingerprint: Uint8Array;
+
+  /**
+   * How long the lease lasts without a Heartbeat. Default 5 minutes; bounds
+   * 1 second to 24 hours. A policy of idemd's config file that matches the
+   * namespace may set another default (its lease_ttl) and a lower bound
+   * (its max_lease_ttl): asking for more is INVALID_ARGUMENT /
+   * INVALID_LEASE_TTL, naming the policy. Record.policy names it.
+   *
+   * @generated from field: google.protobuf.Duration lease_ttl = 4;
+   */
+  leaseTtl?: Duration | undefined;
+
+  /**
+   * Optional id of the caller's attempt (at most 128 bytes of UTF-8 without
+   * NUL, e.g. a UUID).
+   * Repeating a Claim with the same claimant while its lease lives returns
+   * ACQUIRED again with the same token, so a Claim whose response was lost
+   * can be retried safely.
+   *
+   * @generated from field: string claimant = 5;
+   */
+  claimant: string;
+
+  /**
+   * How long the record is kept after it leaves PROCESSING, before it may be
+   * purged. Default 24 hours, or the retention of the policy that matches
+   * the namespace; bounds 1 minute to 90 days.
+   *
+   * @generated from field: google.protobuf.Duration retention = 6;
+   */
+  retention?: Duration | undefined;
+
+  /**
+   * How long to wait, when the answer would be IN_PROGRESS, for the holder
+   * to finish. Unset or 0 answers at once (IN_PROGRESS with retry_after).
+   * Otherwise the call waits until the record is COMPLETED or FAILED (the
+   * answer is that outcome with the stored result or error), or can be
+   * acquired (RELEASED, or its lease ran out: the waiting Claim acquires it
+   * and gets ACQUIRED; of several waiting Claims one does, and the others
+   * keep waiting), or the wait runs out (IN_PROGRESS, as without a wait).
+   * A Complete or Fail on any replica wakes the waiting Claim at once; no
+   * polling is involved. The wait never outlasts the call's own deadline:
+   * it ends early enough for the answer to arrive in time. At most 60
+   * seconds (INVALID_ARGUMENT / INVALID_WAIT outside 0 to 60 s). When the
+   * server already holds as many waiting Claims as it allows (in all, or for
+   * the tenant), the Claim answers IN_PROGRESS at once, as without a wait.
+   *
+   * @generated from field: google.protobuf.Duration wait = 7;
+   */
+  wait?: Duration | undefined;
+};
+
+/**
+ * Describes the message idem.v1.ClaimRequest.
+ * Use `create(ClaimRequestSchema)` to create a new message.
+ */
+export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 1);
+
+/**
+ * ClaimResponse tells the caller what to do.
+ *
+ * @generated from message idem.v1.ClaimResponse
+ */
+export type ClaimResponse = Message<"idem.v1.ClaimResponse"> & {
+  /**
+   * What to do: see Outcome.
+   *
+   * @generated from field: idem.v1.Outcome outcome = 1;
+   */
+  outcome: Outcome;
+
+  /**
+   * The record after the Claim.
+   *
+   * @generated from field: idem.v1.Record record = 2;
+   */
+  record?: Record | undefined;
+
+  /**
+   * For IN_PROGRESS: how long until the holder's lease runs out. A Claim
+   * after that may acquire the record.
+   *
+   * @generated from field: google.protobuf.Duration retry_after = 3;
+   */
+  retryAfter?: Duration | undefined;
+};
+
+/**
+ * Describes the message idem.v1.ClaimResponse.
+ * Use `create(ClaimResponseSchema)` to create a new message.
+ */
+export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 2);
+
+/**
+ * CompleteRequest records a job's success.
+ *
+ * @generated from message idem.v1.CompleteRequest
+ */
+export type CompleteRequest = Message<"idem.v1.CompleteRequest"> & {
+  /**
+   * The namespace of the Claim.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key of the Claim.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The token of the ACQUIRED outcome.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * The result to store and replay to later Claims: opaque bytes, at most
+   * 64 KiB unless the server is configured otherwise (INVALID_ARGUMENT /
+   * INVALID_RESULT). A request far over the limit is refused by gRPC itself
+   * with RESOURCE_EXHAUSTED before idem reads it.
+   *
+   * @generated from field: bytes result = 4;
+   */
+  result: Uint8Array;
+};
+
+/**
+ * Describes the message idem.v1.CompleteRequest.
+ * Use `create(CompleteRequestSchema)` to create a new message.
+ */
+export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 3);
+
+/**
+ * CompleteResponse carries the COMPLETED record.
+ *
+ * @generated from message idem.v1.CompleteResponse
+ */
+export type CompleteResponse = Message<"idem.v1.CompleteResponse"> & {
+  /**
+   * The record, now COMPLETED.
+   *
+   * @generated from field: idem.v1.Record record = 1;
+   */
+  record?: Record | undefined;
+};
+
+/**
+ * Describes the message idem.v1.CompleteResponse.
+ * Use `create(CompleteResponseSchema)` to create a new message.
+ */
+export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 4);
+
+/**
+ * FailRequest records a job's failure.
+ *
+ * @generated from message idem.v1.FailRequest
+ */
+export type FailRequest = Message<"idem.v1.FailRequest"> & {
+  /**
+   * The namespace of the Claim.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key of the Claim.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The token of the ACQUIRED outcome.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * What went wrong: at most 4 KiB of UTF-8 without NUL (INVALID_ARGUMENT /
+   * INVALID_ERROR otherwise). Replayed to later Claims when the failure is
+   * permanent.
+   *
+   * @generated from field: string error = 4;
+   */
+  error: string;
+
+  /**
+   * true: give the record back (RELEASED) so that the next Claim acquires it.
+   * false: the failure is permanent (FAILED) and is replayed to every later
+   * Claim.
+   *
+   * @generated from field: bool retryable = 5;
+   */
+  retryable: boolean;
+};
+
+/**
+ * Describes the message idem.v1.FailRequest.
+ * Use `create(FailRequestSchema)` to create a new message.
+ */
+export const FailRequestSchema: GenMessage<FailRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 5);
+
+/**
+ * FailResponse carries the FAILED or RELEASED record.
+ *
+ * @generated from message idem.v1.FailResponse
+ */
+export type FailResponse = Message<"idem.v1.FailResponse"> & {
+  /**
+   * The record, now FAILED or RELEASED.
+   *
+   * @generated from field: idem.v1.Record record = 1;
+   */
+  record?: Record | undefined;
+};
+
+/**
+ * Describes the message idem.v1.FailResponse.
+ * Use `create(FailResponseSchema)` to create a new message.
+ */
+export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 6);
+
+/**
+ * HeartbeatRequest extends a lease.
+ *
+ * @generated from message idem.v1.HeartbeatRequest
+ */
+export type HeartbeatRequest = Message<"idem.v1.HeartbeatRequest"> & {
+  /**
+   * The namespace of the Claim.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key of the Claim.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The token of the ACQUIRED outcome.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * The new lease, counted from now. Default 5 minutes; bounds 1 second to
+   * 24 hours. The namespace's policy, when one matches, sets the default
+   * and lowers the bound as it does for Claim.
+   *
+   * @generated from field: google.protobuf.Duration lease_ttl = 4;
+   */
+  leaseTtl?: Duration | undefined;
+};
+
+/**
+ * Describes the message idem.v1.HeartbeatRequest.
+ * Use `create(HeartbeatRequestSchema)` to create a new message.
+ */
+export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 7);
+
+/**
+ * HeartbeatResponse carries the record with its new lease.
+ *
+ * @generated from message idem.v1.HeartbeatResponse
+ */
+export type HeartbeatResponse = Message<"idem.v1.HeartbeatResponse"> & {
+  /**
+   * The record, PROCESSING with the new lease_expires_at.
+   *
+   * @generated from field: idem.v1.Record record = 1;
+   */
+  record?: Record | undefined;
+};
+
+/**
+ * Describes the message idem.v1.HeartbeatResponse.
+ * Use `create(HeartbeatResponseSchema)` to create a new message.
+ */
+export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 8);
+
+/**
+ * LookupRequest reads one record.
+ *
+ * @generated from message idem.v1.LookupRequest
+ */
+export type LookupRequest = Message<"idem.v1.LookupRequest"> & {
+  /**
+   * The namespace of the record.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key of the record.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message idem.v1.LookupRequest.
+ * Use `create(LookupRequestSchema)` to create a new message.
+ */
+export const LookupRequestSchema: GenMessage<LookupRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 9);
+
+/**
+ * LookupResponse carries the record.
+ *
+ * @generated from message idem.v1.LookupResponse
+ */
+export type LookupResponse = Message<"idem.v1.LookupResponse"> & {
+  /**
+   * The record.
+   *
+   * @generated from field: idem.v1.Record record = 1;
+   */
+  record?: Record | undefined;
+};
+
+/**
+ * Describes the message idem.v1.LookupResponse.
+ * Use `create(LookupResponseSchema)` to create a new message.
+ */
+export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 10);
+
+/**
+ * State is where a record is in its life.
+ *
+ * @generated from enum idem.v1.State
+ */
+export enum State {
+  /**
+   * Never sent by the server.
+   *
+   * @generated from enum value: STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A worker holds the record under a lease. A Claim gets IN_PROGRESS while
+   * the lease lives, and ACQUIRED (a takeover) once it has run out.
+   *
+   * @generated from enum value: STATE_PROCESSING = 1;
+   */
+  PROCESSING = 1,
+
+  /**
+   * Terminal success: the result is stored and every Claim replays it.
+   *
+   * @generated from enum value: STATE_COMPLETED = 2;
+   */
+  COMPLETED = 2,
+
+  /**
+   * Terminal failure (Fail with retryable=false): the error is stored and
+   * every Claim replays it.
+   *
+   * @generated from enum value: STATE_FAILED = 3;
+   */
+  FAILED = 3,
+
+  /**
+   * The holder gave the record back (Fail with retryable=true): the next
+   * Claim acquires it.
+   *
+   * @generated from enum value: STATE_RELEASED = 4;
+   */
+  RELEASED = 4,
+
+  /**
+   * The lease ran out with no Complete or Fail (set by the sweeper): the next
+   * Claim acquires it.
+   *
+   * @generated from enum value: STATE_EXPIRED = 5;
+   */
+  EXPIRED = 5,
+
+  /**
+   * Held for resolution: the record's policy says on_lease_expiry: hold
+   * (Record.hold), and its lease ran out with no Complete or Fail (set by the
+   * sweeper, or by the Claim that found it first). Nobody took it over, so
+   * the worker that held it still has the current token: its late Complete
+   * or Fail is accepted and resolves it (a Heartbeat makes it PROCESSING
+   * again). Otherwise an operator resolves it with
+   * AdminService.ResolveRecord. Every Claim meanwhile gets
+   * OUTCOME_UNRESOLVED. It is never purged: it waits for a resolution.
+   *
+   * @generated from enum value: STATE_UNRESOLVED = 6;
+   */
+  UNRESOLVED = 6,
+}
+
+/**
+ * Describes the enum idem.v1.State.
+ */
+export const StateSchema: GenEnum<State> = /*@__PURE__*/
+  enumDesc(file_idem_v1_idem, 0);
+
+/**
+ * Outcome is the answer to a Claim.
+ *
+ * @generated from enum idem.v1.Outcome
+ */
+export enum Outcome {
+  /**
+   * Never sent by the server.
+   *
+   * @generated from enum value: OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The caller holds the record with record.token until
+   * record.lease_expires_at. Perform the side effect, then call Complete or
+   * Fail with that token. record.attempt > 1 means an earlier attempt may
+   * have done part of the work.
+   *
+   * @generated from enum value: OUTCOME_ACQUIRED = 1;
+   */
+  ACQUIRED = 1,
+
+  /**
+   * Another worker holds a live lease. Do not perform the side effect; retry
+   * after retry_after, or let the queue redeliver the job. A Claim sent with
+   * a wait gets it only when the wait ran out (or the server holds as many
+   * waiting Claims as it allows).
+   *
+   * @generated from enum value: OUTCOME_IN_PROGRESS = 2;
+   */
+  IN_PROGRESS = 2,
+
+  /**
+   * The job completed earlier: record.result holds the stored result. Do not
+   * perform the side effect again.
+   *
+   * @generated from enum value: OUTCOME_COMPLETED = 3;
+   */
+  COMPLETED = 3,
+
+  /**
+   * The job failed permanently earlier: record.error holds the stored error.
+   * Do not perform the side effect.
+   *
+   * @generated from enum value: OUTCOME_FAILED = 4;
+   */
+  FAILED = 4,
+
+  /**
+   * The record is UNRESOLVED (see STATE_UNRESOLVED): an earlier attempt may
+   * or may not have performed the side effect, and its policy says a person
+   * or the late holder decides. Do not perform the side effect; park the
+   * message (a dead-letter queue) until the record is resolved. A Claim
+   * never takes an UNRESOLVED record over.
+   *
+   * @generated from enum value: OUTCOME_UNRESOLVED = 5;
+   */
+  UNRESOLVED = 5,
+}
+
+/**
+ * Describes the enum idem.v1.Outcome.
+ */
+export const OutcomeSchema: GenEnum<Outcome> = /*@__PURE__*/
+  enumDesc(file_idem_v1_idem, 1);
+
+/**
+ * IdempotencyService coordinates workers so that each job's side effect
+ * happens once.
+ *
+ * @generated from service idem.v1.IdempotencyService
+ */
+export const IdempotencyService: GenService<{
+  /**
+   * Claim asks for the right to perform the job identified by namespace and
+   * key. It is one atomic step: it creates the record, or takes over a
+   * RELEASED or EXPIRED record or one whose lease ran out, or reports the
+   * existing record. A record whose policy holds it (Record.hold) is never
+   * taken over: once its lease runs out it is UNRESOLVED (this Claim makes it
+   * so if the sweeper has not) and the answer is OUTCOME_UNRESOLVED. See
+   * Outcome for what to do with each answer.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.Claim
+   */
+  claim: {
+    methodKind: "unary";
+    input: typeof ClaimRequestSchema;
+    output: typeof ClaimResponseSchema;
+  },
+  /**
+   * Complete records the job's success and its result. Only the current
+   * token's holder may call it. Repeating it with the same token after a
+   * lost response returns the stored record unchanged.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.Complete
+   */
+  complete: {
+    methodKind: "unary";
+    input: typeof CompleteRequestSchema;
+    output: typeof CompleteResponseSchema;
+  },
+  /**
+   * Fail records the job's failure. With retryable=true the record becomes
+   * RELEASED and the next Claim acquires it; otherwise it becomes FAILED and
+   * every later Claim replays the error. Repeating it with the same token
+   * returns the stored record unchanged.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.Fail
+   */
+  fail: {
+    methodKind: "unary";
+    input: typeof FailRequestSchema;
+    output: typeof FailResponseSchema;
+  },
+  /**
+   * Heartbeat extends the lease of a long-running job. Call it well before
+   * the lease runs out (the Go SDK calls it every third of the lease). On an
+   * EXPIRED record that nobody took over it makes the record PROCESSING
+   * again.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.Heartbeat
+   */
+  heartbeat: {
+    methodKind: "unary";
+    input: typeof HeartbeatRequestSchema;
+    output: typeof HeartbeatResponseSchema;
+  },
+  /**
+   * Lookup reads a record without changing it.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.Lookup
+   */
+  lookup: {
+    methodKind: "unary";
+    input: typeof LookupRequestSchema;
+    output: typeof LookupResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_idem_v1_idem, 0);
+

@@ -1,0 +1,118 @@
+import { isTransient, RpcError } from "./errors.js";
+
+/**
+ * RetryPolicy is capped exponential backoff with jitter for RPCs that fail
+ * with a transient error (see {@link isTransient}). Retry n waits a random
+ * time between half and all of min(baseDelayMs·2ⁿ, maxDelayMs), and never
+ * less than the server's RetryInfo delay. {@link IdemClient.do} retries its
+ * Claims and Heartbeats this way; its Complete and Fail are retried for as
+ * long as the lease lasts, whatever maxAttempts says, because they record
+ * what already happened. The typed calls never retry.
+ */
+export interface RetryPolicy {
+  /** baseDelayMs is the delay before the first retry. It defaults to 100. */
+  baseDelayMs: number;
+  /** maxDelayMs caps each delay. It defaults to 5000. */
+  maxDelayMs: number;
+  /**
+   * maxAttempts is how many times one RPC is tried in all, the first try
+   * included. It defaults to 6 (about 3 s of retrying with the default
+   * delays).
+   */
+  maxAttempts: number;
+}
+
+/** withDefaults fills in the fields of p that are unset or not positive. */
+export function withDefaults(p: Partial<RetryPolicy> = {}): RetryPolicy {
+  const baseDelayMs = positive(p.baseDelayMs) ?? 100;
+  const maxDelayMs = Math.max(positive(p.maxDelayMs) ?? 5000, baseDelayMs);
+  const maxAttempts = positive(p.maxAttempts) ?? 6;
+  return { baseDelayMs, maxDelayMs, maxAttempts };
+}
+
+function positive(v: number | undefined): number | undefined {
+  return typeof v === "number" && v > 0 ? v : undefined;
+}
+
+/**
+ * delay is the wait before retry n (n = 0 for the first retry). The jitter
+ * keeps many workers that failed together from retrying together.
+ */
+export function delay(p: RetryPolicy, n: number): number {
+  const d = Math.min(p.baseDelayMs * 2 ** Math.min(n, 32), p.maxDelayMs);
+  return d / 2 + Math.random() * (d / 2);
+}
+
+/** backoff is the wait before retry n after err: at least err's RetryInfo delay. */
+export function backoff(p: RetryPolicy, n: number, err: unknown): number {
+  const d = delay(p, n);
+  const hint = err instanceof RpcError ? err.retryAfterMs : undefined;
+  return hint !== undefined && hint > d ? hint : d;
+}
+
+/** RetryBounds limit one {@link retry}. */
+export interface RetryBounds {
+  /** signal ends the retries (and the call in flight) when aborted. */
+  signal?: AbortSignal;
+  /**
+   * deadline (a Date.now() value) ends the retries instead of the policy's
+   * maxAttempts; each try gets what is left of it as its timeout.
+   */
+  deadline?: number;
+  /** onRetry is told of each transient failure before its backoff. */
+  onRetry?: (err: unknown, waitMs: number) => void;
+}
+
+/** CallBounds are what one try of a retried call gets. */
+export interface CallBounds {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+/**
+ * retry calls call until it succeeds, fails with an error that is not
+ * transient, has been tried p.maxAttempts times (or the deadline passed),
+ * or the signal was aborted; it throws the last error.
+ */
+export async function retry<T>(p: RetryPolicy, call: (bounds: CallBounds) => Promise<T>, bounds: RetryBounds = {}): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const left = bounds.deadline === undefined ? undefined : bounds.deadline - Date.now();
+    try {
+      return await call({ signal: bounds.signal, timeoutMs: left === undefined ? undefined : Math.max(left, 1) });
+    } catch (err) {
+      if (!isTransient(err) || bounds.signal?.aborted) {
+        throw err;
+      }
+      if (bounds.deadline === undefined && attempt >= p.maxAttempts) {
+        throw err;
+      }
+      const wait = backoff(p, attempt - 1, err);
+      if (bounds.deadline !== undefined && Date.now() + wait >= bounds.deadline) {
+        throw err;
+      }
+      bounds.onRetry?.(err, wait);
+      if (!(await sleep(wait, bounds.signal))) {
+        throw err;
+      }
+    }
+  }
+}
+
+/** sleep waits for ms and resolves false if signal was aborted first. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) {
+      resolve(false);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

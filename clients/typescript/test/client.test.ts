@@ -1,0 +1,455 @@
+// The typed calls of both services over both transports, the errors the
+// server sends decoded from their details, and the parts of do() the
+// scenarios do not pin: lost responses retried under the same claimant and
+// token, heartbeats past the lease, a Complete that cannot be confirmed, a
+// result the server refuses, cancellation, and TLS. Against the harness of
+// internal/sdkharness on SQLite, and an idemd with TLS of the test's own.
+
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import * as readline from "node:readline";
+import { after, before, describe, it } from "node:test";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import {
+  AlreadyTerminalError,
+  CompletionUnknownError,
+  connectTransport,
+  ErrorReason,
+  IdemClient,
+  InProgressError,
+  LeaseLostError,
+  NotFoundError,
+  Outcome,
+  RpcError,
+  State,
+  UnresolvedError,
+} from "../src/index.js";
+import { grpcTransport } from "../src/node.js";
+import { PACKAGE_DIR, startHarness, type Harness } from "./harness.js";
+
+const text = (b: Uint8Array) => new TextDecoder().decode(b);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Kind = "grpc" | "connect";
+
+function makeClient(h: Harness, kind: Kind, tenant: keyof Harness["tokens"] | null = "worker", interceptors: Interceptor[] = []) {
+  const token = tenant === null ? undefined : h.tokens[tenant];
+  return new IdemClient(
+    kind === "grpc"
+      ? grpcTransport({ baseUrl: `http://${h.grpc_addr}`, token, interceptors })
+      : connectTransport({ baseUrl: h.http_url, token, interceptors }),
+  );
+}
+
+async function rejects(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (err) {
+    return err;
+  }
+  assert.fail("resolved; want an error");
+}
+
+describe("against idemd", { timeout: 300_000 }, () => {
+  let h: Harness;
+  const clients: IdemClient[] = [];
+  const client = (kind: Kind, tenant?: keyof Harness["tokens"] | null, interceptors?: Interceptor[]) => {
+    const c = makeClient(h, kind, tenant, interceptors);
+    clients.push(c);
+    return c;
+  };
+  const key = (name: string) => `${name}-${randomBytes(4).toString("hex")}`;
+
+  before(async () => {
+    h = await startHarness("sqlite");
+  });
+  after(async () => {
+    for (const c of clients) {
+      c.close();
+    }
+    await h?.stop();
+  });
+
+  for (const kind of ["grpc", "connect"] as const) {
+    describe(`typed calls over ${kind}`, () => {
+      it("claim, heartbeat, complete, lookup, and the outcomes claim returns or throws", async () => {
+        const c = client(kind);
+        const ns = h.namespaces.plain;
+        const k = key("calls");
+        const got = await c.claim({ namespace: ns, key: k, leaseTtlMs: 5000, claimant: "me", retentionMs: 3_600_000 });
+        assert.equal(got.outcome, Outcome.ACQUIRED);
+        assert.equal(typeof got.record.token, "bigint");
+        assert.equal(got.record.state, State.PROCESSING);
+        assert.equal(got.record.claimant, "me");
+        assert.ok(got.record.leaseExpiresAt instanceof Date);
+        const again = await c.claim({ namespace: ns, key: k, claimant: "me" });
+        assert.equal(again.record.token, got.record.token, "the same claimant gets the same token back");
+
+        const busy = await rejects(c.claim({ namespace: ns, key: k, claimant: "someone else" }));
+        assert.ok(busy instanceof InProgressError);
+        assert.ok(busy.retryAfterMs > 0 && busy.retryAfterMs <= 5000);
+
+        const beat = await c.heartbeat({ namespace: ns, key: k, token: got.record.token, leaseTtlMs: 20_000 });
+        assert.ok(beat.leaseExpiresAt!.getTime() > got.record.leaseExpiresAt!.getTime() + 10_000, "the heartbeat extended the lease");
+
+        const done = await c.complete({ namespace: ns, key: k, token: got.record.token, result: "done" });
+        assert.equal(done.state, State.COMPLETED);
+        assert.equal(text(done.result), "done");
+        assert.ok(done.completedAt instanceof Date && done.expiresAt instanceof Date);
+        const replay = await c.claim({ namespace: ns, key: k });
+        assert.equal(replay.outcome, Outcome.COMPLETED);
+        assert.equal(text(replay.record.result), "done");
+        const looked = await c.lookup({ namespace: ns, key: k });
+        assert.deepEqual(looked, done);
+      });
+
+      it("fail: retryable releases, permanent is replayed as FAILED", async () => {
+        const c = client(kind);
+        const ns = h.namespaces.plain;
+        const k = key("fail");
+        const first = await c.claim({ namespace: ns, key: k });
+        const released = await c.fail({ namespace: ns, key: k, token: first.record.token, error: "try later", retryable: true });
+        assert.equal(released.state, State.RELEASED);
+        const second = await c.claim({ namespace: ns, key: k });
+        assert.equal(second.outcome, Outcome.ACQUIRED);
+        assert.equal(second.record.attempt, 2);
+        assert.ok(second.record.token > first.record.token);
+        await c.fail({ namespace: ns, key: k, token: second.record.token, error: "declined", retryable: false });
+        const failed = await c.claim({ namespace: ns, key: k });
+        assert.equal(failed.outcome, Outcome.FAILED);
+        assert.equal(failed.record.error, "declined");
+      });
+
+      it("decodes the reason, the code and the field of the server's errors", async () => {
+        const c = client(kind);
+        const ns = h.namespaces.plain;
+        const k = key("errors");
+        const bad = await rejects(c.claim({ namespace: "Not A Namespace", key: k }));
+        assert.ok(bad instanceof RpcError);
+        assert.equal(bad.code, Code.InvalidArgument);
+        assert.equal(bad.reason, ErrorReason.INVALID_NAMESPACE);
+        assert.equal(bad.metadata.field, "namespace");
+        assert.match(bad.message, /^idem: .*\(INVALID_ARGUMENT\/INVALID_NAMESPACE\)$/);
+
+        const got = await c.claim({ namespace: ns, key: k });
+        const lost = await rejects(c.complete({ namespace: ns, key: k, token: got.record.token + 1000n, result: "x" }));
+        assert.ok(lost instanceof LeaseLostError);
+        assert.equal(lost.code, Code.Aborted);
+        await c.complete({ namespace: ns, key: k, token: got.record.token, result: "x" });
+        const terminal = await rejects(c.heartbeat({ namespace: ns, key: k, token: got.record.token }));
+        assert.ok(terminal instanceof AlreadyTerminalError);
+        assert.equal(terminal.code, Code.FailedPrecondition);
+        const missing = await rejects(c.lookup({ namespace: ns, key: key("never") }));
+        assert.ok(missing instanceof NotFoundError);
+
+        const anonymous = await rejects(client(kind, null).lookup({ namespace: ns, key: k }));
+        assert.ok(anonymous instanceof RpcError);
+        assert.equal(anonymous.reason, ErrorReason.UNAUTHENTICATED);
+        const notAdmin = await rejects(c.admin.stats());
+        assert.ok(notAdmin instanceof RpcError);
+        assert.equal(notAdmin.reason, ErrorReason.NOT_ADMIN);
+        assert.equal(notAdmin.code, Code.PermissionDenied);
+
+        const raw = await rejects(c.raw.idempotency.lookup({ namespace: ns, key: key("never") }));
+        assert.ok(raw instanceof ConnectError, "the raw client's errors are ConnectErrors");
+        assert.ok(RpcError.from(raw) instanceof NotFoundError);
+      });
+
+      it("admin: list (paged), stats, delete and resolve, for another tenant as the operator", async () => {
+        const c = client(kind);
+        const op = client(kind, "operator");
+        const ns = `admin-${kind}-${randomBytes(3).toString("hex")}`;
+        const keys = ["a", "b", "c"];
+        for (const k of keys) {
+          await c.claim({ namespace: ns, key: k });
+        }
+        const seen: string[] = [];
+        let pageToken = "";
+        let pages = 0;
+        do {
+          const page = await op.admin.listRecords({ tenant: "worker", namespace: ns, pageSize: 2, pageToken });
+          seen.push(...page.records.map((r) => r.key));
+          for (const r of page.records) {
+            assert.equal(r.tenant, "worker");
+          }
+          pageToken = page.nextPageToken;
+          pages++;
+        } while (pageToken !== "");
+        assert.deepEqual(seen, keys);
+        assert.equal(pages, 2);
+        const processing = await op.admin.listRecords({ tenant: "worker", namespace: ns, state: State.PROCESSING, olderThanMs: 0 });
+        assert.equal(processing.records.length, 3);
+
+        const rows = await op.admin.stats({ tenant: "worker", namespace: ns });
+        assert.deepEqual(rows, [{ namespace: ns, state: State.PROCESSING, count: 3n, tenant: "worker" }]);
+
+        const deleted = await op.admin.deleteRecord({ tenant: "worker", namespace: ns, key: "a" });
+        assert.equal(deleted.key, "a");
+        assert.ok((await rejects(c.lookup({ namespace: ns, key: "a" }))) instanceof NotFoundError);
+
+        // resolveRecord needs an UNRESOLVED record: a held namespace whose lease ran out.
+        const held = h.namespaces.held;
+        const k = key("resolve");
+        await c.claim({ namespace: held, key: k, leaseTtlMs: 1000 });
+        await sleep(1500);
+        assert.ok((await rejects(c.claim({ namespace: held, key: k }))) instanceof UnresolvedError);
+        await assert.rejects(op.admin.resolveRecord({ tenant: "worker", namespace: held, key: k }), /exactly one of completed, failed and released; got none/);
+        await assert.rejects(op.admin.resolveRecord({ tenant: "worker", namespace: held, key: k, failed: "x", released: true }), /got failed, released/);
+        const released = await op.admin.resolveRecord({ tenant: "worker", namespace: held, key: k, released: true });
+        assert.equal(released.state, State.RELEASED);
+        const retaken = await c.claim({ namespace: held, key: k });
+        assert.equal(retaken.outcome, Outcome.ACQUIRED);
+      });
+    });
+  }
+
+  /** lossy is an interceptor that loses the answer of the first call of method (after the server applied it). */
+  const lossy = (method: string, seen: unknown[]): Interceptor => {
+    let lost = false;
+    return (next) => async (req) => {
+      if (req.method.name === method) {
+        seen.push(req.message);
+      }
+      const res = await next(req);
+      if (req.method.name === method && !lost) {
+        lost = true;
+        throw new ConnectError("connection reset after the call", Code.Unavailable);
+      }
+      return res;
+    };
+  };
+
+  describe("do()", () => {
+    it("retries a Claim whose answer was lost under the same claimant, and still acquires", async () => {
+      const claims: { claimant: string }[] = [];
+      const c = client("grpc", "worker", [lossy("Claim", claims)]);
+      let calls = 0;
+      const res = await c.do({ namespace: h.namespaces.plain, key: key("lost-claim") }, () => {
+        calls++;
+        return "R";
+      });
+      assert.equal(text(res.value), "R");
+      assert.equal(calls, 1);
+      assert.equal(res.record.attempt, 1);
+      assert.equal(claims.length, 2);
+      assert.ok(claims[0]!.claimant.length > 0);
+      assert.equal(claims[1]!.claimant, claims[0]!.claimant);
+    });
+
+    it("retries a Complete whose answer was lost with the same token, and returns the value", async () => {
+      const completes: { token: bigint }[] = [];
+      const c = client("connect", "worker", [lossy("Complete", completes)]);
+      const res = await c.do({ namespace: h.namespaces.plain, key: key("lost-complete") }, () => "R");
+      assert.equal(text(res.value), "R");
+      assert.equal(res.replayed, false);
+      assert.equal(res.record.state, State.COMPLETED);
+      assert.equal(completes.length, 2);
+      assert.equal(completes[1]!.token, completes[0]!.token);
+    });
+
+    it("heartbeats while the handler outlasts its lease, so a waiting delivery gets the replay", async () => {
+      let beats = 0;
+      const counting: Interceptor = (next) => async (req) => {
+        const res = await next(req);
+        if (req.method.name === "Heartbeat") {
+          beats++;
+        }
+        return res;
+      };
+      const c = client("grpc", "worker", [counting]);
+      const job = { namespace: h.namespaces.plain, key: key("long"), leaseTtlMs: 1200 };
+      let effects = 0;
+      let acquired!: () => void;
+      const started = new Promise<void>((r) => (acquired = r));
+      const holder = c.do(job, async (a) => {
+        acquired();
+        await sleep(3000); // two and a half leases
+        a.signal.throwIfAborted();
+        effects++;
+        return "long";
+      });
+      await started;
+      const waiter = await c.do(job, () => {
+        effects++;
+        return "second";
+      }, { waitMs: 20_000 });
+      const held = await holder;
+      assert.equal(text(held.value), "long");
+      assert.equal(text(waiter.value), "long");
+      assert.equal(waiter.replayed, true);
+      assert.equal(effects, 1);
+      assert.ok(beats >= 2, `${beats} heartbeats in three seconds with a lease of 1.2 s`);
+    });
+
+    it("throws CompletionUnknownError, with the value, when the Complete cannot be confirmed within the lease", async () => {
+      const c = client("grpc");
+      const job = { namespace: h.namespaces.plain, key: key("unknown"), leaseTtlMs: 1500 };
+      const started = Date.now();
+      try {
+        const err = await rejects(
+          c.do(job, async () => {
+            await h.control("/unavailable?ms=4000"); // on SQLite: idemd is stopped
+            return "ran";
+          }),
+        );
+        assert.ok(err instanceof CompletionUnknownError, `${String(err)}; want CompletionUnknownError`);
+        assert.equal(text(err.value), "ran");
+        assert.ok(err.cause instanceof RpcError && err.cause.code === Code.Unavailable, String(err.cause));
+        assert.ok(Date.now() - started < 4000, "it gave up once the lease was over, not later");
+      } finally {
+        await h.control("/ready");
+      }
+      // The record is still PROCESSING: a later delivery may run it again.
+      const rec = await c.lookup(job);
+      assert.equal(rec.state, State.PROCESSING);
+    });
+
+    it("throws CompletionUnknownError at once for a result the server refuses", async () => {
+      const c = client("connect");
+      const started = Date.now();
+      const err = await rejects(c.do({ namespace: h.namespaces.plain, key: key("too-large") }, () => new Uint8Array(70_000)));
+      assert.ok(err instanceof CompletionUnknownError, String(err));
+      assert.ok(err.cause instanceof RpcError && err.cause.reason === ErrorReason.INVALID_RESULT, String(err.cause));
+      assert.ok(Date.now() - started < 2000, "a refused Complete is not retried");
+    });
+
+    it("refuses a handler value that is not bytes or text, and records the failure", async () => {
+      const c = client("grpc");
+      const job = { namespace: h.namespaces.plain, key: key("object") };
+      const err = await rejects(c.do(job, (() => ({ not: "bytes" })) as unknown as () => string));
+      assert.ok(err instanceof TypeError);
+      assert.match(err.message, /return a Uint8Array or a string/);
+      assert.equal((await c.lookup(job)).state, State.RELEASED);
+    });
+
+    it("stops waiting when its signal is aborted, without calling the handler", async () => {
+      const c = client("grpc");
+      const k = key("abort");
+      await c.claim({ namespace: h.namespaces.plain, key: k, leaseTtlMs: 30_000, claimant: "holder" });
+      const ctl = new AbortController();
+      setTimeout(() => ctl.abort(), 300);
+      const started = Date.now();
+      const err = await rejects(c.do({ namespace: h.namespaces.plain, key: k }, () => assert.fail("the handler ran"), { waitMs: 20_000, signal: ctl.signal }));
+      assert.ok(err instanceof RpcError && err.code === Code.Canceled, String(err));
+      assert.ok(Date.now() - started < 5000);
+    });
+
+    it("aborts the handler's signal when its own is aborted, and releases the job", async () => {
+      const c = client("connect");
+      const job = { namespace: h.namespaces.plain, key: key("abort-handler") };
+      const ctl = new AbortController();
+      const err = await rejects(
+        c.do(
+          job,
+          async (a) => {
+            setTimeout(() => ctl.abort(new Error("shutting down")), 100);
+            await new Promise((_, reject) => a.signal.addEventListener("abort", () => reject(a.signal.reason)));
+            return "never";
+          },
+          { signal: ctl.signal },
+        ),
+      );
+      assert.match(String(err), /shutting down/);
+      const rec = await c.lookup(job);
+      assert.equal(rec.state, State.RELEASED);
+      assert.equal(rec.error, "shutting down");
+    });
+  });
+
+  it("connectTransport sends its calls through the fetch it is given", async () => {
+    let fetched = 0;
+    const c = new IdemClient(
+      connectTransport({
+        baseUrl: h.http_url,
+        token: h.tokens.worker,
+        fetch: (input, init) => {
+          fetched++;
+          return fetch(input, init);
+        },
+      }),
+    );
+    const got = await c.claim({ namespace: h.namespaces.plain, key: key("fetch") });
+    assert.equal(got.outcome, Outcome.ACQUIRED);
+    assert.equal(fetched, 1);
+  });
+});
+
+describe("gRPC over TLS", { timeout: 120_000 }, () => {
+  let dir: string;
+  let stop: () => Promise<void> = async () => {};
+  let port = "";
+  const token = "idem_tls_test_token";
+
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), "idem-ts-tls-"));
+    // A self-signed certificate for the name idem.test only, so that the
+    // connection works only with the CA and the servername given.
+    execFileSync("openssl", [
+      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+      "-subj", "/CN=idem.test", "-addext", "subjectAltName=DNS:idem.test",
+      "-keyout", path.join(dir, "key.pem"), "-out", path.join(dir, "cert.pem"),
+    ], { stdio: "ignore" });
+    const hash = createHash("sha256").update(token).digest("hex");
+    writeFileSync(path.join(dir, "idem.yaml"), `tenants:\n  - name: tls\n    tokens: ["sha256:${hash}"]\n`);
+    const idemd = spawn(
+      process.env.IDEMD_BIN ?? path.join(PACKAGE_DIR, "build", "idemd"),
+      ["serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--data-dir", path.join(dir, "data"),
+        "--config", path.join(dir, "idem.yaml"), "--tls-cert", path.join(dir, "cert.pem"), "--tls-key", path.join(dir, "key.pem"), "--log-format", "json"],
+      { stdio: ["ignore", "ignore", "pipe"] },
+    );
+    // Whatever ends this process ends idemd too.
+    const killIdemd = () => idemd.kill("SIGKILL");
+    process.once("exit", killIdemd);
+    stop = () =>
+      new Promise((resolve) => {
+        process.removeListener("exit", killIdemd);
+        if (idemd.exitCode !== null) {
+          resolve();
+          return;
+        }
+        idemd.once("exit", () => resolve());
+        idemd.kill("SIGTERM");
+      });
+    port = await new Promise<string>((resolve, reject) => {
+      const lines: string[] = [];
+      readline.createInterface({ input: idemd.stderr! }).on("line", (line) => {
+        lines.push(line);
+        if (line.includes('"msg":"idemd serving"')) {
+          resolve(String((JSON.parse(line) as { listen: string }).listen).split(":").pop()!);
+        }
+      });
+      idemd.once("exit", (code) => reject(new Error(`idemd exited (${code}) before serving:\n${lines.join("\n")}`)));
+    });
+  });
+  after(async () => {
+    await stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("connects with the CA and server name given, and sends the token", async () => {
+    const ca = (await import("node:fs")).readFileSync(path.join(dir, "cert.pem"));
+    const c = new IdemClient(grpcTransport({ baseUrl: `https://127.0.0.1:${port}`, token, tls: { ca, servername: "idem.test" } }));
+    try {
+      const got = await c.claim({ namespace: "tls", key: "k" });
+      assert.equal(got.outcome, Outcome.ACQUIRED);
+    } finally {
+      c.close();
+    }
+  });
+
+  it("refuses a server whose certificate it cannot verify", async () => {
+    const c = new IdemClient(grpcTransport({ baseUrl: `https://127.0.0.1:${port}`, token, tls: { servername: "idem.test" } }));
+    try {
+      const err = await rejects(c.lookup({ namespace: "tls", key: "k" }));
+      assert.ok(err instanceof RpcError, String(err));
+      assert.equal(err.reasonName, "");
+      assert.match(err.message, /certificate/i);
+    } finally {
+      c.close();
+    }
+  });
+});

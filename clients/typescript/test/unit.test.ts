@@ -1,0 +1,232 @@
+// Tests of the parts that need no server: fingerprints against the shared
+// vectors, SHA-256 against node:crypto, storable error text, durations,
+// backoff, and the decoding of error details.
+
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+import { describe, it } from "node:test";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  canonicalJSON,
+  ErrorReason,
+  errorReason,
+  fingerprint,
+  fingerprintJSON,
+  isPermanent,
+  isTransient,
+  LeaseLostError,
+  permanent,
+  PermanentError,
+  ResolvedByOperatorError,
+  RpcError,
+  storableText,
+  connectTransport,
+} from "../src/index.js";
+import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { durationMs, durationOf } from "../src/record.js";
+import { backoff, delay, withDefaults } from "../src/retry.js";
+import { sha256 } from "../src/sha256.js";
+import { REPO } from "./harness.js";
+import { grpcTransport } from "../src/node.js";
+
+const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+const utf8 = new TextEncoder();
+
+describe("fingerprints", () => {
+  const file = path.join(REPO, "client", "testdata", "fingerprint_vectors.json");
+  const { vectors } = JSON.parse(readFileSync(file, "utf8")) as { vectors: { name: string; input: string; canonical: string; sha256: string }[] };
+
+  it("has vectors to check", () => {
+    assert.ok(vectors.length >= 8, `${file} has ${vectors.length} vectors`);
+  });
+  for (const v of vectors) {
+    it(`vector "${v.name}": the canonical text and its SHA-256 are the Go SDK's`, () => {
+      const value: unknown = JSON.parse(v.input);
+      assert.equal(canonicalJSON(value), v.canonical);
+      assert.equal(hex(fingerprintJSON(value)), v.sha256);
+    });
+  }
+
+  it("fingerprint hashes bytes, and a string as its UTF-8", () => {
+    assert.equal(hex(fingerprint("payload-1")), createHash("sha256").update("payload-1").digest("hex"));
+    assert.equal(hex(fingerprint(utf8.encode("café"))), hex(fingerprint("café")));
+  });
+
+  it("sha256 agrees with node:crypto at every length around the block boundaries", () => {
+    for (let n = 0; n <= 300; n++) {
+      const data = randomBytes(n);
+      assert.equal(hex(sha256(data)), createHash("sha256").update(data).digest("hex"), `length ${n}`);
+    }
+    const big = randomBytes(1 << 20);
+    assert.equal(hex(sha256(big)), createHash("sha256").update(big).digest("hex"));
+  });
+
+  it("refuses values without a portable JSON form", () => {
+    assert.throws(() => fingerprintJSON({ a: Number.NaN }), RangeError);
+    assert.throws(() => fingerprintJSON({ a: 1n }), TypeError);
+    assert.throws(() => fingerprintJSON(undefined), TypeError);
+    assert.equal(canonicalJSON({ b: undefined, a: [undefined, () => 1], d: new Date(0) }), '{"a":[null,null],"d":"1970-01-01T00:00:00.000Z"}');
+  });
+});
+
+describe("storableText", () => {
+  const bytes = (s: string) => utf8.encode(s).length;
+
+  it("leaves text that is fine as it is", () => {
+    assert.equal(storableText("card declined"), "card declined");
+    assert.equal(storableText("€".repeat(1365)), "€".repeat(1365)); // 4095 bytes
+  });
+
+  it("replaces NULs and lone surrogates with U+FFFD", () => {
+    assert.equal(storableText("a\0b"), "a\uFFFDb");
+    assert.equal(storableText("x\uD800y\uDC00z"), "x\uFFFDy\uFFFDz");
+    assert.equal(storableText("ok \uD83D\uDE00"), "ok \uD83D\uDE00");
+  });
+
+  it("cuts to 4096 bytes of UTF-8 on a character boundary", () => {
+    const s = "nul:\0:" + "€".repeat(2000);
+    const got = storableText(s);
+    assert.equal(got, "nul:\uFFFD:" + "€".repeat(1362));
+    assert.equal(bytes(got), 4094);
+    for (const [unit, size] of [["a", 1], ["é", 2], ["€", 3], ["😀", 4]] as const) {
+      for (let pad = 0; pad < 4; pad++) {
+        const t = storableText("x".repeat(pad) + unit.repeat(5000));
+        assert.ok(bytes(t) <= 4096 && bytes(t) > 4096 - size, `${unit} after ${pad}: ${bytes(t)} bytes`);
+        assert.ok(!t.includes("\uFFFD"), `${unit} after ${pad}: the cut split a character`);
+      }
+    }
+    assert.equal(storableText("ab€", 4), "ab");
+  });
+});
+
+describe("durations", () => {
+  it("converts milliseconds both ways and leaves 0 unset", () => {
+    assert.equal(durationOf(undefined, "f"), undefined);
+    assert.equal(durationOf(0, "f"), undefined);
+    const d = durationOf(1500.25, "f")!;
+    assert.equal(d.seconds, 1n);
+    assert.equal(d.nanos, 500_250_000);
+    assert.equal(durationMs(d), 1500.25);
+    assert.equal(durationMs(durationOf(90 * 86_400_000, "f")), 90 * 86_400_000);
+  });
+
+  it("refuses a negative or non-finite duration, naming the field", () => {
+    assert.throws(() => durationOf(-1, "leaseTtlMs"), /leaseTtlMs is -1/);
+    assert.throws(() => durationOf(Number.POSITIVE_INFINITY, "waitMs"), /waitMs is Infinity/);
+  });
+});
+
+describe("backoff", () => {
+  it("doubles from the base delay up to the cap, with jitter in the upper half", () => {
+    const p = withDefaults();
+    assert.deepEqual(p, { baseDelayMs: 100, maxDelayMs: 5000, maxAttempts: 6 });
+    for (let n = 0; n < 40; n++) {
+      const cap = Math.min(100 * 2 ** n, 5000);
+      for (let i = 0; i < 20; i++) {
+        const d = delay(p, n);
+        assert.ok(d >= cap / 2 && d <= cap, `retry ${n}: ${d} ms`);
+      }
+    }
+    assert.deepEqual(withDefaults({ baseDelayMs: 10_000 }), { baseDelayMs: 10_000, maxDelayMs: 10_000, maxAttempts: 6 });
+  });
+
+  it("waits at least what RetryInfo says", () => {
+    const err = RpcError.from(rpcFailure(Code.ResourceExhausted, "RATE_LIMITED", 1200)) as RpcError;
+    assert.equal(err.retryAfterMs, 1200);
+    assert.ok(backoff(withDefaults(), 0, err) >= 1200);
+  });
+});
+
+/** rpcFailure is a ConnectError as idemd sends one: ErrorInfo, and RetryInfo when retryMs is given. */
+function rpcFailure(code: Code, reason: string, retryMs?: number): ConnectError {
+  const details: NonNullable<ConstructorParameters<typeof ConnectError>[3]> = [
+    { desc: ErrorInfoSchema, value: { domain: "idem", reason, metadata: { field: "token" } } },
+  ];
+  if (retryMs !== undefined) {
+    details.push({ desc: RetryInfoSchema, value: { retryDelay: durationOf(retryMs, "retry") } });
+  }
+  return new ConnectError("the message", code, undefined, details);
+}
+
+describe("errors", () => {
+  it("decodes the reason, the metadata and the code into the class the reason names", () => {
+    const err = RpcError.from(rpcFailure(Code.Aborted, "LEASE_LOST"));
+    assert.ok(err instanceof LeaseLostError);
+    assert.equal(err.code, Code.Aborted);
+    assert.equal(err.codeName, "ABORTED");
+    assert.equal(err.reason, ErrorReason.LEASE_LOST);
+    assert.equal(err.reasonName, "LEASE_LOST");
+    assert.deepEqual(err.metadata, { field: "token" });
+    assert.equal(err.message, "idem: the message (ABORTED/LEASE_LOST)");
+    assert.equal(errorReason(rpcFailure(Code.Aborted, "LEASE_LOST")), ErrorReason.LEASE_LOST);
+  });
+
+  it("says a result resolved by an operator was not stored", () => {
+    const err = RpcError.from(rpcFailure(Code.FailedPrecondition, "RESOLVED_BY_OPERATOR"));
+    assert.ok(err instanceof ResolvedByOperatorError);
+    assert.match(err.message, /your result was not stored: the record was resolved by an operator/);
+    assert.equal(err.reason, ErrorReason.RESOLVED_BY_OPERATOR);
+  });
+
+  it("keeps a reason it does not know by name", () => {
+    const err = RpcError.from(rpcFailure(Code.FailedPrecondition, "SOMETHING_NEW")) as RpcError;
+    assert.equal(err.reason, ErrorReason.UNSPECIFIED);
+    assert.equal(err.reasonName, "SOMETHING_NEW");
+  });
+
+  it("tells a connection reset (ABORTED, no reason) from LEASE_LOST, and retries only the transient", () => {
+    const reset = RpcError.from(new ConnectError("stream reset", Code.Aborted));
+    assert.ok(!(reset instanceof LeaseLostError));
+    assert.equal(isTransient(reset), true);
+    assert.equal(isTransient(RpcError.from(rpcFailure(Code.Aborted, "LEASE_LOST"))), false);
+    assert.equal(isTransient(RpcError.from(new ConnectError("down", Code.Unavailable))), true);
+    assert.equal(isTransient(RpcError.from(rpcFailure(Code.ResourceExhausted, "RATE_LIMITED", 200))), true);
+    assert.equal(isTransient(RpcError.from(new ConnectError("too large", Code.ResourceExhausted))), false);
+    assert.equal(isTransient(RpcError.from(rpcFailure(Code.InvalidArgument, "INVALID_KEY"))), false);
+    assert.equal(isTransient(new Error("not an RPC")), false);
+    // How Node's HTTP/2 reports a server that died under the call.
+    assert.equal(isTransient(RpcError.from(new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled))), true);
+    const epipe = Object.assign(new Error("write EPIPE"), { code: "EPIPE" });
+    assert.equal(isTransient(RpcError.from(new ConnectError("write EPIPE", Code.Internal, undefined, undefined, epipe))), true);
+    assert.equal(isTransient(RpcError.from(new ConnectError("cannot decode the answer", Code.Internal))), false);
+    assert.equal(isTransient(RpcError.from(rpcFailure(Code.Internal, "INTERNAL"))), false);
+  });
+
+  it("passes what is not a ConnectError through", () => {
+    const plain = new TypeError("x");
+    assert.equal(RpcError.from(plain), plain);
+  });
+
+  it("marks permanent failures through the cause chain", () => {
+    const inner = new Error("card declined");
+    const p = permanent(inner);
+    assert.ok(p instanceof PermanentError);
+    assert.equal(p.message, "card declined");
+    assert.equal(p.cause, inner);
+    assert.equal(permanent(p), p);
+    assert.equal(isPermanent(p), true);
+    assert.equal(isPermanent(new Error("wrapped", { cause: p })), true);
+    assert.equal(isPermanent(inner), false);
+    assert.equal(isPermanent("text"), false);
+  });
+});
+
+describe("transports", () => {
+  it("refuse a token in plaintext to a host that is not a loopback address", () => {
+    for (const make of [connectTransport, grpcTransport]) {
+      assert.throws(() => make({ baseUrl: "http://idem.internal:7070", token: "t" }), /refusing to send the token in plaintext to idem.internal:7070/);
+      for (const baseUrl of ["http://127.0.0.1:7070", "http://localhost:7070", "http://[::1]:7070", "https://idem.internal:7070"]) {
+        const t = make({ baseUrl, token: "t" }) as { close?: () => void };
+        t.close?.();
+      }
+    }
+  });
+
+  it("refuse a base URL that is not http:// or https://", () => {
+    assert.throws(() => connectTransport({ baseUrl: "idem.internal:7072" }), /must start with https:\/\/ \(TLS\) or http:\/\/ \(plaintext\)/);
+    assert.throws(() => grpcTransport({ baseUrl: "idem" }), /is not a URL/);
+    assert.throws(() => grpcTransport({ baseUrl: "http://127.0.0.1:7070", tls: {} }), /tls options need an https:\/\/ baseUrl/);
+  });
+});
