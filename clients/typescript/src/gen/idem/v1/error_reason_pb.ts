@@ -110,7 +110,10 @@ export enum ErrorReason {
 
   /**
    * FAILED_PRECONDITION: the record is no longer PROCESSING, EXPIRED or
-   * UNRESOLVED, and this call is not a repeat of the call that ended it.
+   * UNRESOLVED, and this call does not repeat the call that ended it: the
+   * holder ended it with another kind of call, or with another value (a
+   * Complete with other result bytes, a Fail with another error or
+   * retryable). The record keeps what the first call stored.
    *
    * @generated from enum value: ERROR_REASON_ALREADY_TERMINAL = 11;
    */
@@ -293,10 +296,11 @@ export enum ErrorReason {
   REQUEST_TOO_LARGE = 32,
 
   /**
-   * FAILED_PRECONDITION (Complete, Fail): the record was UNRESOLVED and an
-   * operator resolved it (AdminService.ResolveRecord) with another outcome
-   * than this call's: its result or error was not stored. The record keeps
-   * the operator's resolution.
+   * FAILED_PRECONDITION (Complete, Fail, Heartbeat): an operator resolved
+   * the record (AdminService.ResolveRecord) after the holder's lease ran
+   * out, and this call does not carry the value the resolution stored:
+   * the call's result or error was not stored. Do not retry; look the
+   * record up to see how it was resolved.
    *
    * @generated from enum value: ERROR_REASON_RESOLVED_BY_OPERATOR = 33;
    */

@@ -22,8 +22,11 @@
 //   - FAILED_PRECONDITION / FINGERPRINT_MISMATCH: the key was used before for
 //     a request with another fingerprint.
 //   - FAILED_PRECONDITION / ALREADY_TERMINAL: the record is no longer
-//     PROCESSING, EXPIRED or UNRESOLVED, and this call is not a repeat of
-//     the call that ended it.
+//     PROCESSING, EXPIRED or UNRESOLVED, and this call does not repeat the
+//     call that ended it, the same kind with the same value.
+//   - FAILED_PRECONDITION / RESOLVED_BY_OPERATOR: an operator resolved the
+//     record (AdminService.ResolveRecord), and this call does not carry the
+//     value the resolution stored: its result or error was not stored.
 //   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
 //     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
 //     resolution given.
