@@ -569,6 +569,9 @@ func scenarioResolvedByOperator(t *testing.T, e *scenarioEnv) {
 	}
 	_, err = c.Complete(ctx, client.CompleteRequest{Namespace: ns, Key: k, Token: token, Result: []byte("late-holder")})
 	wantCodeReason(t, "step 4: the holder's Complete with B", err, codes.FailedPrecondition, "RESOLVED_BY_OPERATOR")
+	if !errors.Is(err, client.ErrResolvedByOperator) {
+		t.Fatalf("step 4: the holder's Complete with B = %v; want it to match client.ErrResolvedByOperator", err)
+	}
 	if rec := lookup(t, ctx, c, ns, k); rec.State != client.StateCompleted || string(rec.Result) != "resolved-by-operator" {
 		t.Fatalf("step 5: record = %v %q; want COMPLETED with the operator's result", rec.State, rec.Result)
 	}
