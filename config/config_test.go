@@ -19,8 +19,8 @@ var (
 	hashB = config.HashToken("idem_token-b")
 )
 
-// readmeExample is the example of README's Security section, with real
-// hashes.
+// readmeExample is the example of docs/security.md's config file section,
+// with real hashes.
 func readmeExample() string {
 	return `# idem.yaml
 tenants:

@@ -13,7 +13,7 @@ import (
 	"github.com/idemhq/idem/idemtest"
 )
 
-// A worker's test as the README shows it: the same payment delivered twice
+// A worker's test as docs/workers.md shows it: the same payment delivered twice
 // charges the card once, and the second delivery gets the first receipt.
 // paymentWorker and fakeProvider are in example_test.go.
 func TestDuplicateDeliveryChargesOnce(t *testing.T) {

@@ -314,7 +314,7 @@ func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecor
 	if err != nil {
 		return nil, rewriteError(ctx, a.logger, err)
 	}
-	// Keys and tokens are never logged (README, Security): the line says
+	// Keys and tokens are never logged (docs/security.md): the line says
 	// who deleted a record of which namespace in which state, and the
 	// attempt, which tells a retried job from a fresh one.
 	a.logger.InfoContext(ctx, "record deleted by an operator", "tenant", id.Tenant, "namespace", id.Namespace,

@@ -15,8 +15,8 @@ import (
 // the CLI's contract: add new ones, never renumber one.
 type exitCode int
 
-// The exit codes. exitCodes below describes each one for --help and the
-// README.
+// The exit codes. exitCodes below describes each one for --help and
+// docs/cli.md.
 const (
 	exitOK                  exitCode = 0
 	exitError               exitCode = 1

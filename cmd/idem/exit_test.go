@@ -187,18 +187,18 @@ func interruptedRun(t *testing.T) result {
 	return result{stdout.String(), stderr.String(), code}
 }
 
-// TestExitCodesAreDocumented: idem --help and the README list every exit
+// TestExitCodesAreDocumented: idem --help and docs/cli.md list every exit
 // code of the table in exit.go, with the same number.
 func TestExitCodesAreDocumented(t *testing.T) {
 	t.Parallel()
 	help := runIdem(t, runOpts{}, "--help").must(t, 0, "idem --help").stdout
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, cliSection, ok := strings.Cut(string(readme), "## The idem CLI")
+	_, cliSection, ok := strings.Cut(string(page), "\n## Exit codes\n")
 	if !ok {
-		t.Fatal(`README.md has no "## The idem CLI" section`)
+		t.Fatal(`docs/cli.md has no "## Exit codes" section`)
 	}
 	cliSection, _, _ = strings.Cut(cliSection, "\n## ")
 	readmeRow := regexp.MustCompile("(?m)^\\| `?(\\d+)`? \\| ([^|]+?) \\|")
@@ -207,7 +207,7 @@ func TestExitCodesAreDocumented(t *testing.T) {
 		documented[m[1]] = strings.TrimSpace(m[2])
 	}
 	if len(documented) != len(exitCodes) {
-		t.Errorf("README's CLI section has %d exit code rows; exit.go has %d", len(documented), len(exitCodes))
+		t.Errorf("docs/cli.md's exit codes have %d rows; exit.go has %d", len(documented), len(exitCodes))
 	}
 	for _, e := range exitCodes {
 		n := strconv.Itoa(int(e.code))
@@ -215,7 +215,7 @@ func TestExitCodesAreDocumented(t *testing.T) {
 			t.Errorf("idem --help does not list exit code %s (%s)", n, e.name)
 		}
 		if documented[n] != e.name {
-			t.Errorf("README lists exit code %s as %q; exit.go calls it %q", n, documented[n], e.name)
+			t.Errorf("docs/cli.md lists exit code %s as %q; exit.go calls it %q", n, documented[n], e.name)
 		}
 	}
 }

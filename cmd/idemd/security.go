@@ -16,7 +16,7 @@ import (
 
 // securityFlags are serve's flags for tenants, authentication and TLS.
 type securityFlags struct {
-	Config                       string `env:"IDEM_CONFIG" placeholder:"FILE" help:"YAML file of tenants, their token hashes, namespaces and limits (see README, Security). Without it idemd serves one tenant, default, without authentication."`
+	Config                       string `env:"IDEM_CONFIG" placeholder:"FILE" help:"YAML file of tenants, their token hashes, namespaces and limits (see docs/security.md). Without it idemd serves one tenant, default, without authentication."`
 	TLSCert                      string `name:"tls-cert" env:"IDEM_TLS_CERT" placeholder:"FILE" help:"PEM certificate chain to serve TLS with; needs --tls-key."`
 	TLSKey                       string `name:"tls-key" env:"IDEM_TLS_KEY" placeholder:"FILE" help:"PEM private key of --tls-cert."`
 	ClientCA                     string `name:"client-ca" env:"IDEM_CLIENT_CA" placeholder:"FILE" help:"PEM CA that every client's certificate must be signed by (mutual TLS); needs --tls-cert."`
