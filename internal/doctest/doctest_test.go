@@ -35,7 +35,7 @@ var notRun = map[string][]string{
 		"make bench",
 		"# An idemd that already runs (IDEM_ADDR, IDEM_TOKEN for one with tenants):",
 		"# 1. unique on an empty table against one holding 5 million records, interleaved",
-		"go run ./cmd/idem-bench --start-idemd --scenario wait -c 16 -d 15s",
+		"bin/idem-bench --start-idemd --scenario wait -c 16 -d 15s",
 	},
 	"docs/RELIABILITY.md": {
 		"make robustness        # every scenario at full length (40 s of load each; about 10 minutes in all)", // minutes of faults
