@@ -46,7 +46,6 @@ var notRun = map[string][]string{
 	"docs/workers.md": {
 		"$ grpcurl -plaintext -d '{\"namespace\":\"process_payment\",\"key\":\"order-1042\",\"lease_ttl\":\"30s\"}' \\",      // grpcurl is not installed here
 		"go mod edit -require=github.com/idemhq/idem@v0.0.0 -replace=github.com/idemhq/idem=../idem   # ../idem: your clone", // the module proxy
-		"make test-node            # cd examples/node-worker && npm ci && npm test",                                          // node_modules; its own tests run it
 		"make demo                                   # N=1000, K=6, 30 kills; needs IDEM_DATABASE_URL or the local Postgres", // long; a short run is a test
 	},
 }
