@@ -108,6 +108,8 @@ _HASH = re.compile(r"^(?P<hash>[0-9a-f]{7,40})(?P<dirty>-dirty)?$")
 # v0.0.0-20261201175430-12a4554a1b2c (also v1.2.4-0.20261201175430-…).
 _PSEUDO = re.compile(r"^v?(?P<release>\d+(?:\.\d+)*)-(?:0\.)?(?P<ts>\d{14})-(?P<hash>[0-9a-f]{12})"
                      r"(?P<dirty>[+-]dirty)?$")
+# Any other semver pre-release, v1.2.3-LABEL: the label becomes a local one.
+_SEMVER_PRE = re.compile(r"^v?(?P<release>\d+\.\d+\.\d+)-(?P<label>[0-9A-Za-z][0-9A-Za-z.-]*)$")
 _PRE = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
 
 
@@ -121,6 +123,7 @@ def pep440(describe: str) -> str:
     - a Go pseudo-version, v0.0.0-20261201175430-12a4554a1b2c (no tag yet)
       -> 0.0.0.dev20261201175430+g12a4554a1b2c
     - abc1234 (a bare commit hash) -> 0.0.0+gabc1234; devel -> 0.0.0+devel
+    - any other semver pre-release, v1.2.3-some.label -> 1.2.3+some.label
 
     Anything else is a ValueError naming the version."""
     v = describe.strip()
@@ -151,6 +154,9 @@ def pep440(describe: str) -> str:
             local.append("dirty")
     elif v == "devel":
         out, local = "0.0.0", ["devel"]
+    elif _SEMVER_PRE.match(v):
+        sp = _SEMVER_PRE.match(v)
+        out, local = sp.group("release"), [re.sub(r"[-.]+", ".", sp.group("label")).strip(".")]
     else:
         raise ValueError(f"idem_build: version {describe!r} is not a tag (v1.2.3), a git description "
                          "(v1.2.3-5-gabc1234[-dirty]), a commit hash or devel")

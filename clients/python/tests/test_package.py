@@ -173,7 +173,8 @@ class BackendTest(unittest.TestCase):
                                ("abc1234", "0.0.0+gabc1234"), ("12a4554", "0.0.0+g12a4554"), ("devel", "0.0.0+devel"),
                                ("v0.0.0-20261201175430-12a4554a1b2c", "0.0.0.dev20261201175430+g12a4554a1b2c"),
                                ("v0.0.0-20261201175430-12a4554a1b2c+dirty", "0.0.0.dev20261201175430+g12a4554a1b2c.dirty"),
-                               ("v1.2.4-0.20261201175430-12a4554a1b2c", "1.2.4.dev20261201175430+g12a4554a1b2c")]:
+                               ("v1.2.4-0.20261201175430-12a4554a1b2c", "1.2.4.dev20261201175430+g12a4554a1b2c"),
+                               ("v0.0.0-deploytest", "0.0.0+deploytest"), ("v1.2.3-my-build.7", "1.2.3+my.build.7")]:
             self.assertEqual(idem_build.pep440(describe), want, describe)
         with self.assertRaises(ValueError) as cm:
             idem_build.pep440("release one")
