@@ -180,12 +180,12 @@ clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start
 	rm -rf idem-data
 
 .PHONY: release release-npm
-release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, with the Python package's wheel and sdist (needs python3 >= 3.8) and the TypeScript package's tarball (needs npm) of the same VERSION, into DIST (dist/) with SHA256SUMS.
-	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release: python3 >= 3.8 is needed to build the Python package (clients/python)" >&2; exit 1; }
+release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, with the SDK packages of RELEASE_SDKS (default python, the wheel and sdist, needing python3 >= 3.8; and typescript, the npm tarball, needing npm) of the same VERSION, into DIST (dist/) with SHA256SUMS.
+	$(if $(filter python,$(RELEASE_SDKS)),@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release: python3 >= 3.8 is needed to build the Python package (clients/python); RELEASE_SDKS=typescript leaves it out" >&2; exit 1; })
 	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
 	$(foreach p,$(RELEASE_PLATFORMS),$(foreach c,idemd idem,$(call release-build,$(p),$(c))))
-	PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)"
-	@$(MAKE) --no-print-directory release-npm
+	$(if $(filter python,$(RELEASE_SDKS)),PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)")
+	$(if $(filter typescript,$(RELEASE_SDKS)),@$(MAKE) --no-print-directory release-npm)
 	cd "$(DIST)" && $(SHA256SUM) idem* > SHA256SUMS
 	@echo "$(DIST)/: $$(ls "$(DIST)" | wc -l | tr -d ' ') files; verify with: cd $(DIST) && $(SHA256SUM) -c SHA256SUMS"
 
@@ -193,6 +193,7 @@ release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and 
 # $(DIST)/$(2)_$(VERSION)_os_arch. The blank line ends each command, so that
 # `make -n release` lists one build per line.
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_SDKS ?= python typescript
 DIST ?= dist
 SHA256SUM := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || echo "shasum -a 256")
 # release-npm packs clients/typescript as $(DIST)/idemhq-idem-V.tgz, V being

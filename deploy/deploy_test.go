@@ -43,6 +43,28 @@ var release struct {
 	flagsErr     error
 	helpOutput   string
 	hostPlatform string
+	sdks         []string // the SDK packages the release carries
+}
+
+// sdkArtifacts are the files each SDK package adds to a release of testVersion.
+var sdkArtifacts = map[string][]string{
+	"python":     {"idem_client-0.0.0+deploytest-py3-none-any.whl", "idem_client-0.0.0+deploytest.tar.gz"},
+	"typescript": {"idemhq-idem-0.0.0-deploytest.tgz"},
+}
+
+// releaseSDKs is the SDK packages the test release builds: each whose tool
+// (python3, npm) is here. With CI=true both must be: a CI run that left them
+// out would not test what a release ships.
+func releaseSDKs() []string {
+	var sdks []string
+	for _, s := range []struct{ name, tool string }{{"python", "python3"}, {"typescript", "npm"}} {
+		if _, err := exec.LookPath(s.tool); err == nil || os.Getenv("CI") == "true" {
+			sdks = append(sdks, s.name)
+		} else {
+			fmt.Fprintf(os.Stderr, "NOTICE: %s not found: the test release leaves out the %s package\n", s.tool, s.name)
+		}
+	}
+	return sdks
 }
 
 func TestMain(m *testing.M) {
@@ -54,8 +76,10 @@ func TestMain(m *testing.M) {
 	release.hostPlatform = runtime.GOOS + "_" + runtime.GOARCH
 	release.idemd = filepath.Join(dir, "idemd_"+testVersion+"_"+release.hostPlatform)
 	release.idem = filepath.Join(dir, "idem_"+testVersion+"_"+release.hostPlatform)
+	release.sdks = releaseSDKs()
 	cmd := exec.Command("make", "-C", "..", "--no-print-directory", "release",
-		"RELEASE_PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH, "DIST="+dir, "VERSION="+testVersion)
+		"RELEASE_PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH, "DIST="+dir, "VERSION="+testVersion,
+		"RELEASE_SDKS="+strings.Join(release.sdks, " "))
 	out, err := cmd.CombinedOutput()
 	release.output, release.err = string(out), err
 	code := m.Run()
@@ -176,6 +200,10 @@ func TestReleaseBuildsStaticStampedBinariesWithChecksums(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	want := []string{"SHA256SUMS", filepath.Base(release.idem), filepath.Base(release.idemd)}
+	for _, sdk := range release.sdks {
+		want = append(want, sdkArtifacts[sdk]...)
+	}
+	slices.Sort(want)
 	if !slices.Equal(names, want) {
 		t.Fatalf("dist holds %q, want %q", names, want)
 	}
@@ -192,21 +220,22 @@ func TestReleaseBuildsStaticStampedBinariesWithChecksums(t *testing.T) {
 		}
 		listed[name] = sum
 	}
-	for _, bin := range []string{release.idemd, release.idem} {
+	for _, name := range want[1:] {
+		bin := filepath.Join(release.dir, name)
 		data, err := os.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := sha256.Sum256(data)
-		if sum := listed[filepath.Base(bin)]; sum != hex.EncodeToString(got[:]) {
-			t.Errorf("SHA256SUMS has %q for %s; its SHA-256 is %x", sum, filepath.Base(bin), got)
+		if sum := listed[name]; sum != hex.EncodeToString(got[:]) {
+			t.Errorf("SHA256SUMS has %q for %s; its SHA-256 is %x", sum, name, got)
 		}
-		if runtime.GOOS == "linux" {
+		if runtime.GOOS == "linux" && (bin == release.idemd || bin == release.idem) {
 			checkStatic(t, bin)
 		}
 	}
-	if len(listed) != 2 {
-		t.Errorf("SHA256SUMS lists %d files, want the 2 binaries:\n%s", len(listed), sums)
+	if len(listed) != len(want)-1 {
+		t.Errorf("SHA256SUMS lists %d files, want the %d others of dist:\n%s", len(listed), len(want)-1, sums)
 	}
 
 	// Both binaries are stamped: "NAME VERSION (commit …, go…, os/arch)".
