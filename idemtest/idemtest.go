@@ -14,6 +14,14 @@
 // Each Server has a store of its own, so tests that call NewServer can run
 // in parallel. The server runs no sweeper: a lapsed lease is still taken over
 // by the next Claim, but nothing marks records EXPIRED or purges them.
+//
+// CheckHandler is a duplicate-delivery test kit on top of it: it runs a
+// worker's handler (the function the worker passes to client.Do) through
+// the deliveries a real queue produces, the worker that dies between its
+// side effect and Complete and the lease that lapses under a stalled handler
+// among them, counts the handler's side effect with a counter the test
+// provides, and fails the test, for each case that made the effect more
+// than once, with the window it ran twice in and the remedy.
 package idemtest
 
 import (
@@ -46,11 +54,12 @@ type Server struct {
 	// server closes it.
 	Client *client.Client
 
-	grpc      *grpc.Server
-	store     *sqlite.Store
-	removeDir string // Start's own directory; NewServer's is the test's
-	closeOnce sync.Once
-	closeErr  error
+	grpc       *grpc.Server
+	store      *sqlite.Store
+	clientOpts []client.Option // the options of Client, after WithInsecure
+	removeDir  string          // Start's own directory; NewServer's is the test's
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // Option changes the server NewServer or Start starts.
@@ -72,8 +81,10 @@ func WithConfig(cfg server.Config) Option { return func(o *options) { o.config =
 // WithTenantsYAML serves the tenants of an idemd config file (the YAML that
 // idemd serve --config reads), parsed and checked as idemd checks it, so a
 // test runs with the tenants, token hashes, namespace allow-lists, rate
-// limits and result limits of production. It takes precedence over the
-// Tenants of WithConfig. Give Server.Client a tenant's token with
+// limits, result limits and policies (on_lease_expiry: hold, leases) of
+// production. A file of policies alone serves them, as idemd does, to the
+// one tenant without authentication. It takes precedence over the Tenants
+// and Policies of WithConfig. Give Server.Client a tenant's token with
 // WithClientOptions(client.WithToken(token)); the config holds its hash,
 // config.HashToken(token). A config that idemd would refuse fails NewServer
 // (and Start) with idemd's message.
@@ -140,11 +151,11 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 		opt(&o)
 	}
 	if o.tenantsYAML != nil {
-		tenants, err := parseTenants(*o.tenantsYAML, o.config.MaxResultBytes)
+		tenants, policies, err := parseTenants(*o.tenantsYAML, o.config.MaxResultBytes)
 		if err != nil {
 			return nil, err
 		}
-		o.config.Tenants = tenants
+		o.config.Tenants, o.config.Policies = tenants, policies
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -167,33 +178,38 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	s := &Server{Addr: addr, Client: c, grpc: srv, store: st}
+	s := &Server{Addr: addr, Client: c, grpc: srv, store: st, clientOpts: o.clientOpts}
 	if removeDir {
 		s.removeDir = dir
 	}
 	return s, nil
 }
 
-// parseTenants reads the tenants of a config file as idemd serve does.
-func parseTenants(yaml string, maxResultBytes int) (*server.Tenants, error) {
+// parseTenants reads the tenants of a config file as idemd serve does: a
+// file with tenants gives each its policies; a file of policies alone is
+// served to the one default tenant without authentication.
+func parseTenants(yaml string, maxResultBytes int) (*server.Tenants, []config.Policy, error) {
 	file, err := config.Parse([]byte(yaml))
 	if err != nil {
-		return nil, fmt.Errorf("WithTenantsYAML: %w", err)
+		return nil, nil, fmt.Errorf("WithTenantsYAML: %w", err)
 	}
 	if maxResultBytes == 0 {
 		maxResultBytes = server.DefaultConfig().MaxResultBytes
 	}
 	if err := file.CheckMaxResultBytes(maxResultBytes); err != nil {
-		return nil, fmt.Errorf("WithTenantsYAML: %w", err)
+		return nil, nil, fmt.Errorf("WithTenantsYAML: %w", err)
 	}
 	if file.UsesClientCerts() {
-		return nil, errors.New("WithTenantsYAML: client_cert_subjects need TLS, and the idemtest server serves plaintext; give the tenant tokens")
+		return nil, nil, errors.New("WithTenantsYAML: client_cert_subjects need TLS, and the idemtest server serves plaintext; give the tenant tokens")
+	}
+	if len(file.Tenants) == 0 {
+		return nil, file.Policies, nil
 	}
 	tenants, err := server.NewTenants(file)
 	if err != nil {
-		return nil, fmt.Errorf("WithTenantsYAML: %w", err)
+		return nil, nil, fmt.Errorf("WithTenantsYAML: %w", err)
 	}
-	return tenants, nil
+	return tenants, nil, nil
 }
 
 // Close stops the server at once, cutting off calls in flight, and closes

@@ -86,6 +86,7 @@ func TestWithTenantsYAMLRefusesWhatIdemdRefuses(t *testing.T) {
 		"tenants:\n  - name: a\n    tokens: [\"idem_plaintext\"]\n":                                             `tenants[0].tokens[0]`,
 		"tenants:\n  - name: a\n    client_cert_subjects: [\"CN=a\"]\n":                                         "client_cert_subjects need TLS",
 		"tenants:\n  - name: a\n    tokens: [\"" + config.HashToken("t") + "\"]\n    max_result_bytes: 70000\n": "max_result_bytes",
+		"policies:\n  - namespaces: [\"payments\"]\n    on_lease_expiry: later\n":                               "policies[0].on_lease_expiry",
 	} {
 		srv, err := idemtest.Start(idemtest.WithTenantsYAML(yaml))
 		if err == nil {

@@ -1,0 +1,319 @@
+package idemtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idemhq/idem/client"
+	"github.com/idemhq/idem/config"
+	"github.com/idemhq/idem/idemtest"
+)
+
+// paymentsAPI is a fake payment provider that counts the charges it
+// applied. Like real providers, it can answer a request whose idempotency
+// key it has seen from its records, and refuse a write fenced by a token
+// lower than one it has seen.
+type paymentsAPI struct {
+	mu       sync.Mutex
+	applied  int
+	byKey    map[string]string // idempotency key → charge id
+	maxToken map[string]int64  // order → highest fencing token seen
+	charged  map[string]bool   // order → charged at least once
+}
+
+func newPaymentsAPI() *paymentsAPI {
+	return &paymentsAPI{byKey: map[string]string{}, maxToken: map[string]int64{}, charged: map[string]bool{}}
+}
+
+var errStaleToken = errors.New("payments: a later attempt already wrote this order")
+
+// charge charges order once per idempotencyKey (none: every time), and,
+// when token > 0, refuses a token lower than the highest seen for the order.
+func (p *paymentsAPI) charge(order, idempotencyKey string, token int64) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id, ok := p.byKey[idempotencyKey]; ok && idempotencyKey != "" {
+		return id, nil
+	}
+	if token > 0 {
+		if token < p.maxToken[order] {
+			return "", errStaleToken
+		}
+		p.maxToken[order] = token
+	}
+	p.applied++
+	p.charged[order] = true
+	id := fmt.Sprintf("ch_%d", p.applied)
+	if idempotencyKey != "" {
+		p.byKey[idempotencyKey] = id
+	}
+	return id, nil
+}
+
+func (p *paymentsAPI) wasCharged(order string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.charged[order]
+}
+
+func (p *paymentsAPI) chargesApplied() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.applied
+}
+
+// Handlers of one payment, from naive to safe.
+func naiveHandler(p *paymentsAPI) idemtest.Handler {
+	return func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			id, err := p.charge(job.Key, "", 0)
+			return []byte(id), err
+		}
+	}
+}
+
+func keyedHandler(p *paymentsAPI) idemtest.Handler {
+	return func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			id, err := p.charge(job.Key, job.Namespace+"/"+job.Key, 0)
+			return []byte(id), err
+		}
+	}
+}
+
+func fencedHandler(p *paymentsAPI) idemtest.Handler {
+	return func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			id, err := p.charge(job.Key, "", a.Token)
+			return []byte(id), err
+		}
+	}
+}
+
+func takeoverCheckingHandler(p *paymentsAPI) idemtest.Handler {
+	return func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			if a.Takeover && p.wasCharged(job.Key) {
+				return []byte("charged earlier"), nil
+			}
+			id, err := p.charge(job.Key, "", 0)
+			return []byte(id), err
+		}
+	}
+}
+
+// The windows each handler leaves open, by case: a case not listed must
+// make the effect once.
+func TestCheckHandlerFindsTheWindowsEachHandlerLeavesOpen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		handler func(*paymentsAPI) idemtest.Handler
+		opts    []idemtest.CheckOption
+		open    []idemtest.Case
+		held    []idemtest.Case
+	}{
+		{name: "naive", handler: naiveHandler,
+			open: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.RetryableFailure}},
+		{name: "downstream key", handler: keyedHandler},
+		{name: "fencing token", handler: fencedHandler,
+			open: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.RetryableFailure}},
+		{name: "takeover check", handler: takeoverCheckingHandler,
+			open: []idemtest.Case{idemtest.LeaseLapsed}},
+		{name: "naive under hold", handler: naiveHandler,
+			opts: []idemtest.CheckOption{
+				idemtest.CheckJob(client.Job{Namespace: "payments", Key: "order-7"}),
+				idemtest.CheckServer(idemtest.WithTenantsYAML("policies:\n  - namespaces: [\"payments\"]\n    on_lease_expiry: hold\n")),
+			},
+			open: []idemtest.Case{idemtest.RetryableFailure},
+			held: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			api := newPaymentsAPI()
+			r := idemtest.InspectHandler(t, tc.handler(api), api.chargesApplied, tc.opts...)
+			if len(r.Cases) != len(idemtest.AllCases()) {
+				t.Fatalf("%d cases reported; want %d:\n%s", len(r.Cases), len(idemtest.AllCases()), r)
+			}
+			for _, cr := range r.Cases {
+				if cr.Err != nil {
+					t.Errorf("%s could not run:\n%s", cr.Case, cr)
+					continue
+				}
+				switch {
+				case contains(tc.open, cr.Case):
+					if cr.Effects != 2 || cr.OK() || cr.Window == "" || cr.Remedy == "" {
+						t.Errorf("%s: want the effect twice, and a window and a remedy:\n%s", cr.Case, cr)
+					}
+				case !cr.OK():
+					t.Errorf("%s: want the effect once:\n%s", cr.Case, cr)
+				}
+				if got := cr.Held != ""; got != contains(tc.held, cr.Case) {
+					t.Errorf("%s: held note %q; want one: %v", cr.Case, cr.Held, !got)
+				}
+			}
+			if t.Failed() {
+				t.Logf("the whole report:\n%s", r)
+			}
+		})
+	}
+}
+
+func contains(cs []idemtest.Case, c idemtest.Case) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// The report of the naive handler's crash names the window and the remedy
+// in words, and the record's key to use.
+func TestCrashAfterEffectReportNamesWindowAndRemedy(t *testing.T) {
+	t.Parallel()
+	api := newPaymentsAPI()
+	r := idemtest.InspectHandler(t, naiveHandler(api), api.chargesApplied,
+		idemtest.CheckJob(client.Job{Namespace: "payments", Key: "order-1042"}))
+	cr := r.Case(idemtest.CrashAfterEffect)
+	msg := cr.String()
+	for _, want := range []string{
+		"crash-after-effect: the effect ran 2 times for one job; want once",
+		"delivery 1: ran the handler (attempt 1, token ",
+		"the worker died before Complete, and its lease lapsed",
+		"delivery 2: ran the handler (attempt 2, token ",
+		"record: COMPLETED, attempt 2",
+		"window: between the side effect and Complete",
+		"remedy: pass the record's key (payments/order-1042.crash-after-effect) to the downstream system as its own idempotency key",
+		"a.Takeover",
+		"on_lease_expiry: hold",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the report does not say %q:\n%s", want, msg)
+		}
+	}
+	if m := regexp.MustCompile(`\{[a-z_]+\}`).FindString(r.String()); m != "" {
+		t.Errorf("the report has %s unfilled:\n%s", m, r)
+	}
+}
+
+// failRecorder is a test as CheckHandler sees it, that records what
+// CheckHandler reports instead of failing.
+type failRecorder struct {
+	testing.TB
+	mu     sync.Mutex
+	errors []string
+}
+
+func (f *failRecorder) Error(args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errors = append(f.errors, fmt.Sprint(args...))
+}
+
+func (f *failRecorder) Log(args ...any) {}
+
+func TestCheckHandlerFailsWithTheReportOfEachOpenWindow(t *testing.T) {
+	t.Parallel()
+	api := newPaymentsAPI()
+	rec := &failRecorder{TB: t}
+	idemtest.CheckHandler(rec, naiveHandler(api), api.chargesApplied)
+	if len(rec.errors) != 3 {
+		t.Fatalf("CheckHandler failed the test %d times; want once per open window (3):\n%s", len(rec.errors), strings.Join(rec.errors, "\n"))
+	}
+	for i, c := range []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.RetryableFailure} {
+		if msg := rec.errors[i]; !strings.HasPrefix(msg, string(c)+": the effect ran 2 times") || !strings.Contains(msg, "\n  window: ") || !strings.Contains(msg, "\n  remedy: ") {
+			t.Errorf("failure %d: want %s's window and remedy:\n%s", i, c, msg)
+		}
+	}
+
+	safe := newPaymentsAPI()
+	rec = &failRecorder{TB: t}
+	idemtest.CheckHandler(rec, keyedHandler(safe), safe.chargesApplied)
+	if len(rec.errors) != 0 {
+		t.Errorf("CheckHandler failed a handler with a downstream idempotency key:\n%s", strings.Join(rec.errors, "\n"))
+	}
+}
+
+// What the kit says when the handler or the counter is not what it needs.
+func TestCheckHandlerFindings(t *testing.T) {
+	t.Parallel()
+	t.Run("counter that counts nothing", func(t *testing.T) {
+		t.Parallel()
+		api := newPaymentsAPI()
+		r := idemtest.InspectHandler(t, keyedHandler(api), func() int { return 0 })
+		for _, cr := range r.Cases {
+			if cr.OK() || !strings.Contains(cr.Finding, "the effect counter saw nothing") || !strings.HasPrefix(cr.String(), string(cr.Case)+": the effect counter saw no effect") {
+				t.Errorf("%s:\n%s", cr.Case, cr)
+			}
+		}
+	})
+	t.Run("two effects in one run", func(t *testing.T) {
+		t.Parallel()
+		api := newPaymentsAPI()
+		r := idemtest.InspectHandler(t, func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+			return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+				_, _ = api.charge(job.Key, "", 0) // a retry loop that retried an applied charge
+				id, err := api.charge(job.Key, "", 0)
+				return []byte(id), err
+			}
+		}, api.chargesApplied)
+		cr := r.Case(idemtest.TwiceInSequence)
+		if cr.OK() || cr.Runs != 1 || cr.Effects != 2 || !strings.Contains(cr.Finding, "the handler made 2 effects in 1 runs") || cr.Window != "" {
+			t.Errorf("want a finding of more effects than runs, no window:\n%s", cr)
+		}
+	})
+	t.Run("handler that fails", func(t *testing.T) {
+		t.Parallel()
+		r := idemtest.InspectHandler(t, func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+			return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+				return nil, errors.New("no route to the provider")
+			}
+		}, func() int { return 1 })
+		for _, cr := range r.Cases {
+			if cr.Err == nil || !strings.Contains(cr.String(), "the case could not run: the handler failed on a delivery that should succeed: no route to the provider") {
+				t.Errorf("%s:\n%s", cr.Case, cr)
+			}
+		}
+	})
+	t.Run("handler that panics", func(t *testing.T) {
+		t.Parallel()
+		r := idemtest.InspectHandler(t, func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+			return func(ctx context.Context, a client.Attempt) ([]byte, error) { panic("nil map") }
+		}, func() int { return 1 })
+		if cr := r.Case(idemtest.TwiceInSequence); cr.Err == nil || !strings.Contains(cr.Err.Error(), "the handler panicked: nil map") {
+			t.Errorf("want the panic reported:\n%s", cr)
+		}
+	})
+}
+
+// The kit runs on the tenants of a config: the token, the allow-list and
+// the tenant's policy apply to every delivery.
+func TestCheckHandlerWithTenants(t *testing.T) {
+	t.Parallel()
+	const token = "idem_test-token-of-payments"
+	api := newPaymentsAPI()
+	r := idemtest.CheckHandler(t, keyedHandler(api), api.chargesApplied,
+		idemtest.CheckJob(client.Job{Namespace: "payments.card", Key: "order-9"}),
+		idemtest.CheckServer(
+			idemtest.WithTenantsYAML(`
+tenants:
+  - name: payments
+    tokens: ["`+hashToken(token)+`"]
+    namespaces: ["payments.*"]
+    policies:
+      - namespaces: ["payments.*"]
+        on_lease_expiry: hold
+`),
+			idemtest.WithClientOptions(client.WithToken(token))))
+	if cr := r.Case(idemtest.CrashAfterEffect); cr.Held == "" || cr.Record == nil || cr.Record.State != client.StateUnresolved || !cr.Record.Hold {
+		t.Errorf("the tenant's hold policy did not apply:\n%s", cr)
+	}
+}
+
+func hashToken(token string) string { return config.HashToken(token) }
