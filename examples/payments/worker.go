@@ -170,25 +170,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	stopProgress := keepInProgress(msg, w.cfg.ackWait/3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	res, err := w.idem.Do(ctx, client.Job{Namespace: namespace, Key: job.OrderID, Fingerprint: fingerprint, LeaseTTL: w.cfg.lease},
-		func(ctx context.Context, a client.Attempt) ([]byte, error) {
-			w.ev.log(event{Ev: "acquired", Key: job.OrderID, Token: a.Token, Attempt: a.Number})
-			w.crashPoint(crashBeforeCharge, job.OrderID, a.Token)
-			// Once sent, the charge is not abandoned halfway when the lease
-			// is lost: whether it happened must be known.
-			chargeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			ch, err := w.provider.charge(chargeCtx, chargeRequest{OrderID: job.OrderID, AmountCents: job.AmountCents, Token: a.Token})
-			if err != nil {
-				// The provider may have charged before the answer was lost;
-				// the job is released and retried (the provider's key, when
-				// sent, absorbs the retry).
-				w.ev.log(event{Ev: "charge_failed", Key: job.OrderID, Token: a.Token, Err: err.Error()})
-				return nil, err
-			}
-			w.ev.log(event{Ev: "charged", Key: job.OrderID, Token: a.Token, Charge: ch.ID, ProviderReplayed: ch.Replayed})
-			w.crashPoint(crashAfterCharge, job.OrderID, a.Token)
-			return json.Marshal(ch)
-		})
+		w.charge(job))
 	cancel()
 	stopProgress()
 
@@ -227,6 +209,32 @@ func (w *worker) handle(msg jetstream.Msg) {
 	default:
 		w.ev.log(event{Ev: "error", Key: job.OrderID, Err: err.Error()})
 		_ = msg.NakWithDelay(200 * time.Millisecond)
+	}
+}
+
+// charge is the handler the worker passes to client.Do for job: it charges
+// the provider and returns the charge, which idem stores as the job's result
+// and replays to later deliveries. handler_test.go runs it through
+// idemtest.CheckHandler's deliveries.
+func (w *worker) charge(job paymentJob) func(ctx context.Context, a client.Attempt) ([]byte, error) {
+	return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+		w.ev.log(event{Ev: "acquired", Key: job.OrderID, Token: a.Token, Attempt: a.Number})
+		w.crashPoint(crashBeforeCharge, job.OrderID, a.Token)
+		// Once sent, the charge is not abandoned halfway when the lease
+		// is lost: whether it happened must be known.
+		chargeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		ch, err := w.provider.charge(chargeCtx, chargeRequest{OrderID: job.OrderID, AmountCents: job.AmountCents, Token: a.Token})
+		if err != nil {
+			// The provider may have charged before the answer was lost;
+			// the job is released and retried (the provider's key, when
+			// sent, absorbs the retry).
+			w.ev.log(event{Ev: "charge_failed", Key: job.OrderID, Token: a.Token, Err: err.Error()})
+			return nil, err
+		}
+		w.ev.log(event{Ev: "charged", Key: job.OrderID, Token: a.Token, Charge: ch.ID, ProviderReplayed: ch.Replayed})
+		w.crashPoint(crashAfterCharge, job.OrderID, a.Token)
+		return json.Marshal(ch)
 	}
 }
 
