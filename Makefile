@@ -118,9 +118,13 @@ test-ts: ## Check clients/typescript/src/gen for drift and run the TypeScript pa
 	$(ts-deps) && $(MAKE) --no-print-directory check-generate-ts && \
 	cd $(TS_DIR) && go run ../../internal/testdb/withpg npm test
 
-test-node: ## Run the Node.js worker's tests (examples/node-worker, on the TypeScript package). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
+test-node: ## Run the tests of the Node.js examples on the TypeScript package (examples/node-worker, and examples/double-charge/typescript against bin/idemd). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
 	@$(call need-node,test-node); \
 	$(ts-deps) && (cd $(TS_DIR) && npm run --silent build) && \
+	go build -o bin/idemd ./cmd/idemd && \
+	(cd examples/double-charge/typescript && \
+	 { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
+	 IDEMD_BIN="$(CURDIR)/bin/idemd" npm test) && \
 	cd examples/node-worker && \
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
 	go run ../../internal/testdb/withpg npm test

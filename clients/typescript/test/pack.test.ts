@@ -51,6 +51,15 @@ try {
 // A TypeScript consumer, type-checked against the installed declarations.
 const CONSUMER_TS = `import { IdemClient, connectTransport, permanent, LeaseLostError, ErrorReason, State, type DoResult, type JobRecord } from "@idemhq/idem";
 import { grpcTransport } from "@idemhq/idem/node";
+import { checkHandler, Case, type MakeHandler, type Report } from "@idemhq/idem/testkit";
+
+export async function check(): Promise<Report> {
+  let charges = 0;
+  const handler: MakeHandler = (job) => async ({ token }) => { charges++; return job.key + " " + String(token); };
+  const report = await checkHandler(handler, () => charges, { job: { namespace: "n", key: "k" } });
+  void report.case(Case.CrashAfterEffect)?.window;
+  return report;
+}
 
 export async function work(grpc: boolean): Promise<DoResult> {
   const idem = new IdemClient(grpc ? grpcTransport({ baseUrl: "http://127.0.0.1:7070" }) : connectTransport({ baseUrl: "http://127.0.0.1:7072" }));

@@ -1,0 +1,185 @@
+// Tests of the duplicate-delivery test kit (src/testkit.ts) against real
+// idemd processes: the windows each kind of handler leaves open, the words
+// (the same file as the Go kit's), and the failures it throws.
+
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { Attempt, Job } from "../src/index.js";
+import { ALL_CASES, Case, CheckFailedError, checkHandler, inspectHandler, type Idemd, type MakeHandler, startIdemd } from "../src/testkit.js";
+import { WORDS } from "../src/testkit-words.js";
+import { PACKAGE_DIR, REPO } from "./harness.js";
+
+const IDEMD = process.env.IDEMD_BIN ?? path.join(PACKAGE_DIR, "build", "idemd");
+
+/**
+ * PaymentsAPI is a fake payment provider that counts the charges it applied.
+ * Like real providers, it can answer a request whose idempotency key it has
+ * seen from its records, and refuse a write fenced by a token lower than
+ * one it has seen.
+ */
+class PaymentsAPI {
+  applied = 0;
+  readonly #byKey = new Map<string, string>();
+  readonly #maxToken = new Map<string, bigint>();
+  readonly #charged = new Set<string>();
+
+  charge(order: string, idempotencyKey = "", token = 0n): string {
+    const seen = this.#byKey.get(idempotencyKey);
+    if (idempotencyKey !== "" && seen !== undefined) {
+      return seen;
+    }
+    if (token > 0n) {
+      if (token < (this.#maxToken.get(order) ?? 0n)) {
+        throw new Error("payments: a later attempt already wrote this order");
+      }
+      this.#maxToken.set(order, token);
+    }
+    this.applied++;
+    this.#charged.add(order);
+    const id = `ch_${this.applied}`;
+    if (idempotencyKey !== "") {
+      this.#byKey.set(idempotencyKey, id);
+    }
+    return id;
+  }
+
+  wasCharged(order: string): boolean {
+    return this.#charged.has(order);
+  }
+}
+
+const handlers: Record<string, (p: PaymentsAPI) => MakeHandler> = {
+  naive: (p) => (job) => () => p.charge(job.key),
+  "downstream key": (p) => (job) => () => p.charge(job.key, `${job.namespace}/${job.key}`),
+  "fencing token": (p) => (job) => (a: Attempt) => p.charge(job.key, "", a.token),
+  "takeover check": (p) => (job) => (a: Attempt) => (a.takeover && p.wasCharged(job.key) ? "charged earlier" : p.charge(job.key)),
+};
+
+let idemd: Idemd;
+
+before(async () => {
+  // One idemd for most tests: namespaces held.* are held (on_lease_expiry: hold).
+  idemd = await startIdemd({ bin: IDEMD, config: 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n' });
+});
+
+after(async () => {
+  await idemd?.stop();
+});
+
+describe("testkit", () => {
+  it("reports in the words of idemtest/cases.json", () => {
+    const file = JSON.parse(readFileSync(path.join(REPO, "idemtest", "cases.json"), "utf8")) as unknown;
+    assert.deepEqual(WORDS, file, "src/testkit-words.ts differs from idemtest/cases.json: copy the file's object into it");
+    assert.deepEqual(
+      WORDS.cases.map((c) => c.id),
+      ALL_CASES,
+    );
+  });
+
+  const expectations: Array<{ name: string; handler: string; job?: Job; open: Case[]; held?: Case[] }> = [
+    { name: "naive", handler: "naive", open: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure] },
+    { name: "downstream key", handler: "downstream key", open: [] },
+    { name: "fencing token", handler: "fencing token", open: [Case.CrashAfterEffect, Case.RetryableFailure] },
+    { name: "takeover check", handler: "takeover check", open: [Case.LeaseLapsed] },
+    {
+      name: "naive under hold",
+      handler: "naive",
+      job: { namespace: "held.payments", key: "order-7" },
+      open: [Case.RetryableFailure],
+      held: [Case.CrashAfterEffect, Case.LeaseLapsed],
+    },
+  ];
+  for (const e of expectations) {
+    it(`finds the windows a handler leaves open: ${e.name}`, async () => {
+      const api = new PaymentsAPI();
+      const r = await inspectHandler(handlers[e.handler]!(api), () => api.applied, { server: idemd.grpcUrl, job: e.job });
+      assert.equal(r.cases.length, ALL_CASES.length);
+      for (const cr of r.cases) {
+        assert.equal(cr.error, undefined, `${cr.case} could not run:\n${cr}`);
+        if (e.open.includes(cr.case)) {
+          assert.ok(cr.effects === 2 && !cr.ok && cr.window !== "" && cr.remedy !== "", `${cr.case}: want the effect twice, a window and a remedy:\n${cr}`);
+        } else {
+          assert.ok(cr.ok, `${cr.case}: want the effect once:\n${cr}`);
+        }
+        assert.equal(cr.held !== "", (e.held ?? []).includes(cr.case), `${cr.case}: held note ${JSON.stringify(cr.held)}:\n${cr}`);
+      }
+    });
+  }
+
+  it("names the crash's window and remedy as the Go kit does", async () => {
+    const api = new PaymentsAPI();
+    const r = await inspectHandler(handlers.naive!(api), () => api.applied, { idemd: IDEMD, job: { namespace: "payments", key: "order-1042" } });
+    const msg = String(r.case(Case.CrashAfterEffect));
+    for (const want of [
+      "crash-after-effect: the effect ran 2 times for one job; want once",
+      "\n  delivery 1: ran the handler (attempt 1, token ",
+      "the worker died before Complete, and its lease lapsed",
+      "\n  delivery 2: ran the handler (attempt 2, token ",
+      "\n  record: COMPLETED, attempt 2",
+      "\n  window: between the side effect and Complete",
+      "\n  remedy: pass the record's key (payments/order-1042.crash-after-effect) to the downstream system as its own idempotency key",
+      "attempt.takeover",
+    ]) {
+      assert.ok(msg.includes(want), `the report does not say ${JSON.stringify(want)}:\n${msg}`);
+    }
+    assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
+  });
+
+  it("checkHandler throws the report of each open window, and passes a safe handler", async () => {
+    const api = new PaymentsAPI();
+    const err = await checkHandler(handlers.naive!(api), () => api.applied, { server: idemd.grpcUrl }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof CheckFailedError, `want a CheckFailedError; got ${String(err)}`);
+    assert.deepEqual(
+      err.report.failed().map((c) => c.case),
+      [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure],
+    );
+    for (const c of ["crash-after-effect: the effect ran 2 times", "lease-lapsed: the effect ran 2 times", "retryable-failure: the effect ran 2 times"]) {
+      assert.ok(err.message.includes(c), `the failure does not say ${JSON.stringify(c)}:\n${err.message}`);
+    }
+
+    const safe = new PaymentsAPI();
+    const logged: string[] = [];
+    const r = await checkHandler(handlers["downstream key"]!(safe), () => safe.applied, { server: idemd.grpcUrl, log: (s) => logged.push(s) });
+    assert.equal(r.failed().length, 0);
+    assert.equal(logged.length, ALL_CASES.length);
+  });
+
+  it("says when the counter counts nothing, and when the handler fails", async () => {
+    const api = new PaymentsAPI();
+    let r = await inspectHandler(handlers["downstream key"]!(api), () => 0, { server: idemd.grpcUrl });
+    for (const cr of r.cases) {
+      assert.ok(!cr.ok && cr.finding.includes("the effect counter saw nothing") && String(cr).startsWith(`${cr.case}: the effect counter saw no effect`), String(cr));
+    }
+    const failing: MakeHandler = () => () => {
+      throw new Error("no route to the provider");
+    };
+    r = await inspectHandler(failing, () => 1, { server: idemd.grpcUrl });
+    for (const cr of r.cases) {
+      assert.ok(cr.error !== undefined && String(cr).includes("the case could not run: the handler failed on a delivery that should succeed: no route to the provider"), String(cr));
+    }
+  });
+
+  it("starts an idemd of its own with the tenants and policies of a config", async () => {
+    const token = "idem_test-token-of-payments";
+    const hash = `sha256:${createHash("sha256").update(token).digest("hex")}`;
+    const api = new PaymentsAPI();
+    const r = await checkHandler(handlers["downstream key"]!(api), () => api.applied, {
+      idemd: IDEMD,
+      token,
+      job: { namespace: "payments.card", key: "order-9" },
+      config: `tenants:\n  - name: payments\n    tokens: ["${hash}"]\n    namespaces: ["payments.*"]\n    policies:\n      - namespaces: ["payments.*"]\n        on_lease_expiry: hold\n`,
+    });
+    const crash = r.case(Case.CrashAfterEffect)!;
+    assert.ok(crash.held !== "" && crash.record?.hold === true, `the tenant's hold policy did not apply:\n${crash}`);
+  });
+
+  it("says how to give it idemd when there is none", async () => {
+    await assert.rejects(startIdemd({ bin: path.join(PACKAGE_DIR, "build", "no-such-idemd") }), /give the idemd option, or IDEMD_BIN, or put idemd on the PATH/);
+  });
+});
