@@ -129,7 +129,7 @@ test-node: ## Run the tests of the Node.js examples on the TypeScript package (e
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
 	go run ../../internal/testdb/withpg npm test
 
-test-python: ## Run the Python package's tests (clients/python: every scenario on both stores, the wheel installed offline) and the Python worker's (examples/python-worker). Without python3 (>= 3.8) they are skipped with a notice; in CI (CI=true) that is an error.
+test-python: ## Run the Python package's tests (clients/python: every scenario on both stores, the wheel installed offline) and the Python examples' (examples/python-worker, and examples/double-charge/python against bin/idemd). Without python3 (>= 3.8) they are skipped with a notice; in CI (CI=true) that is an error.
 	@if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then \
 		if [ "$$CI" = "true" ]; then \
 			echo "test-python: python3 >= 3.8 is required in CI (CI=true) to run the tests of clients/python and examples/python-worker" >&2; \
@@ -147,7 +147,10 @@ test-python: ## Run the Python package's tests (clients/python: every scenario o
 	cd clients/python && \
 	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v && \
 	cd ../../examples/python-worker && \
-	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v
+	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v && \
+	cd ../.. && go build -o bin/idemd ./cmd/idemd && \
+	cd examples/double-charge/python && \
+	IDEMD_BIN="$(CURDIR)/bin/idemd" PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -v
 
 test-scenarios: ## Run the Go SDK's side of clients/scenarios alone (make test runs it with the other Go tests): every scenario against a real idemd on PostgreSQL and on SQLite.
 	go test $(GO_TEST_FLAGS) -run '^TestScenario' ./client

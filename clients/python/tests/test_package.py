@@ -96,6 +96,8 @@ class PackageTest(unittest.TestCase):
             record = z.read(f"idem_client-{PEP440}.dist-info/RECORD").decode()
         self.assertIn("idem/py.typed", names)
         self.assertIn("idem/__main__.py", names)
+        self.assertIn("idem/testkit.py", names)
+        self.assertIn("idem/_testkit_words.py", names)
         self.assertFalse([n for n in names if "__pycache__" in n or n.startswith("tests/")], names)
         self.assertEqual(len(record.splitlines()), len(names), "RECORD lists every file")
         for line in ["Name: idem-client", f"Version: {PEP440}", "License: Apache-2.0", "Requires-Python: >=3.8",

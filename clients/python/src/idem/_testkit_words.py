@@ -1,0 +1,97 @@
+"""The words of the duplicate-delivery test kit: a copy of idemtest/cases.json
+(the Go kit's, which every language's kit reports in). tests/test_testkit.py
+fails when the two differ: copy the file's object here again."""
+
+# fmt: off
+WORDS = {'version': 1,
+ 'about': 'The words of the duplicate-delivery test kit: its cases and the messages it reports. The Go kit '
+          '(idemtest.CheckHandler) embeds this file; the TypeScript (@idemhq/idem/testkit) and Python '
+          '(idem.testkit) kits ship copies that their tests compare with it, so a team gets the same report in '
+          'every language. {name} is filled in by the kit: namespace, key, effects, runs, i, to, what, attempt, '
+          "token, state, error, n, and the language's own terms: takeover (the attempt's takeover flag), "
+          "token_field (the attempt's fencing token), permanent (how a handler marks a failure permanent), "
+          'lost_check (how a handler checks that its lease is still held).',
+ 'cases': [{'id': 'twice-in-sequence', 'title': 'the same job delivered twice, one after the other'},
+           {'id': 'concurrent', 'title': 'the same job delivered {n} times at once'},
+           {'id': 'crash-after-effect',
+            'title': 'the worker died after the side effect and before Complete; its lease lapsed and the job was '
+                     'delivered again',
+            'window': 'between the side effect and Complete. The worker died there, and idem cannot tell a worker '
+                      'that died after its effect from one that died before it: the record stayed PROCESSING, and '
+                      'once the lease lapsed the next delivery took the job over and made the effect again.',
+            'remedy': "pass the record's key ({namespace}/{key}) to the downstream system as its own idempotency "
+                      "key (Stripe's Idempotency-Key header, say), so that it answers the repeat from its records "
+                      'instead of acting again; or, when {takeover} is true, look the effect up downstream before '
+                      "making it; or set on_lease_expiry: hold in the namespace's policy, so that the record "
+                      'becomes UNRESOLVED instead of being taken over, and a person decides.',
+            'held': "the namespace's policy holds the record (on_lease_expiry: hold): the redelivery found it "
+                    'UNRESOLVED and did not run the handler, so the effect ran once, and the job waits for a '
+                    'person to resolve it (idem resolve).'},
+           {'id': 'lease-lapsed',
+            'title': 'the lease lapsed while the handler still ran (its heartbeats held), and a second delivery '
+                     'took the job over',
+            'window': 'while the handler ran. It stalled (a pause, a slow call, a partition keeping its heartbeats '
+                      'from the server) until its lease lapsed; the next delivery took the job over and made the '
+                      'effect, and then the first worker, not knowing its lease was gone, made it too. idem '
+                      "refused that worker's Complete (LEASE_LOST), but its effect was already out.",
+            'remedy': 'make the effect check the fencing token: the downstream keeps the highest {token_field} it '
+                      'has seen for the job and refuses a write with a lower one (a conditional write, UPDATE ... '
+                      "WHERE token < $1); or pass the record's key ({namespace}/{key}) to the downstream system as "
+                      "its own idempotency key; or set on_lease_expiry: hold in the namespace's policy, so that no "
+                      'delivery takes over while a worker may still run. Checking {lost_check} right before the '
+                      'effect helps a slow handler that heard of the takeover, not a stalled one; a longer lease '
+                      'makes the window rarer, not closed.',
+            'held': "the namespace's policy holds the record (on_lease_expiry: hold): the second delivery found it "
+                    "UNRESOLVED and did not run the handler, and the first worker's late Complete, which no "
+                    'takeover had superseded, settled the record, so the effect ran once.'},
+           {'id': 'complete-answer-lost',
+            'title': 'Complete was applied but its answer lost; the worker retried it, and the queue delivered the '
+                     'job again'},
+           {'id': 'retryable-failure',
+            'title': 'the handler made its effect and then returned a retryable error; the job was delivered again '
+                     'and succeeded',
+            'window': "between the side effect and the handler's return. The handler made its effect and then "
+                      "failed (here the kit's error, standing in for a timeout on the downstream's answer or a "
+                      'later step that failed): the failure was recorded as retryable, the job was released, and '
+                      'the next delivery made the effect again.',
+            'remedy': "pass the record's key ({namespace}/{key}) to the downstream system as its own idempotency "
+                      'key, so that the retry is answered from its records; or, once the effect may have happened, '
+                      'fail with {permanent}, so that the job is FAILED instead of retried and a person looks. '
+                      'on_lease_expiry: hold does not cover this window: no lease lapsed.'}],
+ 'messages': {'ok': '{id}: the effect ran once',
+              'more': '{id}: the effect ran {effects} times for one job; want once',
+              'none': '{id}: the effect counter saw no effect; want one',
+              'error': '{id}: the case could not run: {error}',
+              'delivery': 'delivery {i}: {what}',
+              'deliveries': 'deliveries {i} to {to}: {what}',
+              'record': 'record: {state}, attempt {attempt}, token {token}',
+              'window': 'window: {text}',
+              'remedy': 'remedy: {text}',
+              'held': 'held: {text}',
+              'no_effect': "the handler ran, but the effect counter saw nothing: it must count the handler's side "
+                           'effect (rows in your table, charges your fake API applied), read after the handler '
+                           'returns.',
+              'extra_effects': 'the handler made {effects} effects in {runs} runs: one run makes more than one '
+                               'effect (a retry loop around the downstream call, an effect per item of something '
+                               'repeated), or the counter counts more than the effect. Make one run make one '
+                               "effect, and let the downstream call's own retries carry the record's key "
+                               '({namespace}/{key}) as their idempotency key.',
+              'extra_runs': 'idem ran the handler {runs} times where it must run it once: a bug in idem or its '
+                            'SDK, not in your handler; please report it with this message.',
+              'ran': 'ran the handler (attempt {attempt}, token {token})',
+              'ran_stalled': 'ran the handler (attempt {attempt}, token {token}) after stalling until its lease '
+                             'lapsed',
+              'completed': 'Complete confirmed',
+              'answer_lost': 'Complete applied and its answer lost; the retried Complete was confirmed',
+              'died': 'the worker died before Complete, and its lease lapsed',
+              'lease_lost': 'the job had been taken over: Complete refused (LEASE_LOST)',
+              'late_complete': 'no one had taken over: Complete accepted',
+              'released': 'then failed; the failure was recorded as retryable and the job released',
+              'replayed': 'replayed the stored result; the handler did not run',
+              'in_progress': 'found the job in progress elsewhere; the handler did not run',
+              'unresolved': 'found the record UNRESOLVED (held for a person); the handler did not run',
+              'failed': 'failed: {error}',
+              'injected_failure': "the test kit's error after the handler's effect (a timeout on the downstream's "
+                                  'answer, say)',
+              'handler_failed': 'the handler failed on a delivery that should succeed: {error}',
+              'handler_panicked': 'the handler panicked: {error}'}}

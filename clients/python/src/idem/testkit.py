@@ -1,0 +1,616 @@
+"""The duplicate-delivery test kit: run a worker's handler (the function it
+passes to ``Client.do``) through the deliveries a real queue produces,
+against a real idemd, count its side effect with a counter the test
+provides, and fail, for each case that made the effect more than once, with
+the window it ran twice in and the remedy. Its cases and words are those of
+the Go kit (idemtest.CheckHandler).
+
+    import unittest
+    import idem
+    from idem import testkit
+
+    class ChargeTest(unittest.TestCase):
+        def test_charge_is_exactly_once(self):
+            provider = FakeProvider()  # counts the charges it applied
+            testkit.check_handler(
+                lambda job: lambda attempt: provider.charge(1250, f"{job.namespace}/{job.key}"),
+                lambda: provider.charges_applied,
+                job=idem.Job("payments", "order-1042"))
+
+check_handler raises AssertionError (unittest's and pytest's failure) with
+the report of every failed case; inspect_handler returns the Report
+without raising. The kit starts an idemd of its own on SQLite in a
+temporary directory (``idemd=``, IDEMD_BIN, or idemd on the PATH), or uses
+one the test points at (``server=``, its HTTP/JSON URL).
+
+The windows are driven by controls, not timing: a 1 s lease (the server's
+minimum) whose heartbeats are held, a Claim that waits on the server for
+the lease to lapse, a Complete that is not sent, a Complete whose answer is
+dropped after the server applied it. The faults live in the kit's clients
+(a wrapper of each client's transport); idemd is the one you run in
+production.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional
+
+from ._client import Client
+from ._do import Attempt, Job, Result
+from ._errors import (CompletionUnknownError, IdemError, InProgressError, LeaseLostError, UnavailableError,
+                      UnresolvedError)
+from ._retry import RetryPolicy
+from ._testkit_words import WORDS
+from ._types import MAX_WAIT, Record
+
+__all__ = ["TWICE_IN_SEQUENCE", "CONCURRENT", "CRASH_AFTER_EFFECT", "LEASE_LAPSED", "COMPLETE_ANSWER_LOST",
+           "RETRYABLE_FAILURE", "ALL_CASES", "CaseReport", "Report", "check_handler", "inspect_handler",
+           "Idemd", "start_idemd"]
+
+#: The job delivered, and once it completed, delivered again: the second
+#: delivery replays.
+TWICE_IN_SEQUENCE = "twice-in-sequence"
+#: The job delivered several times at once, then again each copy that found
+#: it in progress.
+CONCURRENT = "concurrent"
+#: The handler runs under a 1 s lease with heartbeats held; the worker
+#: "dies" before Complete; a redelivery waits for the lease to lapse.
+CRASH_AFTER_EFFECT = "crash-after-effect"
+#: The handler is held before it starts, with its heartbeats, while its 1 s
+#: lease lapses and a second delivery takes over; then it runs.
+LEASE_LAPSED = "lease-lapsed"
+#: The first Complete reaches the server and its answer is dropped; the
+#: worker retries it; the job is delivered again.
+COMPLETE_ANSWER_LOST = "complete-answer-lost"
+#: The first delivery fails after the handler returned (its effect made); a
+#: second delivery runs it again.
+RETRYABLE_FAILURE = "retryable-failure"
+#: Every case, in the order the kit runs them.
+ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, LEASE_LAPSED, COMPLETE_ANSWER_LOST,
+             RETRYABLE_FAILURE)
+
+# This package's names for what the remedies point at.
+_TERMS = {
+    "takeover": "attempt.takeover",
+    "token_field": "attempt.token",
+    "permanent": "raise idem.Permanent(err)",
+    "lost_check": "attempt.check()",
+}
+
+_MESSAGES: Dict[str, str] = WORDS["messages"]
+
+
+def _fill(s: str, **values: str) -> str:
+    """s with each {name} replaced by values[name]."""
+    for k, v in values.items():
+        s = s.replace("{" + k + "}", v)
+    return s
+
+
+def _case_words(case: str) -> Dict[str, str]:
+    for cw in WORDS["cases"]:
+        if cw["id"] == case:
+            return cw
+    raise KeyError(f"idem testkit: the words have no case {case}")
+
+
+class CaseReport:
+    """What one case found: ``case``, ``title``, ``job`` (with the case's own
+    key), ``effects`` (how much the counter went up), ``runs`` (how often the
+    handler ran), ``deliveries`` (what each did), ``record`` (the record
+    afterwards, or None), ``window`` and ``remedy`` (when the effect ran
+    more than once in a window the case opens), ``held`` (how
+    on_lease_expiry: hold kept the effect at one), ``finding`` (what is wrong
+    otherwise) and ``error`` (why the case could not run)."""
+
+    def __init__(self, case: str, job: Job):
+        self.case = case
+        self.job = job
+        self.title = ""
+        self.effects = 0
+        self.runs = 0
+        self.deliveries: List[str] = []
+        self.record: Optional[Record] = None
+        self.window = ""
+        self.remedy = ""
+        self.held = ""
+        self.finding = ""
+        self.error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the case ran and made the effect exactly once."""
+        return self.error is None and self.effects == 1
+
+    def __str__(self) -> str:
+        m = _MESSAGES
+        if self.error is not None:
+            head = _fill(m["error"], id=self.case, error=self.error)
+        elif self.effects == 1:
+            head = _fill(m["ok"], id=self.case)
+        elif self.effects > 1:
+            head = _fill(m["more"], id=self.case, effects=str(self.effects))
+        else:
+            head = _fill(m["none"], id=self.case)
+        lines = [self.title] + self.deliveries
+        if self.record is not None:
+            lines.append(_fill(m["record"], state=self.record.state.name, attempt=str(self.record.attempt),
+                               token=str(self.record.token)))
+        if self.window:
+            lines += [_fill(m["window"], text=self.window), _fill(m["remedy"], text=self.remedy)]
+        if self.held:
+            lines.append(_fill(m["held"], text=self.held))
+        if self.finding:
+            lines.append(self.finding)
+        return "\n  ".join([head] + lines)
+
+    def __repr__(self) -> str:
+        return f"<CaseReport {self.case}: effects={self.effects} ok={self.ok}>"
+
+
+class Report:
+    """What the kit found, case by case (``cases``)."""
+
+    def __init__(self, cases: List[CaseReport]):
+        self.cases = cases
+
+    def case(self, case: str) -> Optional[CaseReport]:
+        """The report of one case, or None."""
+        for c in self.cases:
+            if c.case == case:
+                return c
+        return None
+
+    def failed(self) -> List[CaseReport]:
+        """The reports of the cases that did not make the effect once."""
+        return [c for c in self.cases if not c.ok]
+
+    def __str__(self) -> str:
+        return "\n".join(str(c) for c in self.cases)
+
+
+def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effects: Callable[[], int], *,
+                  job: Optional[Job] = None, server: Optional[str] = None, token: str = "",
+                  idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8,
+                  log: Optional[Callable[[str], None]] = None) -> Report:
+    """Runs every case against the handlers make_handler makes, each
+    delivery through ``Client.do`` on a client of its own (a worker process
+    of its own), and raises AssertionError with the report of each case
+    where the effect did not happen exactly once: the count, what every
+    delivery did and, when the effect ran more than once, the window and
+    the remedy. Returns the Report when every case passed.
+
+    - ``make_handler(job)`` returns the handler a worker passes to do() for
+      one delivery of job, built the way the worker builds it from the
+      message it got. Take the key from ``job.key``: each case runs on a key
+      of its own (``job.key + "." + case``; on a ``server`` of the test's,
+      with a run id between them), so that what one case leaves downstream
+      cannot answer another's.
+    - ``effects()`` counts the side effect as the downstream knows it
+      (charges a fake provider applied, rows in your table); the kit reads
+      it before and after each case.
+    - ``job``: its namespace (whose policy applies), fingerprint, lease and
+      retention; default namespace "jobs", key "job-1". Deliveries whose
+      lease must lapse get a 1 s lease instead.
+    - ``server``: the HTTP/JSON URL of a running idemd to use instead of
+      starting one; ``token``: a tenant's token.
+    - ``idemd``: the idemd binary to start (default IDEMD_BIN, or idemd on
+      the PATH); ``config``: the YAML of an idemd config file (tenants,
+      policies such as on_lease_expiry: hold) for it.
+    - ``concurrency``: deliveries at once in the concurrent case (8).
+    - ``log``: receives the report of each case that passed.
+    """
+    report = inspect_handler(make_handler, effects, job=job, server=server, token=token, idemd=idemd, config=config,
+                             concurrency=concurrency)
+    for c in report.cases:
+        if c.ok and log is not None:
+            log(str(c))
+    failed = report.failed()
+    if failed:
+        raise AssertionError("\n".join(str(c) for c in failed))
+    return report
+
+
+def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effects: Callable[[], int], *,
+                    job: Optional[Job] = None, server: Optional[str] = None, token: str = "",
+                    idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8) -> Report:
+    """Runs the cases of check_handler and returns the Report without
+    raising for what it found, for a test that asserts what the kit finds.
+    It raises only when idemd cannot be started."""
+    job = job or Job("jobs", "job-1")
+    proc = None
+    run = ""
+    if server is None:
+        proc = start_idemd(bin=idemd, config=config)
+        server = proc.json_url
+    else:
+        # A server the test points at keeps the records of earlier runs (for
+        # the retention, a day by default): a run of its own keeps their keys
+        # apart.
+        run = "." + uuid.uuid4().hex[:8]
+    try:
+        kit = _Kit(server, token, make_handler, effects, job, max(concurrency, 2), run)
+        return Report([kit.run(c) for c in ALL_CASES])
+    finally:
+        if proc is not None:
+            proc.stop()
+
+
+class Idemd:
+    """An idemd process the kit started: ``grpc_addr``, ``json_url``, and
+    stop(), which stops it and removes its data directory."""
+
+    def __init__(self, proc: "subprocess.Popen[bytes]", reader: threading.Thread, data_dir: str, grpc_addr: str,
+                 json_url: str):
+        self.proc = proc
+        self.data_dir = data_dir
+        self.grpc_addr = grpc_addr
+        self.json_url = json_url
+        self._reader = reader
+
+    def stop(self) -> None:
+        _stop(self.proc, self._reader)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "Idemd":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _stop(proc: "subprocess.Popen[bytes]", reader: threading.Thread) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    reader.join(10)  # it reads to the end of idemd's log, then ends
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, timeout: float = 60.0) -> Idemd:
+    """Starts idemd on SQLite in a new temporary directory, on loopback ports
+    the system picks, and returns once it serves. The IDEM_* variables of
+    the environment do not reach it, so it never runs on the database of a
+    developer's shell."""
+    exe = bin or os.environ.get("IDEMD_BIN") or shutil.which("idemd")
+    if not exe:
+        raise RuntimeError("idem testkit: no idemd: give idemd=, or IDEMD_BIN, or put idemd on the PATH")
+    data_dir = tempfile.mkdtemp(prefix="idem-testkit-")
+    args = [exe, "serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0", "--http-listen", "",
+            "--json-listen", "127.0.0.1:0", "--sweep-interval", "0", "--log-format", "json"]
+    if config is not None:
+        path = os.path.join(data_dir, "idemd.yaml")
+        with open(path, "w") as f:
+            f.write(config)
+        args += ["--config", path]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IDEM_")}
+    try:
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+    except OSError as err:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise RuntimeError(f"idem testkit: cannot start {exe} (give idemd=, or IDEMD_BIN, or put idemd on the "
+                           f"PATH): {err}") from err
+    log: "deque[str]" = deque(maxlen=200)
+    served: Dict[str, str] = {}
+    ready = threading.Event()
+
+    def read() -> None:
+        # Read every line while idemd runs, so that its log never fills the pipe.
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            log.append(line)
+            if not ready.is_set():
+                try:
+                    m = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(m, dict) and m.get("msg") == "idemd serving" and m.get("listen") and m.get("json_listen"):
+                    served.update(listen=m["listen"], json_listen=m["json_listen"])
+                    ready.set()
+        ready.set()  # exited
+
+    reader = threading.Thread(target=read, name="idem-testkit idemd log", daemon=True)
+    reader.start()
+    ready.wait(timeout)
+    if not served:
+        _stop(proc, reader)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        how = f"exited ({proc.returncode})" if proc.returncode is not None else f"did not serve within {timeout:g} s"
+        raise RuntimeError(f"idem testkit: {exe} {how}:\n" + "\n".join(log))
+    return Idemd(proc, reader, data_dir, served["listen"], "http://" + served["json_listen"])
+
+
+class _AfterEffect(Exception):
+    """The error the retryable-failure case's first delivery raises after
+    the handler returned."""
+
+
+class _Faults:
+    """What the kit does to one worker's calls, in its transport: the server
+    sees only what a real worker sent."""
+
+    def __init__(self, hold_heartbeats: bool = False, die_before_complete: bool = False,
+                 lose_complete_answer: bool = False):
+        self.hold_heartbeats = hold_heartbeats
+        self.die_before_complete = die_before_complete
+        self.lose_complete_answer = lose_complete_answer
+        #: Set once the handler returned: a held heartbeat gives up then.
+        self.handler_returned = threading.Event()
+        self.died = False
+        self.answer_lost = False
+        self._lock = threading.Lock()
+
+
+class _FaultyTransport:
+    """A client's transport with the kit's faults in front of it."""
+
+    def __init__(self, inner: Any, faults: _Faults):
+        self._inner = inner
+        self._faults = faults
+        self.url = inner.url
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def call(self, service: str, method: str, body: Any, timeout: float) -> Dict[str, Any]:
+        f = self._faults
+        if method == "Heartbeat" and f.hold_heartbeats:
+            # Held: it never reaches the server, and gives up when the
+            # handler returns (or the call's timeout would have passed).
+            f.handler_returned.wait(timeout)
+            raise UnavailableError("idem testkit: the heartbeat was held", code="UNAVAILABLE", rpc=method,
+                                   transient=True)
+        if method == "Complete":
+            if f.die_before_complete:
+                f.died = True
+                # Not transient: a dead worker sends nothing more.
+                raise IdemError("idem testkit: the worker died before its Complete went out", code="UNKNOWN",
+                                rpc=method, transient=False)
+            with f._lock:
+                lose = f.lose_complete_answer and not f.answer_lost
+            if lose:
+                answer = self._inner.call(service, method, body, timeout)  # not applied: the next try loses it
+                del answer
+                with f._lock:
+                    f.answer_lost = True
+                raise UnavailableError("idem testkit: the server applied the Complete, and its answer was lost",
+                                       code="UNAVAILABLE", rpc=method, transient=True)
+        return self._inner.call(service, method, body, timeout)
+
+
+class _Delivery:
+    """One delivery of a job to a worker of its own, and what became of it."""
+
+    def __init__(self, faults: _Faults, stall: Optional[Callable[[Attempt], None]] = None,
+                 fail_after: bool = False):
+        self.faults = faults
+        self.stall = stall
+        self.fail_after = fail_after
+        self.ran: Optional[Attempt] = None
+        self.result: Optional[Result] = None
+        self.error: Optional[BaseException] = None
+
+    def outcome(self) -> str:
+        err = self.error
+        if self.faults.died and self.ran is not None:
+            return "died"
+        if err is None:
+            return "replayed" if self.result is not None and self.result.replayed else "completed"
+        if isinstance(err, InProgressError):
+            return "in_progress"
+        if isinstance(err, UnresolvedError):
+            return "unresolved"
+        if isinstance(err, LeaseLostError) or isinstance(getattr(err, "idem_fail_error", None), LeaseLostError):
+            return "lease_lost"  # the Complete, or the Fail of the handler's error, was refused
+        if self.fail_after and isinstance(err, _AfterEffect):
+            return "released"
+        return "failed"
+
+    def line(self) -> str:
+        m = _MESSAGES
+        ran = ""
+        if self.ran is not None:
+            ran = _fill(m["ran_stalled" if self.stall else "ran"], attempt=str(self.ran.number),
+                        token=str(self.ran.token))
+        o = self.outcome()
+        if o in ("replayed", "in_progress", "unresolved"):
+            return m[o]
+        if o == "completed":
+            end = m["answer_lost"] if self.faults.answer_lost else m["late_complete"] if self.stall else m["completed"]
+        elif o in ("lease_lost", "died", "released"):
+            end = m[o]
+        else:
+            end = _fill(m["failed"], error=_message(self.error))
+        return f"{ran}; {end}" if ran else end
+
+
+_ORDER = ["completed", "replayed", "in_progress", "unresolved", "lease_lost", "died", "released", "failed"]
+
+
+def _message(err: Optional[BaseException]) -> str:
+    if err is None:
+        return ""
+    return str(err) or type(err).__name__
+
+
+class _Kit:
+    """Runs the cases of one check_handler call."""
+
+    def __init__(self, server: str, token: str, make_handler: Callable[[Job], Callable[[Attempt], Any]],
+                 effects: Callable[[], int], job: Job, concurrency: int, run: str):
+        self.server = server
+        self.token = token
+        self.make_handler = make_handler
+        self.effects = effects
+        self.job = job
+        self.concurrency = concurrency
+        self.run_id = run
+
+    def deliver(self, job: Job, faults: Optional[_Faults] = None, *, stall: Optional[Callable[[Attempt], None]] = None,
+                fail_after: bool = False, wait: float = 0) -> _Delivery:
+        """Delivers job to a new worker that runs the handler through do()."""
+        faults = faults or _Faults()
+        d = _Delivery(faults, stall, fail_after)
+        # Quick retries: the answer-lost case's retried Complete need not
+        # wait the production backoff.
+        client = Client(self.server, token=self.token, retry=RetryPolicy(base_delay=0.01, max_delay=0.2))
+        client._transport = _FaultyTransport(client._transport, faults)
+        try:
+            handler = self.make_handler(job)
+
+            def fn(attempt: Attempt) -> Any:
+                try:
+                    if stall is not None:
+                        stall(attempt)
+                    d.ran = attempt
+                    value = handler(attempt)
+                    if fail_after:
+                        raise _AfterEffect(_MESSAGES["injected_failure"])
+                    return value
+                finally:
+                    faults.handler_returned.set()
+
+            d.result = client.do(job, fn, wait=wait)
+        except Exception as err:
+            d.error = err
+        finally:
+            client.close()
+        return d
+
+    def run(self, case: str) -> CaseReport:
+        cw = _case_words(case)
+        job = dataclasses.replace(self.job, key=f"{self.job.key}{self.run_id}.{case}")
+        cr = CaseReport(case, job)
+        cr.title = _fill(cw["title"], n=str(self.concurrency))
+        # The deliveries whose lease must lapse hold it for the server's
+        # minimum, and their heartbeats do not get through.
+        lapsing = dataclasses.replace(job, lease_ttl=1)
+
+        before = self.effects()
+        ds: List[_Delivery] = []
+        if case == TWICE_IN_SEQUENCE:
+            ds += [self.deliver(job), self.deliver(job)]
+        elif case == CONCURRENT:
+            start = threading.Barrier(self.concurrency)
+
+            def at_once(_: int) -> _Delivery:
+                start.wait()
+                return self.deliver(job)
+
+            with ThreadPoolExecutor(self.concurrency) as pool:
+                ds = list(pool.map(at_once, range(self.concurrency)))
+            ds.sort(key=lambda d: _ORDER.index(d.outcome()))
+            for d in ds[:self.concurrency]:
+                if d.outcome() == "in_progress":
+                    ds.append(self.deliver(job))  # the queue redelivers it
+        elif case == CRASH_AFTER_EFFECT:
+            ds.append(self.deliver(lapsing, _Faults(hold_heartbeats=True, die_before_complete=True)))
+            ds.append(self.deliver(job, wait=MAX_WAIT))
+        elif case == LEASE_LAPSED:
+            acquired, resume, first_done = threading.Event(), threading.Event(), threading.Event()
+            first: List[_Delivery] = []
+
+            def stall(attempt: Attempt) -> None:
+                acquired.set()
+                while not resume.wait(0.05):
+                    attempt.check()
+
+            def deliver_first() -> None:
+                try:
+                    first.append(self.deliver(lapsing, _Faults(hold_heartbeats=True), stall=stall))
+                finally:
+                    first_done.set()
+                    acquired.set()
+
+            t = threading.Thread(target=deliver_first, name="idem-testkit stalled worker", daemon=True)
+            t.start()
+            acquired.wait()
+            second = None
+            if not first_done.is_set():
+                second = self.deliver(job, wait=MAX_WAIT)
+            resume.set()
+            t.join()
+            ds += first
+            if second is not None:
+                ds.append(second)
+        elif case == COMPLETE_ANSWER_LOST:
+            ds += [self.deliver(job, _Faults(lose_complete_answer=True)), self.deliver(job)]
+        elif case == RETRYABLE_FAILURE:
+            ds += [self.deliver(job, fail_after=True), self.deliver(job)]
+        cr.effects = self.effects() - before
+        cr.runs = sum(1 for d in ds if d.ran is not None)
+        cr.deliveries = _describe(ds)
+        try:
+            with Client(self.server, token=self.token) as c:
+                cr.record = c.lookup(job.namespace, job.key)
+        except IdemError:
+            pass
+        cr.error = _case_error(case, ds)
+        if cr.error is not None:
+            return cr
+
+        values = dict(namespace=job.namespace, key=job.key, effects=str(cr.effects), runs=str(cr.runs), **_TERMS)
+        held = any(d.outcome() == "unresolved" for d in ds)
+        if cr.effects <= 0:
+            cr.finding = _fill(_MESSAGES["no_effect"], **values)
+        elif cr.effects > cr.runs:
+            cr.finding = _fill(_MESSAGES["extra_effects"], **values)
+        elif cr.effects > 1 and not cw.get("window"):
+            cr.finding = _fill(_MESSAGES["extra_runs"], **values)
+        elif cr.effects > 1:
+            cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
+        elif held and cw.get("held"):
+            cr.held = _fill(cw["held"], **values)
+        return cr
+
+
+def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
+    """Why the case could not run as designed, or None."""
+    for d in ds:
+        if d.outcome() == "failed":
+            if d.ran is not None and not isinstance(d.error, CompletionUnknownError):
+                return _fill(_MESSAGES["handler_failed"], error=_message(d.error))
+            return _message(d.error)
+    first = ds[0]
+    if case == CRASH_AFTER_EFFECT and not first.faults.died:
+        return "the first delivery did not reach its Complete"
+    if case == COMPLETE_ANSWER_LOST and not first.faults.answer_lost:
+        return "the first delivery's Complete was not applied"
+    if case == LEASE_LAPSED and len(ds) < 2:
+        return "the first delivery did not acquire the job"
+    if ds[-1].outcome() == "in_progress":
+        return f"the last delivery still found the job in progress (after waiting up to {MAX_WAIT:g}s for a lease to lapse)"
+    return None
+
+
+def _describe(ds: List[_Delivery]) -> List[str]:
+    """The report's lines for ds: one per delivery, or one for a run of
+    deliveries that did the same."""
+    out: List[str] = []
+    i = 0
+    while i < len(ds):
+        what = ds[i].line()
+        j = i + 1
+        while j < len(ds) and ds[j].line() == what:
+            j += 1
+        if j - i == 1:
+            out.append(_fill(_MESSAGES["delivery"], i=str(i + 1), what=what))
+        else:
+            out.append(_fill(_MESSAGES["deliveries"], i=str(i + 1), to=str(j), what=what))
+        i = j
+    return out

@@ -1,0 +1,173 @@
+"""The duplicate-delivery test kit (idem.testkit) against real idemd
+processes: the windows each kind of handler leaves open, the words (the same
+file as the Go kit's), and the failures it raises."""
+
+import hashlib
+import json
+import os
+import re
+import threading
+import unittest
+
+from support import REPO, idem, idemd_bin
+
+from idem import testkit
+from idem._testkit_words import WORDS
+
+
+class PaymentsAPI:
+    """A fake payment provider that counts the charges it applied. Like real
+    providers, it can answer a request whose idempotency key it has seen
+    from its records, and refuse a write fenced by a token lower than one it
+    has seen."""
+
+    def __init__(self):
+        self.applied = 0
+        self._by_key = {}
+        self._max_token = {}
+        self._charged = set()
+        self._lock = threading.Lock()
+
+    def charge(self, order, idempotency_key="", token=0):
+        with self._lock:
+            if idempotency_key and idempotency_key in self._by_key:
+                return self._by_key[idempotency_key]
+            if token > 0:
+                if token < self._max_token.get(order, 0):
+                    raise RuntimeError("payments: a later attempt already wrote this order")
+                self._max_token[order] = token
+            self.applied += 1
+            self._charged.add(order)
+            charge_id = f"ch_{self.applied}"
+            if idempotency_key:
+                self._by_key[idempotency_key] = charge_id
+            return charge_id
+
+    def was_charged(self, order):
+        with self._lock:
+            return order in self._charged
+
+
+HANDLERS = {
+    "naive": lambda p: lambda job: lambda attempt: p.charge(job.key),
+    "downstream key": lambda p: lambda job: lambda attempt: p.charge(job.key, f"{job.namespace}/{job.key}"),
+    "fencing token": lambda p: lambda job: lambda attempt: p.charge(job.key, "", attempt.token),
+    "takeover check": lambda p: lambda job: lambda attempt: (
+        "charged earlier" if attempt.takeover and p.was_charged(job.key) else p.charge(job.key)),
+}
+
+HOLD_HELD = 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n'
+
+
+class TestKitTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # One idemd for most tests: namespaces held.* are held.
+        cls.idemd = testkit.start_idemd(bin=idemd_bin(), config=HOLD_HELD)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.idemd.stop()
+
+    def test_words_are_idemtests(self):
+        with open(os.path.join(REPO, "idemtest", "cases.json"), encoding="utf-8") as f:
+            want = json.load(f)
+        self.assertEqual(WORDS, want, "idem/_testkit_words.py differs from idemtest/cases.json: copy the file's "
+                                      "object into it")
+        self.assertEqual([c["id"] for c in WORDS["cases"]], list(testkit.ALL_CASES))
+
+    def test_finds_the_windows_each_handler_leaves_open(self):
+        for name, handler, job, open_cases, held in [
+            ("naive", "naive", None,
+             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED, testkit.RETRYABLE_FAILURE], []),
+            ("downstream key", "downstream key", None, [], []),
+            ("fencing token", "fencing token", None, [testkit.CRASH_AFTER_EFFECT, testkit.RETRYABLE_FAILURE], []),
+            ("takeover check", "takeover check", None, [testkit.LEASE_LAPSED], []),
+            ("naive under hold", "naive", idem.Job("held.payments", "order-7"), [testkit.RETRYABLE_FAILURE],
+             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED]),
+        ]:
+            with self.subTest(name):
+                api = PaymentsAPI()
+                r = testkit.inspect_handler(HANDLERS[handler](api), lambda: api.applied, job=job,
+                                            server=self.idemd.json_url)
+                self.assertEqual(len(r.cases), len(testkit.ALL_CASES))
+                for cr in r.cases:
+                    self.assertIsNone(cr.error, f"{cr.case} could not run:\n{cr}")
+                    if cr.case in open_cases:
+                        self.assertTrue(cr.effects == 2 and not cr.ok and cr.window and cr.remedy,
+                                        f"{cr.case}: want the effect twice, a window and a remedy:\n{cr}")
+                    else:
+                        self.assertTrue(cr.ok, f"{cr.case}: want the effect once:\n{cr}")
+                    self.assertEqual(bool(cr.held), cr.case in held, f"{cr.case}: held note {cr.held!r}:\n{cr}")
+
+    def test_names_the_crashs_window_and_remedy_as_the_go_kit_does(self):
+        api = PaymentsAPI()
+        r = testkit.inspect_handler(HANDLERS["naive"](api), lambda: api.applied, idemd=idemd_bin(),
+                                    job=idem.Job("payments", "order-1042"))
+        msg = str(r.case(testkit.CRASH_AFTER_EFFECT))
+        for want in [
+            "crash-after-effect: the effect ran 2 times for one job; want once",
+            "\n  delivery 1: ran the handler (attempt 1, token ",
+            "the worker died before Complete, and its lease lapsed",
+            "\n  delivery 2: ran the handler (attempt 2, token ",
+            "\n  record: COMPLETED, attempt 2",
+            "\n  window: between the side effect and Complete",
+            "\n  remedy: pass the record's key (payments/order-1042.crash-after-effect) to the downstream system "
+            "as its own idempotency key",
+            "attempt.takeover",
+        ]:
+            self.assertIn(want, msg)
+        self.assertIsNone(re.search(r"\{[a-z_]+\}", str(r)), str(r))
+
+    def test_check_handler_fails_with_each_open_window_and_passes_a_safe_handler(self):
+        api = PaymentsAPI()
+        with self.assertRaises(AssertionError) as caught:
+            testkit.check_handler(HANDLERS["naive"](api), lambda: api.applied, server=self.idemd.json_url)
+        msg = str(caught.exception)
+        for c in ["crash-after-effect: the effect ran 2 times", "lease-lapsed: the effect ran 2 times",
+                  "retryable-failure: the effect ran 2 times"]:
+            self.assertIn(c, msg)
+        self.assertNotIn("twice-in-sequence", msg)
+
+        safe = PaymentsAPI()
+        logged = []
+        r = testkit.check_handler(HANDLERS["downstream key"](safe), lambda: safe.applied, server=self.idemd.json_url,
+                                  log=logged.append)
+        self.assertEqual(r.failed(), [])
+        self.assertEqual(len(logged), len(testkit.ALL_CASES))
+
+    def test_says_when_the_counter_counts_nothing_and_when_the_handler_fails(self):
+        api = PaymentsAPI()
+        r = testkit.inspect_handler(HANDLERS["downstream key"](api), lambda: 0, server=self.idemd.json_url)
+        for cr in r.cases:
+            self.assertTrue(not cr.ok and "the effect counter saw nothing" in cr.finding
+                            and str(cr).startswith(f"{cr.case}: the effect counter saw no effect"), str(cr))
+
+        def failing(job):
+            def handler(attempt):
+                raise RuntimeError("no route to the provider")
+            return handler
+
+        r = testkit.inspect_handler(failing, lambda: 1, server=self.idemd.json_url)
+        for cr in r.cases:
+            self.assertIn("the case could not run: the handler failed on a delivery that should succeed: "
+                          "no route to the provider", str(cr))
+
+    def test_starts_an_idemd_of_its_own_with_the_tenants_and_policies_of_a_config(self):
+        token = "idem_test-token-of-payments"
+        digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+        config = (f'tenants:\n  - name: payments\n    tokens: ["{digest}"]\n    namespaces: ["payments.*"]\n'
+                  f'    policies:\n      - namespaces: ["payments.*"]\n        on_lease_expiry: hold\n')
+        api = PaymentsAPI()
+        r = testkit.check_handler(HANDLERS["downstream key"](api), lambda: api.applied, idemd=idemd_bin(),
+                                  config=config, token=token, job=idem.Job("payments.card", "order-9"))
+        crash = r.case(testkit.CRASH_AFTER_EFFECT)
+        self.assertTrue(crash.held and crash.record is not None and crash.record.hold, str(crash))
+
+    def test_says_how_to_give_it_idemd_when_there_is_none(self):
+        with self.assertRaisesRegex(RuntimeError, "give idemd=, or IDEMD_BIN, or put idemd on the PATH"):
+            testkit.start_idemd(bin=os.path.join(REPO, "no-such-idemd"))
+
+
+if __name__ == "__main__":
+    unittest.main()
