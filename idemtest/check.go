@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -429,9 +430,7 @@ func (k *kit) run(c Case) *CaseReport {
 
 	vars := map[string]string{"namespace": job.Namespace, "key": job.Key,
 		"effects": strconv.Itoa(cr.Effects), "runs": strconv.Itoa(cr.Runs)}
-	for k, v := range goTerms {
-		vars[k] = v
-	}
+	maps.Copy(vars, goTerms)
 	msg := words().Messages
 	held := false
 	for _, d := range ds {
@@ -478,7 +477,7 @@ func caseError(c Case, ds []*delivery) error {
 		return errors.New("the first delivery did not acquire the job")
 	}
 	if last := ds[len(ds)-1]; last.outcome() == outcomeInProgress {
-		return fmt.Errorf("the last delivery still found the job in progress (after waiting up to %s for a lease to lapse)", client.MaxWait)
+		return fmt.Errorf("the last delivery still found the job in progress (after waiting up to %.0fs for a lease to lapse)", client.MaxWait.Seconds())
 	}
 	return nil
 }
