@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
@@ -113,6 +114,10 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 			return nil, err
 		}
 	}
+	if err := validateKeyPrefix(req.GetKeyPrefix()); err != nil {
+		return nil, err
+	}
+	p.KeyPrefix = req.GetKeyPrefix()
 	if st := req.GetState(); st != idemv1.State_STATE_UNSPECIFIED {
 		s, ok := stateFromProto[st]
 		if !ok {
@@ -401,7 +406,8 @@ func (a *AdminService) Stats(ctx context.Context, req *idemv1.StatsRequest) (*id
 			if t != nil && !t.allows(r.Namespace) {
 				continue
 			}
-			resp.Rows = append(resp.Rows, &idemv1.StatsRow{Tenant: tenant, Namespace: r.Namespace, State: stateToProto[r.State], Count: r.Count})
+			resp.Rows = append(resp.Rows, &idemv1.StatsRow{Tenant: tenant, Namespace: r.Namespace, State: stateToProto[r.State], Count: r.Count,
+				OldestUpdatedAt: timestamppb.New(r.OldestUpdatedAt)})
 		}
 	}
 	return resp, nil

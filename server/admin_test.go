@@ -74,6 +74,15 @@ func TestAdminListRecordsFiltersAndOrder(t *testing.T) {
 	if err != nil || len(stuck.GetRecords()) != 1 || stuck.GetRecords()[0].GetKey() != "k1" {
 		t.Fatalf("stuck claims: %v, err %v; want only b-ns/k1", stuck.GetRecords(), err)
 	}
+
+	byPrefix, err := srv.Admin.ListRecords(ctx, &idemv1.ListRecordsRequest{KeyPrefix: "k"})
+	got = nil
+	for _, r := range byPrefix.GetRecords() {
+		got = append(got, r.GetNamespace()+"/"+r.GetKey())
+	}
+	if want := "[a-ns/k3 b-ns/k1 b-ns/k2]"; err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("key_prefix k: %v, err %v; want %s", got, err, want)
+	}
 }
 
 func TestAdminListRecordsPaginatesEachRecordOnceWhileRecordsAreAdded(t *testing.T) {
@@ -149,6 +158,8 @@ func TestAdminListRecordsRejectsBadInput(t *testing.T) {
 		{"bad namespace", &idemv1.ListRecordsRequest{Namespace: "UPPER"}, "namespace"},
 		{"unknown state", &idemv1.ListRecordsRequest{State: idemv1.State(42)}, "state"},
 		{"negative older_than", &idemv1.ListRecordsRequest{OlderThan: durationpb.New(-time.Second)}, "older_than"},
+		{"key_prefix too long", &idemv1.ListRecordsRequest{KeyPrefix: strings.Repeat("k", 257)}, "key_prefix is 257 bytes; the limit is 256"},
+		{"key_prefix with a control character", &idemv1.ListRecordsRequest{KeyPrefix: "a\tb"}, "key_prefix has a control character"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,5 +230,21 @@ func TestAdminStatsCountsPerNamespaceAndState(t *testing.T) {
 	beta, err := srv.Admin.Stats(ctx, &idemv1.StatsRequest{Namespace: "beta"})
 	if err != nil || len(beta.GetRows()) != 2 {
 		t.Fatalf("Stats(beta) = %v, err %v; want 2 rows", beta.GetRows(), err)
+	}
+
+	// oldest_updated_at: the claim that has gone longest without renewing.
+	if _, err := srv.DB.Pool.Exec(ctx, `UPDATE idem_records SET updated_at = now() - interval '2 hours' WHERE namespace = 'alpha' AND key = '2'`); err != nil {
+		t.Fatal(err)
+	}
+	alpha, err := srv.Admin.Stats(ctx, &idemv1.StatsRequest{Namespace: "alpha"})
+	if err != nil || len(alpha.GetRows()) != 1 {
+		t.Fatalf("Stats(alpha) = %v, err %v; want 1 row", alpha.GetRows(), err)
+	}
+	rec, err := srv.Client.Lookup(ctx, &idemv1.LookupRequest{Namespace: "alpha", Key: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := alpha.GetRows()[0].GetOldestUpdatedAt().AsTime(), rec.GetRecord().GetUpdatedAt().AsTime(); !got.Equal(want) {
+		t.Fatalf("Stats(alpha) oldest_updated_at %s, want %s, the updated_at of alpha/2", got, want)
 	}
 }

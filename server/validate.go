@@ -36,11 +36,12 @@ func invalid(field string, reason idemv1.ErrorReason, format string, args ...any
 
 // textReasons are the ErrorInfo reasons of the request's text fields.
 var textReasons = map[string]idemv1.ErrorReason{
-	"namespace": idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE,
-	"key":       idemv1.ErrorReason_ERROR_REASON_INVALID_KEY,
-	"claimant":  idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT,
-	"error":     idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
-	"tenant":    idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
+	"namespace":  idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE,
+	"key":        idemv1.ErrorReason_ERROR_REASON_INVALID_KEY,
+	"key_prefix": idemv1.ErrorReason_ERROR_REASON_INVALID_KEY,
+	"claimant":   idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT,
+	"error":      idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
+	"tenant":     idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
 }
 
 // validateText applies the rule every text field of a request meets before
@@ -92,6 +93,23 @@ func validateKey(key string) error {
 	for i, r := range key {
 		if unicode.IsControl(r) {
 			return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key has a control character (%U) at byte %d; keys are printable UTF-8", r, i)
+		}
+	}
+	return nil
+}
+
+// validateKeyPrefix applies the key's rules to a listing's key_prefix, which
+// may be empty (no filter).
+func validateKeyPrefix(prefix string) error {
+	if len(prefix) > MaxKeyBytes {
+		return invalid("key_prefix", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key_prefix is %d bytes; the limit is %d, as for a key", len(prefix), MaxKeyBytes)
+	}
+	if err := validateText("key_prefix", prefix); err != nil {
+		return err
+	}
+	for i, r := range prefix {
+		if unicode.IsControl(r) {
+			return invalid("key_prefix", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key_prefix has a control character (%U) at byte %d; keys are printable UTF-8", r, i)
 		}
 	}
 	return nil

@@ -292,6 +292,9 @@ type ListParams struct {
 	// OlderThan, when positive, keeps only records whose UpdatedAt is at
 	// least that long ago by the store's clock.
 	OlderThan time.Duration
+	// KeyPrefix, when not empty, keeps only records whose key starts with
+	// it, compared bytewise.
+	KeyPrefix string
 	// After, when its Namespace or Key is set, starts the listing after that
 	// (namespace, key). Its Tenant is ignored.
 	After RecordID
@@ -311,6 +314,8 @@ type StatsRow struct {
 	Namespace string
 	State     State
 	Count     int64
+	// OldestUpdatedAt is the earliest UpdatedAt of these records.
+	OldestUpdatedAt time.Time
 }
 
 // Errors a store returns. Callers test them with errors.Is.

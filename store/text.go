@@ -79,10 +79,11 @@ func (p *FailParams) CheckText() error {
 	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "key", p.Key, "error", p.Error)
 }
 
-// CheckText checks the text of p: its tenant, the namespace it filters on and
-// the namespace and key it starts after.
+// CheckText checks the text of p: its tenant, the namespace and key prefix it
+// filters on and the namespace and key it starts after.
 func (p *ListParams) CheckText() error {
-	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "namespace", p.After.Namespace, "key", p.After.Key)
+	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "key_prefix", p.KeyPrefix,
+		"namespace", p.After.Namespace, "key", p.After.Key)
 }
 
 // CheckText checks the text of p: its tenant and the namespace it counts.

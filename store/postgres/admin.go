@@ -17,6 +17,7 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 		AND ($3 = '' OR state = $3)
 		AND ($4::bigint <= 0 OR updated_at <= now() - $4::bigint * interval '1 microsecond')
 		AND (namespace, key) > ($5, $6)
+		AND ($8 = '' OR starts_with(key, $8))
 	ORDER BY namespace, key
 	LIMIT $7`
 
@@ -27,7 +28,7 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	}
 	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]*store.Record, error) {
 		rows, err := db.Query(ctx, listSQL, planned, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
-			p.After.Namespace, p.After.Key, p.Limit)
+			p.After.Namespace, p.After.Key, p.Limit, p.KeyPrefix)
 		if err != nil {
 			return nil, interpretError(err)
 		}
@@ -63,7 +64,7 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 	})
 }
 
-const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
+const statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_records
 	WHERE tenant = $1 AND ($2 = '' OR namespace = $2)
 	GROUP BY namespace, state
 	ORDER BY namespace, state`
@@ -81,8 +82,9 @@ func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.
 		out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatsRow, error) {
 			var r store.StatsRow
 			var state string
-			err := row.Scan(&r.Namespace, &state, &r.Count)
+			err := row.Scan(&r.Namespace, &state, &r.Count, &r.OldestUpdatedAt)
 			r.State = store.State(state)
+			r.OldestUpdatedAt = r.OldestUpdatedAt.UTC()
 			return r, err
 		})
 		if err != nil {

@@ -17,6 +17,7 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 		AND (?3 = '' OR state = ?3)
 		AND (?4 <= 0 OR updated_at <= ?5 - ?4)
 		AND (namespace, key) > (?6, ?7)
+		AND (?9 = '' OR substr(CAST(key AS BLOB), 1, length(CAST(?9 AS BLOB))) = CAST(?9 AS BLOB))
 	ORDER BY namespace, key
 	LIMIT ?8`
 
@@ -29,7 +30,7 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 		return nil, errClosed
 	}
 	rows, err := s.readStmts[listSQL].QueryContext(ctx, p.Tenant, p.Namespace, string(p.State),
-		p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key, max(p.Limit, 0))
+		p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key, max(p.Limit, 0), p.KeyPrefix)
 	if err != nil {
 		return nil, interpretError(ctx, err)
 	}
@@ -70,7 +71,7 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 	return rec, nil
 }
 
-const statsSQL = `SELECT namespace, state, count(*) FROM idem_records
+const statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_records
 	WHERE tenant = ?1 AND (?2 = '' OR namespace = ?2)
 	GROUP BY namespace, state
 	ORDER BY namespace, state`
@@ -92,10 +93,12 @@ func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.
 	for rows.Next() {
 		var r store.StatsRow
 		var state string
-		if err := rows.Scan(&r.Namespace, &state, &r.Count); err != nil {
+		var oldestUS int64
+		if err := rows.Scan(&r.Namespace, &state, &r.Count, &oldestUS); err != nil {
 			return nil, interpretError(ctx, err)
 		}
 		r.State = store.State(state)
+		r.OldestUpdatedAt = fromMicros(oldestUS)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -144,6 +144,48 @@ func testListFilters(t *testing.T, h Harness) {
 	}
 }
 
+// testListKeyPrefix: KeyPrefix keeps the keys that start with it, byte for
+// byte (no pattern characters, no case folding), across namespaces and
+// with the other filters and paging.
+func testListKeyPrefix(t *testing.T, h Harness) {
+	b := setup(t, h)
+	for _, id := range []store.RecordID{
+		nsID("alpha", "order-1"), nsID("alpha", "order-2"), nsID("alpha", "Order-3"), nsID("alpha", "ord"),
+		nsID("alpha", "refund-1"), nsID("alpha", "o%der"), nsID("alpha", "o_der"), nsID("alpha", "zé-1"), nsID("alpha", "zè-1"),
+		nsID("beta", "order-9"),
+		{Tenant: "other", Namespace: "alpha", Key: "order-1"},
+	} {
+		b.put(t, id, store.StateProcessing)
+	}
+	b.put(t, nsID("beta", "order-8"), store.StateCompleted)
+	list := func(p store.ListParams) []*store.Record {
+		t.Helper()
+		p.Tenant = "acme"
+		if p.Limit == 0 {
+			p.Limit = 100
+		}
+		return b.list(t, p)
+	}
+	b.requireListed(t, "prefix order-", list(store.ListParams{KeyPrefix: "order-"}),
+		nsID("alpha", "order-1"), nsID("alpha", "order-2"), nsID("beta", "order-8"), nsID("beta", "order-9"))
+	b.requireListed(t, "prefix order- in alpha", list(store.ListParams{Namespace: "alpha", KeyPrefix: "order-"}),
+		nsID("alpha", "order-1"), nsID("alpha", "order-2"))
+	b.requireListed(t, "prefix order-, completed", list(store.ListParams{State: store.StateCompleted, KeyPrefix: "order-"}),
+		nsID("beta", "order-8"))
+	b.requireListed(t, "prefix ord", list(store.ListParams{Namespace: "alpha", KeyPrefix: "ord"}),
+		nsID("alpha", "ord"), nsID("alpha", "order-1"), nsID("alpha", "order-2"))
+	b.requireListed(t, "a whole key is its own prefix", list(store.ListParams{Namespace: "alpha", KeyPrefix: "order-2"}), nsID("alpha", "order-2"))
+	b.requireListed(t, "% is no wildcard", list(store.ListParams{KeyPrefix: "o%"}), nsID("alpha", "o%der"))
+	b.requireListed(t, "_ is no wildcard", list(store.ListParams{KeyPrefix: "o_"}), nsID("alpha", "o_der"))
+	b.requireListed(t, "a multi-byte prefix", list(store.ListParams{KeyPrefix: "zé"}), nsID("alpha", "zé-1"))
+	b.requireListed(t, "a prefix longer than every key", list(store.ListParams{KeyPrefix: "order-1-and-more"}))
+	b.requireListed(t, "a prefix of no key", list(store.ListParams{KeyPrefix: "x"}))
+	page := list(store.ListParams{KeyPrefix: "order-", Limit: 3})
+	b.requireListed(t, "prefix order-, first page", page, nsID("alpha", "order-1"), nsID("alpha", "order-2"), nsID("beta", "order-8"))
+	b.requireListed(t, "prefix order-, next page", list(store.ListParams{KeyPrefix: "order-", After: page[2].RecordID, Limit: 3}),
+		nsID("beta", "order-9"))
+}
+
 func testDeleteReturnsOldRecord(t *testing.T, h Harness) {
 	b := setup(t, h)
 	recs := map[store.State]*store.Record{}
@@ -207,7 +249,15 @@ func testStats(t *testing.T, h Harness) {
 	}
 	requireRows := func(what string, got, want []store.StatsRow) {
 		t.Helper()
-		if len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
+		counts := make([]store.StatsRow, len(got))
+		for i, r := range got {
+			if r.OldestUpdatedAt.IsZero() || r.OldestUpdatedAt.Location() != time.UTC {
+				t.Fatalf("%s: row %+v: OldestUpdatedAt is not a UTC time", what, r)
+			}
+			counts[i] = r
+			counts[i].OldestUpdatedAt = time.Time{}
+		}
+		if len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(counts, want)) {
 			t.Fatalf("%s: %v, want %v", what, got, want)
 		}
 	}
@@ -230,6 +280,23 @@ func testStats(t *testing.T, h Harness) {
 	})
 	requireRows("a namespace without records", stats(store.StatsParams{Tenant: "acme", Namespace: "delta"}), nil)
 	requireRows("a tenant without records", stats(store.StatsParams{Tenant: "nobody"}), nil)
+
+	// OldestUpdatedAt is the earliest updated_at of the row's records: the
+	// PROCESSING claim that has gone longest without renewing its lease.
+	now := b.now(t).Truncate(time.Microsecond)
+	b.h.SetUpdatedAt(t, b.store, nsID("alpha", "k0"), now.Add(-time.Hour))
+	b.h.SetUpdatedAt(t, b.store, nsID("alpha", "k1"), now.Add(-3*time.Hour))
+	b.h.SetUpdatedAt(t, b.store, nsID("alpha", "k2"), now.Add(-2*time.Hour))
+	oldest := map[store.State]time.Time{}
+	for _, r := range stats(store.StatsParams{Tenant: "acme", Namespace: "alpha"}) {
+		oldest[r.State] = r.OldestUpdatedAt
+	}
+	if got, want := oldest[store.StateProcessing], now.Add(-3*time.Hour); !got.Equal(want) {
+		t.Fatalf("alpha, PROCESSING: OldestUpdatedAt %s, want %s (the older of two)", got, want)
+	}
+	if got, want := oldest[store.StateCompleted], now.Add(-2*time.Hour); !got.Equal(want) {
+		t.Fatalf("alpha, COMPLETED: OldestUpdatedAt %s, want %s", got, want)
+	}
 }
 
 func testCountByState(t *testing.T, h Harness) {

@@ -114,6 +114,7 @@ var tests = []struct {
 
 	{"ListPagesInKeyOrder", testListPagesInKeyOrder},
 	{"ListFilters", testListFilters},
+	{"ListKeyPrefix", testListKeyPrefix},
 	{"DeleteReturnsOldRecord", testDeleteReturnsOldRecord},
 	{"Stats", testStats},
 	{"CountByState", testCountByState},

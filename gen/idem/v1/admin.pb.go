@@ -26,6 +26,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -371,7 +372,11 @@ type ListRecordsRequest struct {
 	Tenant string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// List the records of every tenant in idemd's config, ordered by tenant,
 	// then namespace, then key. Operators only; not with tenant.
-	AllTenants    bool `protobuf:"varint,7,opt,name=all_tenants,json=allTenants,proto3" json:"all_tenants,omitempty"`
+	AllTenants bool `protobuf:"varint,7,opt,name=all_tenants,json=allTenants,proto3" json:"all_tenants,omitempty"`
+	// Only records whose key starts with this prefix (compared bytewise); empty
+	// for all. At most 256 bytes of UTF-8 without control characters, as a
+	// key.
+	KeyPrefix     string `protobuf:"bytes,8,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +458,13 @@ func (x *ListRecordsRequest) GetAllTenants() bool {
 		return x.AllTenants
 	}
 	return false
+}
+
+func (x *ListRecordsRequest) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
 }
 
 // ListRecordsResponse is one page.
@@ -747,9 +759,13 @@ type StatsRow struct {
 	// How many records of the namespace are in the state.
 	Count int64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
 	// The tenant whose records these are.
-	Tenant        string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The earliest updated_at of these records: with PROCESSING, the claim
+	// that has gone longest without a Claim or Heartbeat renewing its lease;
+	// with UNRESOLVED, the record held longest.
+	OldestUpdatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_updated_at,json=oldestUpdatedAt,proto3" json:"oldest_updated_at,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatsRow) Reset() {
@@ -810,11 +826,18 @@ func (x *StatsRow) GetTenant() string {
 	return ""
 }
 
+func (x *StatsRow) GetOldestUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestUpdatedAt
+	}
+	return nil
+}
+
 var File_idem_v1_admin_proto protoreflect.FileDescriptor
 
 const file_idem_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x13idem/v1/admin.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x12idem/v1/idem.proto\"\x91\x02\n" +
+	"\x13idem/v1/admin.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12idem/v1/idem.proto\"\x91\x02\n" +
 	"\x14ResolveRecordRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x129\n" +
@@ -830,7 +853,7 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"\x11\n" +
 	"\x0fResolveReleased\"@\n" +
 	"\x15ResolveRecordResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"\x87\x02\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"\xa6\x02\n" +
 	"\x12ListRecordsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x128\n" +
@@ -841,7 +864,9 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x16\n" +
 	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vall_tenants\x18\a \x01(\bR\n" +
-	"allTenants\"h\n" +
+	"allTenants\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\b \x01(\tR\tkeyPrefix\"h\n" +
 	"\x13ListRecordsResponse\x12)\n" +
 	"\arecords\x18\x01 \x03(\v2\x0f.idem.v1.RecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"]\n" +
@@ -857,12 +882,13 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"\vall_tenants\x18\x03 \x01(\bR\n" +
 	"allTenants\"6\n" +
 	"\rStatsResponse\x12%\n" +
-	"\x04rows\x18\x01 \x03(\v2\x11.idem.v1.StatsRowR\x04rows\"|\n" +
+	"\x04rows\x18\x01 \x03(\v2\x11.idem.v1.StatsRowR\x04rows\"\xc4\x01\n" +
 	"\bStatsRow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x03R\x05count\x12\x16\n" +
-	"\x06tenant\x18\x04 \x01(\tR\x06tenant2\xad\x02\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12F\n" +
+	"\x11oldest_updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestUpdatedAt2\xad\x02\n" +
 	"\fAdminService\x12H\n" +
 	"\vListRecords\x12\x1b.idem.v1.ListRecordsRequest\x1a\x1c.idem.v1.ListRecordsResponse\x12K\n" +
 	"\fDeleteRecord\x12\x1c.idem.v1.DeleteRecordRequest\x1a\x1d.idem.v1.DeleteRecordResponse\x126\n" +
@@ -900,6 +926,7 @@ var file_idem_v1_admin_proto_goTypes = []any{
 	(*Record)(nil),                // 12: idem.v1.Record
 	(State)(0),                    // 13: idem.v1.State
 	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_idem_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: idem.v1.ResolveRecordRequest.completed:type_name -> idem.v1.ResolveCompleted
@@ -912,19 +939,20 @@ var file_idem_v1_admin_proto_depIdxs = []int32{
 	12, // 7: idem.v1.DeleteRecordResponse.record:type_name -> idem.v1.Record
 	11, // 8: idem.v1.StatsResponse.rows:type_name -> idem.v1.StatsRow
 	13, // 9: idem.v1.StatsRow.state:type_name -> idem.v1.State
-	5,  // 10: idem.v1.AdminService.ListRecords:input_type -> idem.v1.ListRecordsRequest
-	7,  // 11: idem.v1.AdminService.DeleteRecord:input_type -> idem.v1.DeleteRecordRequest
-	9,  // 12: idem.v1.AdminService.Stats:input_type -> idem.v1.StatsRequest
-	0,  // 13: idem.v1.AdminService.ResolveRecord:input_type -> idem.v1.ResolveRecordRequest
-	6,  // 14: idem.v1.AdminService.ListRecords:output_type -> idem.v1.ListRecordsResponse
-	8,  // 15: idem.v1.AdminService.DeleteRecord:output_type -> idem.v1.DeleteRecordResponse
-	10, // 16: idem.v1.AdminService.Stats:output_type -> idem.v1.StatsResponse
-	4,  // 17: idem.v1.AdminService.ResolveRecord:output_type -> idem.v1.ResolveRecordResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 10: idem.v1.StatsRow.oldest_updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 11: idem.v1.AdminService.ListRecords:input_type -> idem.v1.ListRecordsRequest
+	7,  // 12: idem.v1.AdminService.DeleteRecord:input_type -> idem.v1.DeleteRecordRequest
+	9,  // 13: idem.v1.AdminService.Stats:input_type -> idem.v1.StatsRequest
+	0,  // 14: idem.v1.AdminService.ResolveRecord:input_type -> idem.v1.ResolveRecordRequest
+	6,  // 15: idem.v1.AdminService.ListRecords:output_type -> idem.v1.ListRecordsResponse
+	8,  // 16: idem.v1.AdminService.DeleteRecord:output_type -> idem.v1.DeleteRecordResponse
+	10, // 17: idem.v1.AdminService.Stats:output_type -> idem.v1.StatsResponse
+	4,  // 18: idem.v1.AdminService.ResolveRecord:output_type -> idem.v1.ResolveRecordResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_admin_proto_init() }

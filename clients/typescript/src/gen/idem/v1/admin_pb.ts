@@ -20,8 +20,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Duration } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Record, State } from "./idem_pb.js";
 import { file_idem_v1_idem } from "./idem_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -30,7 +30,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idem/v1/admin.proto.
  */
 export const file_idem_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChNpZGVtL3YxL2FkbWluLnByb3RvEgdpZGVtLnYxItwBChRSZXNvbHZlUmVjb3JkUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEi4KCWNvbXBsZXRlZBgDIAEoCzIZLmlkZW0udjEuUmVzb2x2ZUNvbXBsZXRlZEgAEigKBmZhaWxlZBgEIAEoCzIWLmlkZW0udjEuUmVzb2x2ZUZhaWxlZEgAEiwKCHJlbGVhc2VkGAUgASgLMhguaWRlbS52MS5SZXNvbHZlUmVsZWFzZWRIABIOCgZ0ZW5hbnQYBiABKAlCDAoKcmVzb2x1dGlvbiIiChBSZXNvbHZlQ29tcGxldGVkEg4KBnJlc3VsdBgBIAEoDCIeCg1SZXNvbHZlRmFpbGVkEg0KBWVycm9yGAEgASgJIhEKD1Jlc29sdmVSZWxlYXNlZCI4ChVSZXNvbHZlUmVjb3JkUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiwQEKEkxpc3RSZWNvcmRzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSHQoFc3RhdGUYAiABKA4yDi5pZGVtLnYxLlN0YXRlEi0KCm9sZGVyX3RoYW4YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkSDgoGdGVuYW50GAYgASgJEhMKC2FsbF90ZW5hbnRzGAcgASgIIlAKE0xpc3RSZWNvcmRzUmVzcG9uc2USIAoHcmVjb3JkcxgBIAMoCzIPLmlkZW0udjEuUmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJFChNEZWxldGVSZWNvcmRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDgoGdGVuYW50GAMgASgJIjcKFERlbGV0ZVJlY29yZFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIkYKDFN0YXRzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSDgoGdGVuYW50GAIgASgJEhMKC2FsbF90ZW5hbnRzGAMgASgIIjAKDVN0YXRzUmVzcG9uc2USHwoEcm93cxgBIAMoCzIRLmlkZW0udjEuU3RhdHNSb3ciWwoIU3RhdHNSb3cSEQoJbmFtZXNwYWNlGAEgASgJEh0KBXN0YXRlGAIgASgOMg4uaWRlbS52MS5TdGF0ZRINCgVjb3VudBgDIAEoAxIOCgZ0ZW5hbnQYBCABKAkyrQIKDEFkbWluU2VydmljZRJICgtMaXN0UmVjb3JkcxIbLmlkZW0udjEuTGlzdFJlY29yZHNSZXF1ZXN0GhwuaWRlbS52MS5MaXN0UmVjb3Jkc1Jlc3BvbnNlEksKDERlbGV0ZVJlY29yZBIcLmlkZW0udjEuRGVsZXRlUmVjb3JkUmVxdWVzdBodLmlkZW0udjEuRGVsZXRlUmVjb3JkUmVzcG9uc2USNgoFU3RhdHMSFS5pZGVtLnYxLlN0YXRzUmVxdWVzdBoWLmlkZW0udjEuU3RhdHNSZXNwb25zZRJOCg1SZXNvbHZlUmVjb3JkEh0uaWRlbS52MS5SZXNvbHZlUmVjb3JkUmVxdWVzdBoeLmlkZW0udjEuUmVzb2x2ZVJlY29yZFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_idem_v1_idem]);
+  fileDesc("ChNpZGVtL3YxL2FkbWluLnByb3RvEgdpZGVtLnYxItwBChRSZXNvbHZlUmVjb3JkUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEi4KCWNvbXBsZXRlZBgDIAEoCzIZLmlkZW0udjEuUmVzb2x2ZUNvbXBsZXRlZEgAEigKBmZhaWxlZBgEIAEoCzIWLmlkZW0udjEuUmVzb2x2ZUZhaWxlZEgAEiwKCHJlbGVhc2VkGAUgASgLMhguaWRlbS52MS5SZXNvbHZlUmVsZWFzZWRIABIOCgZ0ZW5hbnQYBiABKAlCDAoKcmVzb2x1dGlvbiIiChBSZXNvbHZlQ29tcGxldGVkEg4KBnJlc3VsdBgBIAEoDCIeCg1SZXNvbHZlRmFpbGVkEg0KBWVycm9yGAEgASgJIhEKD1Jlc29sdmVSZWxlYXNlZCI4ChVSZXNvbHZlUmVjb3JkUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQi1QEKEkxpc3RSZWNvcmRzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSHQoFc3RhdGUYAiABKA4yDi5pZGVtLnYxLlN0YXRlEi0KCm9sZGVyX3RoYW4YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkSDgoGdGVuYW50GAYgASgJEhMKC2FsbF90ZW5hbnRzGAcgASgIEhIKCmtleV9wcmVmaXgYCCABKAkiUAoTTGlzdFJlY29yZHNSZXNwb25zZRIgCgdyZWNvcmRzGAEgAygLMg8uaWRlbS52MS5SZWNvcmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkUKE0RlbGV0ZVJlY29yZFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiNwoURGVsZXRlUmVjb3JkUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiRgoMU3RhdHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEwoLYWxsX3RlbmFudHMYAyABKAgiMAoNU3RhdHNSZXNwb25zZRIfCgRyb3dzGAEgAygLMhEuaWRlbS52MS5TdGF0c1JvdyKSAQoIU3RhdHNSb3cSEQoJbmFtZXNwYWNlGAEgASgJEh0KBXN0YXRlGAIgASgOMg4uaWRlbS52MS5TdGF0ZRINCgVjb3VudBgDIAEoAxIOCgZ0ZW5hbnQYBCABKAkSNQoRb2xkZXN0X3VwZGF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMq0CCgxBZG1pblNlcnZpY2USSAoLTGlzdFJlY29yZHMSGy5pZGVtLnYxLkxpc3RSZWNvcmRzUmVxdWVzdBocLmlkZW0udjEuTGlzdFJlY29yZHNSZXNwb25zZRJLCgxEZWxldGVSZWNvcmQSHC5pZGVtLnYxLkRlbGV0ZVJlY29yZFJlcXVlc3QaHS5pZGVtLnYxLkRlbGV0ZVJlY29yZFJlc3BvbnNlEjYKBVN0YXRzEhUuaWRlbS52MS5TdGF0c1JlcXVlc3QaFi5pZGVtLnYxLlN0YXRzUmVzcG9uc2USTgoNUmVzb2x2ZVJlY29yZBIdLmlkZW0udjEuUmVzb2x2ZVJlY29yZFJlcXVlc3QaHi5pZGVtLnYxLlJlc29sdmVSZWNvcmRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_idem_v1_idem]);
 
 /**
  * ResolveRecordRequest names an UNRESOLVED record and how to resolve it.
@@ -241,6 +241,15 @@ export type ListRecordsRequest = Message<"idem.v1.ListRecordsRequest"> & {
    * @generated from field: bool all_tenants = 7;
    */
   allTenants: boolean;
+
+  /**
+   * Only records whose key starts with this prefix (compared bytewise); empty
+   * for all. At most 256 bytes of UTF-8 without control characters, as a
+   * key.
+   *
+   * @generated from field: string key_prefix = 8;
+   */
+  keyPrefix: string;
 };
 
 /**
@@ -430,6 +439,15 @@ export type StatsRow = Message<"idem.v1.StatsRow"> & {
    * @generated from field: string tenant = 4;
    */
   tenant: string;
+
+  /**
+   * The earliest updated_at of these records: with PROCESSING, the claim
+   * that has gone longest without a Claim or Heartbeat renewing its lease;
+   * with UNRESOLVED, the record held longest.
+   *
+   * @generated from field: google.protobuf.Timestamp oldest_updated_at = 5;
+   */
+  oldestUpdatedAt?: Timestamp | undefined;
 };
 
 /**
