@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
+	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/server"
 )
 
@@ -21,6 +23,7 @@ type jsonFlags struct {
 	JSONReadTimeout    time.Duration `name:"json-read-timeout" default:"10s" env:"IDEM_JSON_READ_TIMEOUT" help:"Time a request on --json-listen has to send its headers and body; a slower one is cut off."`
 	JSONIdleTimeout    time.Duration `name:"json-idle-timeout" default:"2m" env:"IDEM_JSON_IDLE_TIMEOUT" help:"A connection on --json-listen with no request in flight for this long is closed."`
 	JSONMaxConnections int           `name:"json-max-connections" default:"1024" env:"IDEM_JSON_MAX_CONNECTIONS" help:"Most connections --json-listen holds open at once (1 to 1000000); a new one waits to be accepted until another closes."`
+	Console            bool          `default:"true" negatable:"" env:"IDEM_CONSOLE" help:"Serve the operator console, a web app that lists records and resolves held ones through the AdminService, at /console/ on --json-listen. A token signs in to it and reaches what it reaches through the API."`
 }
 
 // validate applies the gRPC listener's protected-mode rule to the JSON
@@ -52,8 +55,44 @@ type jsonAPI struct {
 	srv   *http.Server
 	// grpc serves the API's calls in process (server.NewJSONHandler), apart
 	// from the gRPC listener's server, so that each drains on its own.
-	grpc   *grpc.Server
-	logger *slog.Logger
+	grpc    *grpc.Server
+	logger  *slog.Logger
+	console bool // serving the console
+}
+
+// withConsole serves the console under console.Path and everything else
+// with api. It matches the path itself rather than with an http.ServeMux,
+// which would clean and redirect the API's REST paths (a key may hold
+// "//" or "..").
+func withConsole(consoleHandler, api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, console.Path) || r.URL.Path == strings.TrimSuffix(console.Path, "/") {
+			consoleHandler.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// consoleURL is the console's address for the log, "" when it is off.
+func (j *jsonAPI) consoleURL() string {
+	if j == nil || !j.console {
+		return ""
+	}
+	scheme := "http"
+	if j.srv.TLSConfig != nil {
+		scheme = "https"
+	}
+	host, port, err := net.SplitHostPort(j.addr())
+	if err != nil {
+		return ""
+	}
+	switch host {
+	case "", "0.0.0.0", "::":
+		// Every interface: this machine's loopback address reaches it.
+		host = "127.0.0.1"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + console.Path
 }
 
 // listenJSON opens the JSON listener, nil when --json-listen is empty. It
@@ -70,9 +109,9 @@ func (f *jsonFlags) listenJSON() (*jsonAPI, error) {
 }
 
 // serve starts serving the API of svc on the listener, with TLS (and
-// client certificates) when --tls-cert is set. Errors after the start are
-// logged.
-func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, logger *slog.Logger) error {
+// client certificates) when --tls-cert is set, and the console unless
+// consoleOpts is nil. Errors after the start are logged.
+func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, consoleOpts *console.Options, logger *slog.Logger) error {
 	if j == nil {
 		return nil
 	}
@@ -84,6 +123,10 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, logger *slog.Lo
 	if err != nil {
 		j.lis.Close()
 		return err
+	}
+	if consoleOpts != nil {
+		handler = withConsole(console.Handler(*consoleOpts), handler)
+		j.console = true
 	}
 	if sec.Config != "" && sec.TLSCert == "" && !isLoopback(j.lis.Addr().String()) {
 		logger.Warn("bearer tokens cross the network in plaintext on --json-listen: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")

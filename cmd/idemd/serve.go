@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/server"
@@ -180,7 +181,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		MaxWaitersPerTenant: c.MaxWaitersPerTenant,
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
-	if err := jsonAPI.serve(svc, &c.securityFlags, logger); err != nil {
+	var consoleOpts *console.Options
+	if c.Console {
+		consoleOpts = &console.Options{Authenticated: sec.tenants != nil || c.ClientCA != "", ClientCertificates: c.ClientCA != ""}
+	}
+	if err := jsonAPI.serve(svc, &c.securityFlags, consoleOpts, logger); err != nil {
 		lis.Close()
 		if httpLis != nil {
 			httpLis.Close()
@@ -200,6 +205,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
 		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", procs)
+	if u := jsonAPI.consoleURL(); u != "" {
+		if consoleOpts.Authenticated {
+			logger.Info("operator console: open it in a browser and sign in with the token of a tenant with admin: true or operator: true", "url", u)
+		} else {
+			logger.Info("operator console: open it in a browser; without authentication anyone who reaches the port can read, resolve and delete every record there", "url", u)
+		}
+	}
 	for _, w := range sec.warnings {
 		logger.Warn(w)
 	}

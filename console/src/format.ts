@@ -1,0 +1,166 @@
+// How the console shows times, bytes and states: pure functions, tested in
+// test/format.test.ts.
+import { State } from "@idemhq/idem";
+
+/** stateName is a State's name as the API and the CLI spell it: "PROCESSING". */
+export function stateName(s: State): string {
+  const name = State[s];
+  return name === undefined ? `STATE_${s}` : name;
+}
+
+/** STATES are the states a record can be in, in the order tables show them. */
+export const STATES: readonly State[] = [
+  State.PROCESSING,
+  State.UNRESOLVED,
+  State.COMPLETED,
+  State.FAILED,
+  State.RELEASED,
+  State.EXPIRED,
+];
+
+/** utc shows a time to the second in UTC: "2026-12-01 22:41:07 UTC". */
+export function utc(d: Date): string {
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+/**
+ * relative says how far d is from now in the largest whole unit: "just now",
+ * "42 s ago", "3 min ago", "in 5 h", "2 d ago".
+ */
+export function relative(d: Date, now: Date): string {
+  const ms = d.getTime() - now.getTime();
+  const abs = Math.abs(ms);
+  if (abs < 1000) {
+    return "just now";
+  }
+  const units: [number, string][] = [
+    [86_400_000, "d"],
+    [3_600_000, "h"],
+    [60_000, "min"],
+    [1000, "s"],
+  ];
+  let text = "";
+  for (const [size, unit] of units) {
+    if (abs >= size) {
+      text = `${Math.floor(abs / size)} ${unit}`;
+      break;
+    }
+  }
+  return ms < 0 ? `${text} ago` : `in ${text}`;
+}
+
+/** hex writes bytes as lowercase hex without separators. */
+export function hex(b: Uint8Array): string {
+  let s = "";
+  for (const byte of b) {
+    s += byte.toString(16).padStart(2, "0");
+  }
+  return s;
+}
+
+/** hexDump writes bytes 16 to a line: offset, hex, and the printable ASCII. */
+export function hexDump(b: Uint8Array): string {
+  const lines: string[] = [];
+  for (let off = 0; off < b.length; off += 16) {
+    const row = b.subarray(off, off + 16);
+    const hexes = [...row].map((x) => x.toString(16).padStart(2, "0")).join(" ");
+    const ascii = [...row].map((x) => (x >= 0x20 && x < 0x7f ? String.fromCharCode(x) : ".")).join("");
+    lines.push(`${off.toString(16).padStart(8, "0")}  ${hexes.padEnd(47)}  ${ascii}`);
+  }
+  return lines.join("\n");
+}
+
+/** Decoded is how a result's bytes are best shown. */
+export interface Decoded {
+  kind: "empty" | "json" | "text" | "binary";
+  /** text is what to show: indented JSON, the text, or a hex dump. */
+  text: string;
+}
+
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * decodeBytes shows bytes as JSON (indented, every value exactly as stored)
+ * when they are a JSON document, as text when they are UTF-8 without control
+ * characters other than tab and line breaks, and as a hex dump otherwise.
+ */
+export function decodeBytes(b: Uint8Array): Decoded {
+  if (b.length === 0) {
+    return { kind: "empty", text: "" };
+  }
+  let text: string;
+  try {
+    text = strictUTF8.decode(b);
+  } catch {
+    return { kind: "binary", text: hexDump(b) };
+  }
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/.test(text)) {
+    return { kind: "binary", text: hexDump(b) };
+  }
+  const trimmed = text.trim();
+  if (/^[[{]/.test(trimmed)) {
+    try {
+      JSON.parse(trimmed);
+      return { kind: "json", text: indentJSON(trimmed) };
+    } catch {
+      // not JSON: text
+    }
+  }
+  return { kind: "text", text };
+}
+
+/**
+ * indentJSON re-indents a valid JSON document by its tokens, so that every
+ * number and string keeps its exact text (JSON.parse would round a large
+ * number).
+ */
+export function indentJSON(json: string): string {
+  let out = "";
+  let depth = 0;
+  const nl = () => "\n" + "  ".repeat(depth);
+  for (let i = 0; i < json.length; i++) {
+    const c = json[i]!;
+    if (c === '"') {
+      let j = i + 1;
+      while (j < json.length && json[j] !== '"') {
+        j += json[j] === "\\" ? 2 : 1;
+      }
+      out += json.slice(i, j + 1);
+      i = j;
+    } else if (c === "{" || c === "[") {
+      const close = c === "{" ? "}" : "]";
+      let j = i + 1;
+      while (j < json.length && /\s/.test(json[j]!)) {
+        j++;
+      }
+      if (json[j] === close) {
+        out += c + close;
+        i = j;
+      } else {
+        depth++;
+        out += c + nl();
+      }
+    } else if (c === "}" || c === "]") {
+      depth--;
+      out += nl() + c;
+    } else if (c === ",") {
+      out += "," + nl();
+    } else if (c === ":") {
+      out += ": ";
+    } else if (!/\s/.test(c)) {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/** byteLength is the length of text in UTF-8. */
+export function byteLength(text: string): number {
+  return new TextEncoder().encode(text).length;
+}
+
+/** plural writes "1 record", "2 records". */
+export function plural(n: number | bigint, one: string, many: string): string {
+  return `${n} ${n === 1 || n === 1n ? one : many}`;
+}
