@@ -24,7 +24,7 @@ BUF := go tool -modfile=tools/go.mod buf
 GO_MODULES := cmd/idem-bench examples/payments
 
 .DEFAULT_GOAL := help
-.PHONY: help build install version generate check-generate generate-ts check-generate-ts lint test run clean-data test-ts test-node test-python test-scenarios demo
+.PHONY: help build install version generate check-generate generate-ts check-generate-ts lint test run clean-data test-ts test-node test-python test-scenarios demo console check-console test-console console-screenshots
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -106,12 +106,56 @@ lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at th
 		$(BUF) breaking --against ".git#ref=$$base"; \
 	fi
 
-test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), idem's module and then those of cmd/idem-bench and examples/payments, then the TypeScript package's and the Node and Python workers' tests.
+test: lint check-generate ## Lint, check gen/ for drift, run every test with -race (on IDEM_TEST_DATABASE_URL, the local Postgres, or a throwaway one the tests start), idem's module and then those of cmd/idem-bench and examples/payments, then the TypeScript package's, the Node and Python workers' and the console's tests (its drift check, and in Chromium).
 	go test $(GO_TEST_FLAGS) ./...
 	@for m in $(GO_MODULES); do echo "go test ./... (in $$m)"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 	@$(MAKE) --no-print-directory test-ts
 	@$(MAKE) --no-print-directory test-node
 	@$(MAKE) --no-print-directory test-python
+	@$(MAKE) --no-print-directory test-console
+
+# console-node checks that node and npm are there for the console's target
+# $(1), and installs console/'s packages as its lockfile has them. Without
+# node the target is skipped with a notice; in CI (CI=true) that is an
+# error. Building idemd never needs it: console/dist is committed.
+define console-node
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	if [ "$$CI" = "true" ]; then echo "$(1): node and npm are required in CI (CI=true) for the console (console/)" >&2; exit 1; fi; \
+	echo ""; \
+	echo "########################################################################"; \
+	echo "##  NOTICE: node/npm not found: make $(1) DID NOT RUN."; \
+	echo "##  Install Node.js >= 18 and run 'make $(1)' before you push."; \
+	echo "########################################################################"; \
+	echo ""; \
+	exit 0; \
+fi; \
+cd console && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+endef
+
+console: ## Build the operator console from console/src into console/dist, which idemd embeds (commit it).
+	@$(call console-node,console) && node build.mjs
+
+check-console: ## Fail if console/dist differs from what `make console` would write (needs node; skipped with a notice without it).
+	@$(call console-node,check-console) && node build.mjs --check
+
+test-console: ## The console's drift check, then its tests in headless Chromium (/usr/bin/chromium; CHROMIUM_BIN for another) against a real idemd. Without node or Chromium they are skipped with a notice; in CI (CI=true) that is an error.
+	@$(call console-node,test-console) && \
+	if [ ! -x "$${CHROMIUM_BIN:-/usr/bin/chromium}" ]; then \
+		if [ "$$CI" = "true" ]; then echo "test-console: no Chromium at $${CHROMIUM_BIN:-/usr/bin/chromium}: apt-get install chromium (or set CHROMIUM_BIN)" >&2; exit 1; fi; \
+		node build.mjs --check || exit 1; \
+		echo ""; \
+		echo "########################################################################"; \
+		echo "##  NOTICE: no Chromium: the console's browser tests DID NOT RUN."; \
+		echo "##  apt-get install chromium and run 'make test-console' before you push."; \
+		echo "########################################################################"; \
+		echo ""; \
+		exit 0; \
+	fi; \
+	npm test
+
+console-screenshots: ## Retake docs/console-*.png: the console of an operator on a real idemd with sample records, in headless Chromium.
+	@$(call console-node,console-screenshots) && node build.mjs --tests && go build -o build/idemd ../cmd/idemd && \
+	node build/tools/screenshots.mjs ../docs
 
 test-ts: ## Check clients/typescript/src/gen for drift and run the TypeScript package's tests against real idemd processes (both stores, both transports). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
 	@$(call need-node,test-ts); \

@@ -3,42 +3,27 @@
 //
 //   node build.mjs           write dist/
 //   node build.mjs --check   fail if dist/ differs from what a build writes
-//   node build.mjs --tests   bundle test/*.test.ts into build/test/ for node --test
+//   node build.mjs --tests   bundle test/*.test.ts into build/test/ for node --test,
+//                            and test/screenshots.ts into build/tools/screenshots.mjs
 //
 // @idemhq/idem, the TypeScript client, is bundled from its sources in
 // ../clients/typescript/src, and every import of @bufbuild/protobuf and
 // @connectrpc/connect, the client's included, resolves to this package's
-// node_modules: one copy of each, whatever else is installed elsewhere.
+// node_modules (tsconfig.bundle.json): one copy of each, whatever else is
+// installed elsewhere.
 import * as esbuild from "esbuild";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, relative, resolve } from "node:path";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const clientEntry = resolve(here, "../clients/typescript/src/index.ts");
-
-/** oneCopy resolves the client and its runtime packages as described above. */
-const oneCopy = {
-  name: "one-copy",
-  setup(build) {
-    build.onResolve({ filter: /^@idemhq\/idem$/ }, () => ({ path: clientEntry }));
-    build.onResolve({ filter: /^@(bufbuild\/protobuf|connectrpc\/connect)(\/|$)/ }, async (args) => {
-      if (args.pluginData === "one-copy") {
-        return undefined;
-      }
-      const r = await build.resolve(args.path, { kind: args.kind, resolveDir: here, pluginData: "one-copy" });
-      if (r.errors.length > 0) {
-        return { errors: r.errors };
-      }
-      return { path: r.path, external: r.external };
-    });
-  },
-};
 
 const common = {
   bundle: true,
-  plugins: [oneCopy],
+  // The paths of tsconfig.bundle.json, for every file (the client's too).
+  // Not a resolve plugin: esbuild's output with one was not the same from
+  // run to run.
+  tsconfig: join(here, "tsconfig.bundle.json"),
   logLevel: "warning",
   charset: "utf8",
   legalComments: "eof",
@@ -58,15 +43,42 @@ async function buildApp() {
     platform: "browser",
     minify: true,
     sourcemap: false,
-    metafile: false,
+    metafile: true,
   });
   const files = new Map();
   for (const f of out.outputFiles) {
     files.set(relative("/dist", f.path), Buffer.from(f.contents));
   }
+  files.set("licenses.txt", Buffer.from(licenses(out.metafile)));
   files.set("index.html", readFileSync(join(here, "src/index.html")));
   files.set("favicon.svg", readFileSync(join(here, "src/favicon.svg")));
   return files;
+}
+
+/**
+ * licenses lists the packages bundled into the app, with their license and,
+ * where the package ships one, the license's text.
+ */
+function licenses(metafile) {
+  const dirs = new Set();
+  for (const input of Object.keys(metafile.inputs)) {
+    const m = /^(.*node_modules\/(?:@[^/]+\/)?[^/]+)\//.exec(input);
+    if (m) {
+      dirs.add(m[1]);
+    }
+  }
+  const parts = ["The idem console bundles these packages:\n"];
+  for (const dir of [...dirs].sort()) {
+    const pkg = JSON.parse(readFileSync(join(here, dir, "package.json"), "utf8"));
+    parts.push(`\n${pkg.name} ${pkg.version}: ${pkg.license}${pkg.repository?.url ? ` (${pkg.repository.url})` : ""}\n`);
+    for (const name of ["LICENSE", "LICENSE.md", "LICENSE.txt"]) {
+      if (existsSync(join(here, dir, name))) {
+        parts.push(`\n${readFileSync(join(here, dir, name), "utf8").trim()}\n`);
+        break;
+      }
+    }
+  }
+  return parts.join("");
 }
 
 function readDist(dir) {
@@ -117,7 +129,18 @@ if (mode === "") {
 } else if (mode === "--tests") {
   const outdir = join(here, "build/test");
   rmSync(outdir, { recursive: true, force: true });
-  const entries = readdirSync(join(here, "test")).filter((n) => n.endsWith(".test.ts")).map((n) => join(here, "test", n));
+  const entries = readdirSync(join(here, "test"))
+    .filter((n) => n.endsWith(".test.ts"))
+    .map((n) => join(here, "test", n));
+  await esbuild.build({
+    ...common,
+    write: true,
+    entryPoints: [join(here, "test/screenshots.ts")],
+    outfile: join(here, "build/tools/screenshots.mjs"),
+    format: "esm",
+    platform: "node",
+    packages: "external",
+  });
   await esbuild.build({
     ...common,
     write: true,

@@ -22,6 +22,7 @@ import (
 type idemdProc struct {
 	cmd            *exec.Cmd
 	addr, httpAddr string
+	jsonAddr       string
 	mu             sync.Mutex
 	lines          []string
 	ended          chan struct{}
@@ -45,10 +46,16 @@ func environWithoutIdem() []string {
 // the addresses it logged.
 func startServe(t *testing.T, dir string, args ...string) *idemdProc {
 	t.Helper()
+	return startServeEnv(t, dir, nil, args...)
+}
+
+// startServeEnv is startServe with env added to idemd's environment.
+func startServeEnv(t *testing.T, dir string, env []string, args ...string) *idemdProc {
+	t.Helper()
 	p := &idemdProc{ended: make(chan struct{})}
 	p.cmd = exec.Command(idemdBinary, append([]string{"serve"}, args...)...)
 	p.cmd.Dir = dir
-	p.cmd.Env = append(environWithoutIdem(), "IDEM_LISTEN=127.0.0.1:0", "IDEM_HTTP_LISTEN=127.0.0.1:0", "IDEM_JSON_LISTEN=", "IDEM_LOG_FORMAT=json")
+	p.cmd.Env = append(append(environWithoutIdem(), "IDEM_LISTEN=127.0.0.1:0", "IDEM_HTTP_LISTEN=127.0.0.1:0", "IDEM_JSON_LISTEN=", "IDEM_LOG_FORMAT=json"), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +82,7 @@ func startServe(t *testing.T, dir string, args ...string) *idemdProc {
 	select {
 	case <-serving:
 		addrs := parseServing(t, servingLine)
-		p.addr, p.httpAddr = addrs.Listen, addrs.HTTPListen
+		p.addr, p.httpAddr, p.jsonAddr = addrs.Listen, addrs.HTTPListen, addrs.JSONListen
 		return p
 	case <-p.ended:
 	case <-time.After(30 * time.Second):

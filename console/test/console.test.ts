@@ -135,7 +135,7 @@ describe("the console with tenants", () => {
     assert.match(text, /worker-7f3a/, "the last claimant");
     assert.match(text, /deadbeef/, "the fingerprint");
     assert.match(text, /Attempts\s*1/);
-    assert.match(text, /Lease lapsed\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((just now|\d+ (s|min) ago)\)/);
+    assert.match(text, /Lease lapsed\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\s*\((just now|\d+ (s|min) ago)\)/);
 
     const result = '{"charge":"ch_3Nx","amount":4200}';
     await item.getByRole("button", { name: "Completed…" }).click();
