@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/console"
+	"github.com/idemhq/idem/internal/testcerts"
 )
 
 func get(t *testing.T, url string) (*http.Response, string) {
@@ -26,18 +28,43 @@ func get(t *testing.T, url string) (*http.Response, string) {
 	return resp, string(body)
 }
 
-// consoleLine is the log line that gives the console's address, nil when
-// there is none.
-func consoleLine(p *idemdProc) map[string]any {
-	for _, line := range strings.Split(p.log(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) == nil {
-			if msg, _ := m["msg"].(string); strings.HasPrefix(msg, "operator console") {
-				return m
+// consoleLine is the log line that tells how to open the console, and
+// consoleURL the console_url of the serving line ("" when the console is
+// off). The serving line is there once startServe returns; the console's
+// line follows it, so consoleLine waits for it.
+func consoleLine(t *testing.T, p *idemdProc) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, line := range strings.Split(p.log(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil {
+				if msg, _ := m["msg"].(string); strings.HasPrefix(msg, "operator console") {
+					return m
+				}
 			}
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no operator console line in the log:\n%s", p.log())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return nil
+}
+
+func consoleURL(t *testing.T, p *idemdProc) string {
+	t.Helper()
+	for _, line := range strings.Split(p.log(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "idemd serving" {
+			u, ok := m["console_url"].(string)
+			if !ok {
+				t.Fatalf("the serving line has no console_url: %s", line)
+			}
+			return u
+		}
+	}
+	t.Fatalf("no serving line in the log:\n%s", p.log())
+	return ""
 }
 
 // TestConsoleIsServedOnTheJSONListener: by default idemd serves the console
@@ -47,9 +74,12 @@ func TestConsoleIsServedOnTheJSONListener(t *testing.T) {
 	t.Parallel()
 	p := startServe(t, t.TempDir(), "--json-listen", "127.0.0.1:0")
 	base := "http://" + p.jsonAddr
-	line := consoleLine(p)
-	if line == nil || line["url"] != base+"/console/" {
-		t.Fatalf("console log line %v; want url=%s/console/\n%s", line, base, p.log())
+	if got := consoleURL(t, p); got != base+"/console/" {
+		t.Fatalf("serving line console_url=%q; want %s/console/\n%s", got, base, p.log())
+	}
+	line := consoleLine(t, p)
+	if line["url"] != base+"/console/" {
+		t.Fatalf("console log line %v; want url=%s/console/", line, base)
 	}
 	if msg, _ := line["msg"].(string); !strings.Contains(msg, "anyone who reaches the port") {
 		t.Errorf("console log line without a config: %q; want it to say anyone who reaches the port can act", msg)
@@ -108,8 +138,8 @@ func TestConsoleTurnsOff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := startServeEnv(t, t.TempDir(), tc.env, append([]string{"--json-listen", "127.0.0.1:0"}, tc.args...)...)
-			if line := consoleLine(p); line != nil {
-				t.Errorf("console log line %v; want none", line)
+			if got := consoleURL(t, p); got != "" {
+				t.Errorf("serving line console_url=%q; want none", got)
 			}
 			base := "http://" + p.jsonAddr
 			for _, path := range []string{"/console/", "/console/app.js", "/console/server.json"} {
@@ -136,11 +166,34 @@ func TestConsoleSaysWhenAConfigAuthenticates(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, "tenants:\n  - name: ops\n    operator: true\n    tokens: [\"sha256:"+strings.Repeat("ab", 32)+"\"]\n")
 	p := startServe(t, t.TempDir(), "--json-listen", "127.0.0.1:0", "--config", cfg)
-	if line := consoleLine(p); line == nil || !strings.Contains(line["msg"].(string), "sign in with the token") {
+	if line := consoleLine(t, p); !strings.Contains(line["msg"].(string), "sign in with the token") {
 		t.Errorf("console log line %v; want it to say to sign in", line)
 	}
 	_, body := get(t, "http://"+p.jsonAddr+"/console/server.json")
 	if !strings.Contains(body, `"authentication":"required"`) {
 		t.Errorf("server.json with tenants: %s; want authentication required", body)
+	}
+}
+
+// TestConsoleOverTLS: with --tls-cert the console's URL is https, and the
+// console is served over TLS beside the API.
+func TestConsoleOverTLS(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "idemd console test CA")
+	dir := t.TempDir()
+	certFile, keyFile := testcerts.WritePEM(t, dir, "server", ca.Server(t))
+	p := startServe(t, dir, "--json-listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)
+	want := "https://" + p.jsonAddr + "/console/"
+	if got := consoleURL(t, p); got != want {
+		t.Fatalf("serving line console_url=%q; want %s", got, want)
+	}
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	resp, err := c.Get(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("GET %s: %d, CSP %q; want 200 with the policy", want, resp.StatusCode, resp.Header.Get("Content-Security-Policy"))
 	}
 }

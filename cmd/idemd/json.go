@@ -58,6 +58,7 @@ type jsonAPI struct {
 	grpc    *grpc.Server
 	logger  *slog.Logger
 	console bool // serving the console
+	tls     bool // serving TLS
 }
 
 // withConsole serves the console under console.Path and everything else
@@ -80,7 +81,7 @@ func (j *jsonAPI) consoleURL() string {
 		return ""
 	}
 	scheme := "http"
-	if j.srv.TLSConfig != nil {
+	if j.tls {
 		scheme = "https"
 	}
 	host, port, err := net.SplitHostPort(j.addr())
@@ -157,6 +158,7 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, consoleOpts *co
 			return err
 		}
 		j.srv.TLSConfig = cfg
+		j.tls = true
 	}
 	lis := netutil.LimitListener(j.lis, j.flags.JSONMaxConnections)
 	go func() {

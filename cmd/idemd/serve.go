@@ -203,7 +203,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.Config != "" {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
-	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "version", build.Version,
+	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "console_url", jsonAPI.consoleURL(), "version", build.Version,
 		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", procs)
 	if u := jsonAPI.consoleURL(); u != "" {
 		if consoleOpts.Authenticated {

@@ -18,7 +18,7 @@ export const HOLD_NAMESPACE = "payments";
 export interface Idemd {
   /** url is the JSON listener: http://127.0.0.1:PORT. */
   url: string;
-  /** consoleUrl is what idemd logged as the console's address. */
+  /** consoleUrl is the console's address as idemd logged it (console_url). */
   consoleUrl: string;
   /** tokens by tenant: ops (operator), acme and globex (admins), worker (no admin). Empty without a config. */
   tokens: Record<string, string>;
@@ -73,7 +73,6 @@ export async function startIdemd(withConfig = true, extraArgs: string[] = []): P
   const log: string[] = [];
   const started = new Promise<{ url: string; consoleUrl: string }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`idemd did not start within 60 s:\n${log.join("\n")}`)), 60_000);
-    let url = "";
     readline.createInterface({ input: child.stderr! }).on("line", (line) => {
       log.push(line);
       if (process.env.IDEMD_LOG) {
@@ -86,10 +85,8 @@ export async function startIdemd(withConfig = true, extraArgs: string[] = []): P
         return;
       }
       if (entry.msg === "idemd serving") {
-        url = `http://${String(entry.json_listen)}`;
-      } else if (typeof entry.msg === "string" && entry.msg.startsWith("operator console")) {
         clearTimeout(timer);
-        resolve({ url, consoleUrl: String(entry.url) });
+        resolve({ url: `http://${String(entry.json_listen)}`, consoleUrl: String(entry.console_url) });
       }
     });
     child.once("exit", (code, signal) => {
