@@ -176,6 +176,7 @@ describe("the console with tenants", () => {
   test("a second operator racing on the same record is told NOT_UNRESOLVED, and what the record now is", async () => {
     const globex = client(idemd, "globex");
     await hold(globex, "refund-42", { wait: true });
+    await client(idemd, "acme").claim({ namespace: "emails", key: "acme-beside-the-race" });
     const first = await open(idemd);
     const second = await open(idemd);
     for (const { page } of [first, second]) {
@@ -203,6 +204,15 @@ describe("the console with tenants", () => {
     const rec = await globex.lookup({ namespace: HOLD_NAMESPACE, key: "refund-42" });
     assert.equal(rec.state, State.COMPLETED, "the second operator's release changed nothing");
     assert.equal(new TextDecoder().decode(rec.result), "refunded");
+
+    // An operator picks one tenant: the records are that tenant's alone.
+    await first.page.getByRole("button", { name: "Close" }).click();
+    await first.page.getByTestId("tenant-picker").selectOption("globex");
+    await first.page.getByRole("link", { name: "Records" }).click();
+    await first.page.locator('tr[data-key="refund-42"]').waitFor();
+    assert.equal(await first.page.locator('tr[data-key="acme-beside-the-race"]').count(), 0, "acme's record is not among globex's");
+    await first.page.getByTestId("tenant-picker").selectOption("*");
+    await first.page.locator('tr[data-key="acme-beside-the-race"]').waitFor();
     await first.context.close();
     await second.context.close();
   });
