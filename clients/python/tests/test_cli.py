@@ -18,10 +18,11 @@ def setUpModule():
     h = harness("sqlite")
 
 
-def cli(*args, token=None, stdin=b""):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IDEM_")}
-    env.update(PYTHONPATH=os.path.join(PACKAGE_ROOT, "src"), IDEM_JSON_URL=h.url,
-               IDEM_TOKEN=h.tokens["worker"] if token is None else token)
+def cli(*args, token=None, stdin=b"", env=None):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("IDEM_")}
+    environ.update(PYTHONPATH=os.path.join(PACKAGE_ROOT, "src"), IDEM_JSON_URL=h.url,
+                   IDEM_TOKEN=h.tokens["worker"] if token is None else token, **(env or {}))
+    env = environ
     res = subprocess.run([sys.executable, "-m", "idem", *args], env=env, input=stdin, capture_output=True, timeout=120)
     return res.returncode, res.stdout.decode(), res.stderr.decode()
 
@@ -71,7 +72,9 @@ class CLITest(unittest.TestCase):
         code, out, _ = cli("--help")
         self.assertEqual(code, 0)
         self.assertIn("exit codes", out)
-        self.assertEqual(cli("claim", "-n", "jobs", "-k", "k", "--lease-ttl", "soon")[0], 2, "argparse's usage error")
+        code, _, err = cli("claim", "-n", "jobs", "-k", "k", "--lease-ttl", "soon")
+        self.assertEqual(code, 1, "a bad flag exits 1, as the idem CLI's does: " + err)
+        self.assertIn("--lease-ttl", err)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, NoReturn, Optional
 
 from ._client import DEFAULT_URL, Client
 from ._errors import (AlreadyTerminalError, FingerprintMismatchError, IdemError, InProgressError,
@@ -87,8 +87,17 @@ def _write(path: Optional[str], data: bytes) -> None:
         f.write(data)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a usage error exits 1, as the idem
+    CLI's does (argparse's own is 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m idem", description=__doc__.split("\n\n")[0],
+    p = _Parser(prog="python -m idem", description=__doc__.split("\n\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default=os.environ.get("IDEM_JSON_URL") or DEFAULT_URL,
                    help="idemd's HTTP/JSON listener (env IDEM_JSON_URL; default %(default)s)")
