@@ -76,6 +76,22 @@ class CLITest(unittest.TestCase):
         self.assertEqual(code, 1, "a bad flag exits 1, as the idem CLI's does: " + err)
         self.assertIn("--lease-ttl", err)
 
+    def test_a_bad_lease_token_is_a_usage_error(self):
+        ns, k = h.namespaces["plain"], fresh("cli-bad")
+        bad_env = {"IDEM_LEASE_TOKEN": "abc"}
+        code, _, err = cli("lookup", "-n", ns, "-k", k, env=bad_env)
+        self.assertEqual(code, 13, "a command without a lease token does not read IDEM_LEASE_TOKEN: " + err)
+        code, _, err = cli("complete", "-n", ns, "-k", k, env=bad_env)
+        self.assertEqual(code, 1, err)
+        self.assertIn("IDEM_LEASE_TOKEN", err)
+        self.assertNotIn("Traceback", err)
+        code, _, err = cli("complete", "-n", ns, "-k", k, "--lease-token", "abc")
+        self.assertEqual(code, 1, err)
+        self.assertIn("--lease-token", err)
+        token = cli("claim", "-n", ns, "-k", k)[1].strip()
+        code, _, err = cli("complete", "-n", ns, "-k", k, "--result", "ok", env={"IDEM_LEASE_TOKEN": token})
+        self.assertEqual(code, 0, "a good IDEM_LEASE_TOKEN is the token: " + err)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -126,7 +126,6 @@ def parser() -> argparse.ArgumentParser:
 
     def with_token(c: argparse.ArgumentParser) -> None:
         c.add_argument("--lease-token", "--fencing-token", dest="lease_token", type=int,
-                       default=int(os.environ["IDEM_LEASE_TOKEN"]) if os.environ.get("IDEM_LEASE_TOKEN") else None,
                        help="the token claim printed (env IDEM_LEASE_TOKEN)")
 
     c = command("complete", "record success and a result")
@@ -152,8 +151,15 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     if args.command in ("complete", "fail", "heartbeat") and args.lease_token is None:
-        print(f"idem: {args.command} needs --lease-token (the token claim printed)", file=sys.stderr)
-        return EXIT_ERROR
+        env = os.environ.get("IDEM_LEASE_TOKEN")
+        if not env:
+            print(f"idem: {args.command} needs --lease-token (the token claim printed)", file=sys.stderr)
+            return EXIT_ERROR
+        try:
+            args.lease_token = int(env)
+        except ValueError:
+            print(f"idem: IDEM_LEASE_TOKEN is {env!r}; it must be the integer token claim printed", file=sys.stderr)
+            return EXIT_ERROR
     try:
         client = Client(args.url, token=args.token, timeout=args.timeout, ca_file=args.tls_ca,
                         retry=RetryPolicy(max_attempts=3))
