@@ -92,6 +92,14 @@ class CLITest(unittest.TestCase):
         code, _, err = cli("complete", "-n", ns, "-k", k, "--result", "ok", env={"IDEM_LEASE_TOKEN": token})
         self.assertEqual(code, 0, "a good IDEM_LEASE_TOKEN is the token: " + err)
 
+    def test_an_unreadable_ca_file_is_named(self):
+        ns, k = h.namespaces["plain"], fresh("cli-bad")
+        missing = os.path.join(PACKAGE_ROOT, "no-such-ca.pem")
+        code, _, err = cli("--tls-ca", missing, "--url", "https://127.0.0.1:1", "lookup", "-n", ns, "-k", k)
+        self.assertEqual(code, 1, err)
+        self.assertIn("ca_file", err)
+        self.assertIn(missing, err)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -73,9 +73,16 @@ class Client:
         if key_file and not cert_file:
             raise ValueError("idem: key_file needs cert_file")
         if ssl_context is None and (ca_file or cert_file):
-            ssl_context = ssl.create_default_context(cafile=ca_file)
+            try:
+                ssl_context = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as err:
+                raise ValueError(f"idem: ca_file {ca_file!r}: {err.strerror or err}") from err
             if cert_file:
-                ssl_context.load_cert_chain(cert_file, key_file)
+                try:
+                    ssl_context.load_cert_chain(cert_file, key_file)
+                except (OSError, ssl.SSLError) as err:
+                    files = f"cert_file {cert_file!r}" + (f" with key_file {key_file!r}" if key_file else "")
+                    raise ValueError(f"idem: {files}: {err.strerror or err}") from err
         if not timeout > 0:
             raise ValueError(f"idem: timeout is {timeout}; it must be above 0 seconds")
         self._transport = Transport(url, token=token, ssl_context=ssl_context)
