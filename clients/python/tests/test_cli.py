@@ -100,6 +100,12 @@ class CLITest(unittest.TestCase):
         self.assertIn("ca_file", err)
         self.assertIn(missing, err)
 
+    def test_errors_have_one_prefix(self):
+        ns, k = h.namespaces["plain"], fresh("cli-bad")
+        code, _, err = cli("--timeout", "0", "lookup", "-n", ns, "-k", k)
+        self.assertEqual(code, 1, err)
+        self.assertTrue(err.startswith("idem: timeout"), "one prefix: " + err)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -164,7 +164,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         client = Client(args.url, token=args.token, timeout=args.timeout, ca_file=args.tls_ca,
                         retry=RetryPolicy(max_attempts=3))
     except (ValueError, OSError) as err:
-        print(f"idem: {err}", file=sys.stderr)
+        _say(err)
         return EXIT_ERROR
     try:
         with client:
@@ -176,8 +176,15 @@ def run(argv: Optional[List[str]] = None) -> int:
                 return code
         return EXIT_ERROR
     except (OSError, ValueError) as err:
-        print(f"idem: {err}", file=sys.stderr)
+        _say(err)
         return EXIT_ERROR
+
+
+def _say(err: BaseException) -> None:
+    """Prints err on stderr after "idem: ", which the package's own
+    messages start with already."""
+    text = str(err)
+    print(text if text.startswith("idem: ") else "idem: " + text, file=sys.stderr)
 
 
 def _command(client: Client, args: Any) -> int:
