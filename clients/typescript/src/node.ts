@@ -6,7 +6,7 @@
 import type * as http2 from "node:http2";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { parseBaseUrl, tokenInterceptors } from "./transport.js";
+import { parseBaseUrl, timerMs, tokenInterceptors } from "./transport.js";
 
 /** TlsOptions set the TLS of a gRPC connection (an https:// baseUrl). */
 export interface TlsOptions {
@@ -36,11 +36,14 @@ export interface GrpcTransportOptions {
   token?: string;
   /** tls sets the TLS of an https:// baseUrl; the system's roots by default. */
   tls?: TlsOptions;
-  /** timeoutMs is every call's deadline unless the call sets its own; none by default. */
+  /**
+   * timeoutMs is every call's deadline unless the call sets its own; none by
+   * default. Above 0 and at most 2³¹−1 (a timer's bound).
+   */
   timeoutMs?: number;
   /**
    * pingIntervalMs sends HTTP/2 PINGs on a connection with calls in flight,
-   * to notice a dead connection; none by default.
+   * to notice a dead connection; none by default. Above 0 and at most 2³¹−1.
    */
   pingIntervalMs?: number;
   /** interceptors run around every call, after the one that adds the token. */
@@ -68,12 +71,13 @@ export function grpcTransport(options: GrpcTransportOptions): ClosableTransport 
   const interceptors = [...tokenInterceptors(url, options.token), ...(options.interceptors ?? [])];
   // Node's TLS takes any Uint8Array where its types say Buffer.
   const sessionOptions = { ...(options.tls ?? {}) } as http2.SecureClientSessionOptions;
-  const sessions = new Http2SessionManager(url, { pingIntervalMs: options.pingIntervalMs }, sessionOptions);
+  const timeoutMs = timerMs(options.timeoutMs, "timeoutMs");
+  const sessions = new Http2SessionManager(url, { pingIntervalMs: timerMs(options.pingIntervalMs, "pingIntervalMs") }, sessionOptions);
   const transport = createGrpcTransport({
     baseUrl: options.baseUrl,
     sessionManager: sessions,
     interceptors,
-    defaultTimeoutMs: options.timeoutMs,
+    defaultTimeoutMs: timeoutMs,
   });
   return {
     unary: transport.unary.bind(transport),

@@ -24,7 +24,10 @@ export interface ConnectTransportOptions {
   fetch?: typeof globalThis.fetch;
   /** binary sends protobuf instead of JSON (the Connect protocol either way). JSON by default. */
   binary?: boolean;
-  /** timeoutMs is every call's deadline unless the call sets its own; none by default. */
+  /**
+   * timeoutMs is every call's deadline unless the call sets its own; none by
+   * default. Above 0 and at most 2³¹−1 (a timer's bound).
+   */
   timeoutMs?: number;
   /** interceptors run around every call, after the one that adds the token. */
   interceptors?: Interceptor[];
@@ -52,8 +55,27 @@ export function connectTransport(options: ConnectTransportOptions): Transport {
     compressMinBytes: Number.MAX_SAFE_INTEGER,
     readMaxBytes: 0xffffffff,
     writeMaxBytes: 0xffffffff,
-    defaultTimeoutMs: options.timeoutMs,
+    defaultTimeoutMs: timerMs(options.timeoutMs, "timeoutMs"),
   });
+}
+
+/** MAX_TIMER_MS is the longest delay a JavaScript timer holds: 2³¹−1 ms, about 24.8 days. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * timerMs checks an option that becomes a timer's delay: undefined, or a
+ * number of milliseconds above 0 and at most MAX_TIMER_MS. A timer takes 0,
+ * a negative number or NaN as "now" and one over the bound as 1 ms, so each
+ * would fail every call at once with DEADLINE_EXCEEDED.
+ */
+export function timerMs(ms: number | undefined, field: string): number | undefined {
+  if (ms === undefined) {
+    return undefined;
+  }
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0 || ms > MAX_TIMER_MS) {
+    throw new RangeError(`idem: ${field} is ${String(ms)}; it must be a number of milliseconds above 0 and at most ${MAX_TIMER_MS}, or unset`);
+  }
+  return ms;
 }
 
 /**

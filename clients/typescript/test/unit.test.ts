@@ -229,4 +229,17 @@ describe("transports", () => {
     assert.throws(() => grpcTransport({ baseUrl: "idem" }), /is not a URL/);
     assert.throws(() => grpcTransport({ baseUrl: "http://127.0.0.1:7070", tls: {} }), /tls options need an https:\/\/ baseUrl/);
   });
+
+  it("refuse a timeout or ping interval that no timer can hold, naming it", () => {
+    for (const bad of [0, -1, NaN, Infinity, 2 ** 31]) {
+      for (const make of [connectTransport, grpcTransport]) {
+        assert.throws(() => make({ baseUrl: "http://127.0.0.1:7070", timeoutMs: bad }), new RegExp(`timeoutMs is ${bad}; it must be .* above 0 and at most 2147483647`));
+      }
+      assert.throws(() => grpcTransport({ baseUrl: "http://127.0.0.1:7070", pingIntervalMs: bad }), /pingIntervalMs is .*; it must be/);
+    }
+    for (const make of [connectTransport, grpcTransport]) {
+      const t = make({ baseUrl: "http://127.0.0.1:7070", timeoutMs: 2500 }) as { close?: () => void };
+      t.close?.();
+    }
+  });
 });
