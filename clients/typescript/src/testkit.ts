@@ -104,7 +104,10 @@ export interface CheckOptions {
   config?: string;
   /** token is the tenant's bearer token, for a server with tenants. */
   token?: string;
-  /** concurrency is how many deliveries the concurrent case makes at once. It defaults to 8. */
+  /**
+   * concurrency is how many deliveries the concurrent case makes at once: a
+   * whole number, 2 or more (a smaller one counts as 2). It defaults to 8.
+   */
   concurrency?: number;
   /** log receives the report of each case that passed (node:test's `t.diagnostic`, say). */
   log?: (report: string) => void;
@@ -236,11 +239,15 @@ export async function checkHandler(makeHandler: MakeHandler, effects: EffectCoun
 /**
  * inspectHandler runs the cases of {@link checkHandler} and resolves to the
  * report without throwing for what it found, for a test that asserts what
- * the kit finds. It rejects only when idemd cannot be started.
+ * the kit finds. It rejects only for a bad option or when idemd cannot be
+ * started.
  */
 export async function inspectHandler(makeHandler: MakeHandler, effects: EffectCounter, options: CheckOptions = {}): Promise<Report> {
   const job: Job = options.job ?? { namespace: "jobs", key: "job-1" };
   const concurrency = Math.max(options.concurrency ?? 8, 2);
+  if (!Number.isInteger(concurrency)) {
+    throw new RangeError(`idem: concurrency is ${String(options.concurrency)}; it must be a whole number of deliveries (2 or more; 8 by default)`);
+  }
   let idemd: Idemd | undefined;
   let server = options.server;
   if (server === undefined) {

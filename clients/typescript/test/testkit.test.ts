@@ -182,4 +182,18 @@ describe("testkit", () => {
   it("says how to give it idemd when there is none", async () => {
     await assert.rejects(startIdemd({ bin: path.join(PACKAGE_DIR, "build", "no-such-idemd") }), /give the idemd option, or IDEMD_BIN, or put idemd on the PATH/);
   });
+
+  it("refuses a concurrency that is not a whole number, rather than deliver nothing", async () => {
+    // Number(process.env.UNSET) is NaN: the concurrent case would make no
+    // delivery at all and pass.
+    let delivered = 0;
+    const handler: MakeHandler = () => () => {
+      delivered++;
+      return "ok";
+    };
+    for (const concurrency of [NaN, 2.5, Infinity]) {
+      await assert.rejects(inspectHandler(handler, () => delivered, { concurrency, idemd: IDEMD }), new RegExp(`concurrency is ${concurrency}; it must be a whole number`));
+    }
+    assert.equal(delivered, 0);
+  });
 });
