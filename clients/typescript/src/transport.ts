@@ -185,7 +185,14 @@ export function tokenInterceptors(url: URL, token: string | undefined): Intercep
   if (url.protocol === "http:" && !isLoopback(url.hostname)) {
     throw new Error(`idem: refusing to send the token in plaintext to ${url.host}: use https://, or a loopback address`);
   }
-  const value = `Bearer ${token}`;
+  // Headers drop the whitespace around a value (a token read from a file
+  // keeps working), and refuse, at every call, what a header cannot hold.
+  const trimmed = token.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+  const bad = trimmed.search(/[^\x20-\x7e]/);
+  if (bad >= 0) {
+    throw new TypeError(`idem: the token has a character that cannot be sent in an HTTP header (${JSON.stringify(trimmed[bad])}) at index ${bad}; a bearer token is printable ASCII`);
+  }
+  const value = `Bearer ${trimmed}`;
   return [
     (next) => (req) => {
       req.header.set("Authorization", value);

@@ -224,6 +224,16 @@ describe("transports", () => {
     }
   });
 
+  it("refuse a token that cannot be sent in a header, naming it", () => {
+    for (const make of [connectTransport, grpcTransport]) {
+      for (const token of ["idem_\nb", "idem_ключ", "idem_\tb", "idem_\0"]) {
+        assert.throws(() => make({ baseUrl: "http://127.0.0.1:7070", token }), /idem: the token has a character .* at index 5; a bearer token is printable ASCII/);
+      }
+      const t = make({ baseUrl: "http://127.0.0.1:7070", token: "idem_abc\n" }) as { close?: () => void }; // read from a file
+      t.close?.();
+    }
+  });
+
   it("refuse a base URL that is not http:// or https://", () => {
     assert.throws(() => connectTransport({ baseUrl: "idem.internal:7072" }), /must start with https:\/\/ \(TLS\) or http:\/\/ \(plaintext\)/);
     assert.throws(() => grpcTransport({ baseUrl: "idem" }), /is not a URL/);
