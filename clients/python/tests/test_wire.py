@@ -325,6 +325,17 @@ class WireTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             idem.Client("http://127.0.0.1:7072", ca_file="/nonexistent.pem")
 
+    def test_a_token_no_header_can_carry_is_refused_at_once(self):
+        for token in ("idem_\nb", "idem_ключ", "idem_\tb", "idem_\0"):
+            with self.assertRaises(ValueError) as cm:
+                idem.Client("http://127.0.0.1:7072", token=token)
+            self.assertIn("the token has a character that cannot be sent in an HTTP header", str(cm.exception))
+            self.assertIn("at index 5", str(cm.exception))
+        # Whitespace around it is dropped: a token read from a file works.
+        s = self.serve(lambda r: ACQUIRED)
+        self.client(s, token=" tok\n").claim("ns", "k")
+        self.assertEqual(s.requests[0].headers["Authorization"], "Bearer tok")
+
     def test_tls_with_a_ca_file(self):
         d = tempfile.mkdtemp(prefix="idem-python-tls-")
         self.addCleanup(shutil.rmtree, d, True)

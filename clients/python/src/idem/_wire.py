@@ -60,6 +60,13 @@ class Transport:
         self.host = parts.hostname
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
+        # A header value holds printable ASCII; the whitespace around a
+        # token (one read from a file) is dropped, as fetch's Headers does.
+        token = token.strip(" \t\r\n")
+        bad = next((i for i, c in enumerate(token) if not " " <= c <= "~"), -1)
+        if bad >= 0:
+            raise ValueError(f"idem: the token has a character that cannot be sent in an HTTP header "
+                             f"({token[bad]!r}) at index {bad}; a bearer token is printable ASCII")
         if token and not self.https and not is_loopback(self.host) and not allow_plaintext_token:
             raise ValueError(f"idem: refusing to send the token in plaintext to {self.host}: use an https:// url, "
                              "or a loopback address")
