@@ -2,7 +2,7 @@ import { type CallOptions, type Client, createClient, type Transport } from "@co
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { AdminService, type ResolveRecordRequestSchema, type StatsRow as StatsRowPb } from "./gen/idem/v1/admin_pb.js";
 import { IdempotencyService, Outcome, State } from "./gen/idem/v1/idem_pb.js";
-import { InProgressError, RpcError, UnresolvedError } from "./errors.js";
+import { IdemError, InProgressError, RpcError, UnresolvedError } from "./errors.js";
 import { bytesOf, durationMs, durationOf, type JobRecord, recordFromProto } from "./record.js";
 import { type RetryPolicy, withDefaults } from "./retry.js";
 import { type DoOptions, type DoResult, type Handler, type Job, MAX_WAIT_MS, runDo } from "./do.js";
@@ -194,7 +194,7 @@ export class IdemClient {
       case Outcome.UNRESOLVED:
         throw new UnresolvedError(record);
     }
-    throw new Error(`idem: Claim answered with unknown outcome ${resp.outcome}`);
+    throw new IdemError(`idem: Claim answered with unknown outcome ${resp.outcome}; this version of @idemhq/idem is older than the server`);
   }
 
   /**

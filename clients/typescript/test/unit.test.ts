@@ -7,11 +7,13 @@ import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { describe, it } from "node:test";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
 import {
   canonicalJSON,
   ErrorReason,
   errorReason,
+  IdemClient,
+  IdemError,
   fingerprint,
   fingerprintJSON,
   isPermanent,
@@ -25,6 +27,7 @@ import {
   connectTransport,
 } from "../src/index.js";
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { IdempotencyService, Outcome } from "../src/gen/idem/v1/idem_pb.js";
 import { durationMs, durationOf } from "../src/record.js";
 import { backoff, delay, withDefaults } from "../src/retry.js";
 import { sha256 } from "../src/sha256.js";
@@ -192,6 +195,13 @@ describe("errors", () => {
     assert.equal(isTransient(RpcError.from(new ConnectError("write EPIPE", Code.Internal, undefined, undefined, epipe))), true);
     assert.equal(isTransient(RpcError.from(new ConnectError("cannot decode the answer", Code.Internal))), false);
     assert.equal(isTransient(RpcError.from(rpcFailure(Code.Internal, "INTERNAL"))), false);
+  });
+
+  it("throws an IdemError for a Claim outcome this version does not know", async () => {
+    const transport = createRouterTransport(({ service }) => {
+      service(IdempotencyService, { claim: () => ({ outcome: 99 as Outcome }) });
+    });
+    await assert.rejects(new IdemClient(transport).claim({ namespace: "ns", key: "k" }), (err) => err instanceof IdemError && /unknown outcome 99/.test(err.message));
   });
 
   it("passes what is not a ConnectError through", () => {
