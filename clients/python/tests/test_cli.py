@@ -76,6 +76,16 @@ class CLITest(unittest.TestCase):
         self.assertEqual(code, 1, "a bad flag exits 1, as the idem CLI's does: " + err)
         self.assertIn("--lease-ttl", err)
 
+    def test_connection_flags_go_before_or_after_the_command(self):
+        # As with the idem CLI: `idem claim -n … -k … --token …` works.
+        ns, k = h.namespaces["plain"], fresh("cli-flags")
+        code, _, err = cli("lookup", "-n", ns, "-k", k, "--timeout", "5s", "--url", h.url)
+        self.assertEqual(code, 13, err)
+        code, _, err = cli("lookup", "-n", ns, "-k", k, "--token", "wrong")
+        self.assertEqual(code, 18, "the token after the command is the one sent: " + err)
+        code, _, err = cli("--token", "wrong", "lookup", "-n", ns, "-k", k)
+        self.assertEqual(code, 18, err)
+
     def test_a_bad_lease_token_is_a_usage_error(self):
         ns, k = h.namespaces["plain"], fresh("cli-bad")
         bad_env = {"IDEM_LEASE_TOKEN": "abc"}

@@ -96,20 +96,34 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
+def _connection_flags(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """Adds the flags that say how to reach idemd: with their defaults to
+    the top parser, and without (so as not to override one given before the
+    command) to each command's, since the idem CLI takes them on either side
+    of the command."""
+    def default(v: Any) -> Any:
+        return v if defaults else argparse.SUPPRESS
+
+    p.add_argument("--url", default=default(os.environ.get("IDEM_JSON_URL") or DEFAULT_URL),
+                   help=f"idemd's HTTP/JSON listener (env IDEM_JSON_URL; default {DEFAULT_URL})")
+    p.add_argument("--token", default=default(os.environ.get("IDEM_TOKEN", "")),
+                   help="bearer token of your tenant (env IDEM_TOKEN)")
+    p.add_argument("--tls-ca", default=default(os.environ.get("IDEM_TLS_CA") or None),
+                   help="PEM CA that signed idemd's certificate (env IDEM_TLS_CA)")
+    p.add_argument("--timeout", type=duration, default=default(10.0), help="each request's timeout (default 10s)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m idem", description=__doc__.split("\n\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--url", default=os.environ.get("IDEM_JSON_URL") or DEFAULT_URL,
-                   help="idemd's HTTP/JSON listener (env IDEM_JSON_URL; default %(default)s)")
-    p.add_argument("--token", default=os.environ.get("IDEM_TOKEN", ""), help="bearer token of your tenant (env IDEM_TOKEN)")
-    p.add_argument("--tls-ca", default=os.environ.get("IDEM_TLS_CA") or None,
-                   help="PEM CA that signed idemd's certificate (env IDEM_TLS_CA)")
-    p.add_argument("--timeout", type=duration, default=10.0, help="each request's timeout (default 10s)")
+    _connection_flags(p, defaults=True)
+    connection = _Parser(add_help=False)
+    _connection_flags(connection, defaults=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help, description=help)
+        c = sub.add_parser(name, help=help, description=help, parents=[connection])
         c.add_argument("-n", "--namespace", required=True)
         c.add_argument("-k", "--key", required=True)
         return c
