@@ -168,6 +168,14 @@ class TestKitTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "give idemd=, or IDEMD_BIN, or put idemd on the PATH"):
             testkit.start_idemd(bin=os.path.join(REPO, "no-such-idemd"))
 
+    def test_refuses_a_concurrency_that_is_not_a_whole_number(self):
+        delivered = []
+        for bad in (2.5, float("nan"), "8", True):
+            with self.assertRaisesRegex(TypeError, "concurrency is .*; it must be a whole number"):
+                testkit.inspect_handler(lambda job: lambda attempt: delivered.append(1), lambda: len(delivered),
+                                        concurrency=bad, idemd=os.path.join(REPO, "no-such-idemd"))
+        self.assertEqual(delivered, [])
+
 
 if __name__ == "__main__":
     unittest.main()

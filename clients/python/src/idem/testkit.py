@@ -224,7 +224,10 @@ def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], eff
                     idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8) -> Report:
     """Runs the cases of check_handler and returns the Report without
     raising for what it found, for a test that asserts what the kit finds.
-    It raises only when idemd cannot be started."""
+    It raises only for a bad argument or when idemd cannot be started."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        raise TypeError(f"idem testkit: concurrency is {concurrency!r}; it must be a whole number of deliveries "
+                        "(2 or more; 8 by default)")
     job = job or Job("jobs", "job-1")
     proc = None
     run = ""
