@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -147,60 +146,44 @@ SELECT false, ` + recordNames + ` FROM locked
 WHERE NOT (` + tokenAppliesSQL("", "in_token") + `)`
 }
 
-// claimOutcome is one Claim's answer from a statement; settled is false when
-// the statement neither wrote the row nor saw one that explains why. now is
-// the database's clock in the statement.
-type claimOutcome struct {
-	res     *store.ClaimResult
-	settled bool
-	now     time.Time
-}
-
 // followClaim answers f, a Claim of the key that leader's statement wrote or
-// read, from what the statement found, as if f ran right after it: a
-// replay, IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again,
-// a fingerprint mismatch. It leaves f to a statement of its own (false) when
-// leader's answer carries no record, or when f would write: take the record
-// over, or make a held record whose lease ran out UNRESOLVED. (A follower of
-// a leader that got an error, such as a fingerprint mismatch on a RELEASED
-// record that f's fingerprint would take over, is sent again by drain
-// without asking.)
+// read, from what the statement found, as if f ran right after it, when
+// f's decision on that record is an answer (store.ClaimAnswer): a replay,
+// IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again, a
+// fingerprint mismatch. It leaves f to a statement of its own (false) when
+// the statement found no record, or when f would write: take the record
+// over, or make a held record whose lease ran out UNRESOLVED. A held lease
+// that ran out is made UNRESOLVED by the leader's caller once this
+// statement has answered; the follower, in a later statement, reads
+// UNRESOLVED when that has committed, and otherwise finds the lease run out
+// too and makes it UNRESOLVED itself (one of them wins; claimTries makes
+// the others look again).
 //
 // The answer is true at a moment within f's call: f was queued before the
 // statement began and is answered after it ended. A record that leader's
 // statement wrote is f's from the statement's commit on, which no other
 // write can come between while the statement holds the row's lock; a record
 // it only read is the statement's snapshot, taken after f was queued, and is
-// what leader itself is answered with.
+// what leader itself is answered from.
 func followClaim(leader, f *claimCall) bool {
-	out := leader.res
-	if !out.settled || out.res == nil || out.res.Record == nil {
+	row := leader.res
+	if row.rec == nil || store.DecideClaim(row.rec, f.params, row.now).Action != store.ClaimAnswer {
 		return false
 	}
 	// A Record of its own (the byte slices it shares with the leader's are
 	// never written).
-	rec := *out.res.Record
-	res, err := store.ReportClaim(&rec, f.params, out.now)
-	if (res == nil && err == nil) || store.HoldsLapsed(res) {
-		// A held lease that ran out is made UNRESOLVED by holdLapsed,
-		// which the leader's caller runs once this statement has
-		// answered. The follower goes in a later statement: it reads
-		// UNRESOLVED when that hold has committed, and otherwise finds
-		// the lease run out too and runs the hold itself (one of them
-		// wins; claimTries makes the others look again).
-		return false
-	}
-	f.res, f.err = claimOutcome{res: res, settled: true, now: out.now}, err
+	rec := *row.rec
+	f.res, f.err = claimRow{rec: &rec, now: row.now}, nil
 	return true
 }
 
-type claimCall = pending[*store.ClaimParams, claimOutcome]
+type claimCall = pending[*store.ClaimParams, claimRow]
 
 // runClaims runs one batch of Claims.
 func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 	if len(batch) == 1 && !s.alwaysBatchSQL {
 		c := batch[0]
-		c.res.res, c.res.settled, c.res.now, c.err = claimOnce(ctx, s.db, c.params)
+		c.res, c.err = claimOnce(ctx, s.db, c.params)
 		if c.err != nil {
 			c.err = batchError(c.err)
 		}
@@ -241,15 +224,10 @@ func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 			continue
 		}
 		c := batch[i]
-		if acquired {
-			c.res, c.err = claimOutcome{res: store.Acquired(rec), settled: true, now: dbNow.Time}, nil
-			continue
-		}
-		if c.res.res != nil && c.res.res.Outcome == store.OutcomeAcquired {
+		if c.res.acquired {
 			continue // the record as it was before this statement acquired it
 		}
-		res, err := store.ReportClaim(rec, c.params, dbNow.Time)
-		c.res, c.err = claimOutcome{res: res, settled: res != nil || err != nil, now: dbNow.Time}, err
+		c.res = claimRow{acquired: acquired, rec: rec, now: dbNow.Time}
 	}
 	// The rows are only known to be committed once the statement has ended
 	// without an error.
@@ -258,15 +236,7 @@ func (s *Store) runClaims(ctx context.Context, batch []*claimCall) {
 	}
 }
 
-// tokenOutcome is one token call's answer from a statement; settled is false
-// when the row should have changed and did not (it changed under the
-// statement), so the call must run again.
-type tokenOutcome struct {
-	rec     *store.Record
-	settled bool
-}
-
-type tokenBatchCall = pending[*store.TokenCall, tokenOutcome]
+type tokenBatchCall = pending[*store.TokenCall, tokenRow]
 
 // tokenKind is the batch statement of one kind of token call.
 type tokenKind struct {
@@ -290,7 +260,7 @@ var tokenKinds = [...]*tokenKind{
 		arrays: func(batch []*tokenBatchCall) []any {
 			results := make([][]byte, len(batch))
 			for i, c := range batch {
-				results[i] = c.params.Args[0].([]byte)
+				results[i] = c.params.Result
 			}
 			return []any{results}
 		},
@@ -306,7 +276,7 @@ var tokenKinds = [...]*tokenKind{
 		arrays: func(batch []*tokenBatchCall) []any {
 			errs, retryable := make([]string, len(batch)), make([]bool, len(batch))
 			for i, c := range batch {
-				errs[i], retryable[i] = c.params.Args[0].(string), c.params.Args[1].(bool)
+				errs[i], retryable[i] = c.params.Error, c.params.Retryable
 			}
 			return []any{errs, retryable}
 		},
@@ -320,7 +290,7 @@ var tokenKinds = [...]*tokenKind{
 		arrays: func(batch []*tokenBatchCall) []any {
 			leases := make([]int64, len(batch))
 			for i, c := range batch {
-				leases[i] = c.params.Args[0].(int64)
+				leases[i] = micros(c.params.LeaseTTL)
 			}
 			return []any{leases}
 		},
@@ -332,8 +302,8 @@ func (s *Store) runTokens(kind *tokenKind) func(ctx context.Context, batch []*to
 	return func(ctx context.Context, batch []*tokenBatchCall) {
 		if len(batch) == 1 && !s.alwaysBatchSQL {
 			c := batch[0]
-			c.res.rec, c.res.settled, c.err = tokenCallOnce(ctx, s.db, c.params)
-			if c.err != nil && c.err != store.ErrNotFound {
+			c.res, c.err = tokenCallOnce(ctx, s.db, c.params)
+			if c.err != nil {
 				c.err = batchError(c.err)
 			}
 			return
@@ -366,20 +336,15 @@ func (s *Store) runTokens(kind *tokenKind) func(ctx context.Context, batch []*to
 				continue
 			}
 			answered[i], changedRow[i] = true, changed
-			c := batch[i]
-			c.res.rec, c.res.settled, c.err = settleTokenCall(c.params, rec, changed)
+			batch[i].res = tokenRow{changed: changed, rec: rec}
 		}
 		if err := rows.Err(); err != nil {
 			failBatch(batch, batchError(err))
 			return
 		}
-		for i, c := range batch {
-			if !answered[i] {
-				// No row: there is no such record (the lock skips a row
-				// deleted under the statement, as a single read misses it).
-				c.res.settled, c.err = true, store.ErrNotFound
-			}
-		}
+		// A call without a row has no record (the lock skips a row
+		// deleted under the statement, as a single read misses it): its
+		// tokenRow stays empty.
 	}
 }
 

@@ -65,7 +65,7 @@ var claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
 // PROCESSING under a lease that ran out and no hold, and neither side's
 // fingerprint differs from the other's. claimSQL and claimBatchSQL judge it
 // on their snapshot, the takeover again on the newest row under its lock;
-// store.ReportClaim is the same rule in Go.
+// store.DecideClaim is the same rule in Go.
 func takeableSQL(alias, fp string) string {
 	a := alias + "."
 	return "(" + a + "state IN ('released', 'expired') OR (" + a + "state = 'processing' AND " + a + "lease_expires_at <= now() AND NOT " + a + "hold))" +
@@ -85,19 +85,13 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	}
 	if s.claims == nil {
 		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
-			return claimTries(
-				func() (*store.ClaimResult, bool, error) {
-					res, settled, _, err := claimOnce(ctx, db, p)
-					return res, settled, err
-				},
+			return claimTries(p,
+				func() (claimRow, error) { return claimOnce(ctx, db, p) },
 				func() (*store.Record, bool, error) { return holdLapsed(ctx, db, p.RecordID) })
 		})
 	}
-	return claimTries(
-		func() (*store.ClaimResult, bool, error) {
-			out, err := s.claims.do(ctx, p.RecordID, p)
-			return out.res, out.settled, err
-		},
+	return claimTries(p,
+		func() (claimRow, error) { return s.claims.do(ctx, p.RecordID, p) },
 		func() (*store.Record, bool, error) {
 			type held struct {
 				rec *store.Record
@@ -115,56 +109,63 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 // maxStatementTries times. Under READ COMMITTED a statement's snapshot may
 // miss a row that a concurrent transaction inserted or changed while the
 // statement waited for its lock, and a new statement takes a new snapshot.
-// A held record whose lease ran out is made UNRESOLVED first (hold); when
-// the row changed under that too, the Claim looks again.
-func claimTries(once func() (*store.ClaimResult, bool, error), hold func() (*store.Record, bool, error)) (*store.ClaimResult, error) {
+// A held record whose lease ran out is made UNRESOLVED (hold); when the row
+// changed under that too, the Claim looks again.
+func claimTries(p *store.ClaimParams, once func() (claimRow, error), hold func() (*store.Record, bool, error)) (*store.ClaimResult, error) {
 	for try := 0; try < maxStatementTries; try++ {
-		res, settled, err := once()
-		if err == nil && store.HoldsLapsed(res) {
+		row, err := once()
+		switch {
+		case err != nil:
+			return nil, err
+		case row.rec == nil:
+			continue // neither written nor seen: a concurrent insert
+		case row.acquired:
+			return store.Acquired(row.rec), nil
+		}
+		d := store.DecideClaim(row.rec, p, row.now)
+		switch d.Action {
+		case store.ClaimAnswer:
+			return d.Answer, d.Err
+		case store.ClaimMakeUnresolved:
 			rec, held, err := hold()
 			if err != nil {
 				return nil, err
 			}
 			if held {
-				return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}, nil
+				return store.Unresolved(rec), nil
 			}
-			continue // the row changed under the Claim: look again
 		}
-		if err != nil || settled {
-			return res, err
-		}
+		// ClaimAcquire, or a hold that found the row changed: the row
+		// changed under the statement. A new one sees what changed it.
 	}
 	return nil, store.ErrContention
 }
 
-// claimOnce runs claimSQL once. settled is false when the statement neither
-// wrote a row nor saw one that explains why it did not.
-func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.ClaimResult, settled bool, now time.Time, err error) {
+// claimRow is what a Claim's statement did for one call: acquired rec, or
+// saw it as it was (rec nil: neither, a concurrent insert the snapshot
+// missed). now is the database's clock in the statement.
+type claimRow struct {
+	acquired bool
+	rec      *store.Record
+	now      time.Time
+}
+
+// claimOnce runs claimSQL once.
+func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (claimRow, error) {
 	fingerprint := p.Fingerprint
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	var (
-		acquired bool
-		dbNow    pgtype.Timestamptz
-	)
+	var row claimRow
+	var dbNow pgtype.Timestamptz
 	rec, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
-		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold), &acquired, &dbNow)
+		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold), &row.acquired, &dbNow)
 	if err != nil {
-		err = interpretError(err)
-		if err == store.ErrNotFound {
-			return nil, false, time.Time{}, nil // neither written nor seen: a concurrent insert
+		if err = interpretError(err); err == store.ErrNotFound {
+			return row, nil // neither written nor seen: a concurrent insert
 		}
-		return nil, false, time.Time{}, err
+		return row, err
 	}
-	now = dbNow.Time
-	if acquired {
-		return store.Acquired(rec), true, now, nil
-	}
-	if res, err := store.ReportClaim(rec, p, now); res != nil || err != nil {
-		return res, true, now, err
-	}
-	// The snapshot shows a record this Claim should have taken over, so the
-	// row changed under the statement: look again.
-	return nil, false, now, nil
+	row.rec, row.now = rec, dbNow.Time
+	return row, nil
 }

@@ -199,13 +199,8 @@ func TestFollowClaim(t *testing.T) {
 		}
 		return r
 	}
-	leaderWith := func(rec *store.Record, settled bool) *claimCall {
-		c := &claimCall{id: id}
-		c.res = claimOutcome{settled: settled, now: now}
-		if rec != nil {
-			c.res.res = &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: rec}
-		}
-		return c
+	leaderWith := func(rec *store.Record, acquired bool) *claimCall {
+		return &claimCall{id: id, res: claimRow{acquired: acquired, rec: rec, now: now}}
 	}
 	follower := func(claimant, fp string) *claimCall {
 		return &claimCall{id: id, params: &store.ClaimParams{RecordID: id, Claimant: claimant, Fingerprint: []byte(fp)}}
@@ -219,8 +214,8 @@ func TestFollowClaim(t *testing.T) {
 		wantErr  error
 		retryPos bool // RetryAfter > 0
 	}{
-		{"the statement did not settle the leader", leaderWith(record(store.StateProcessing, time.Minute, nil), false), follower("b", "f"), false, 0, nil, false},
-		{"the leader's answer has no record", leaderWith(nil, true), follower("b", "f"), false, 0, nil, false},
+		{"the statement found no record", leaderWith(nil, false), follower("b", "f"), false, 0, nil, false},
+		{"a record the leader only read", leaderWith(record(store.StateProcessing, time.Minute, nil), false), follower("b", "f"), true, store.OutcomeInProgress, nil, true},
 		{"another claimant of a live lease", leaderWith(record(store.StateProcessing, time.Minute, nil), true), follower("b", "f"), true, store.OutcomeInProgress, nil, true},
 		{"the leader's claimant again", leaderWith(record(store.StateProcessing, time.Minute, nil), true), follower("leader", "f"), true, store.OutcomeAcquired, nil, false},
 		{"a completed record", leaderWith(record(store.StateCompleted, 0, nil), true), follower("b", ""), true, store.OutcomeCompleted, nil, false},
@@ -231,28 +226,32 @@ func TestFollowClaim(t *testing.T) {
 		{"a held lease that ran out", leaderWith(record(store.StateProcessing, -time.Second, func(r *store.Record) { r.Hold = true }), true), follower("b", "f"), false, 0, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			leaderRec := tc.leader.res.res
+			leaderRec := tc.leader.res.rec
 			if got := followClaim(tc.leader, tc.f); got != tc.follows {
 				t.Fatalf("followClaim = %v, want %v", got, tc.follows)
 			}
 			if !tc.follows {
-				if tc.f.res != (claimOutcome{}) || tc.f.err != nil {
+				if tc.f.res != (claimRow{}) || tc.f.err != nil {
 					t.Fatalf("a follower left to its own statement was answered: %+v, %v", tc.f.res, tc.f.err)
 				}
 				return
 			}
-			if !errors.Is(tc.f.err, tc.wantErr) || !tc.f.res.settled || !tc.f.res.now.Equal(now) {
-				t.Fatalf("answer %+v, %v; want settled at the statement's clock, error %v", tc.f.res, tc.f.err, tc.wantErr)
+			if tc.f.err != nil || tc.f.res.acquired || tc.f.res.rec == nil || !tc.f.res.now.Equal(now) {
+				t.Fatalf("answer %+v, %v; want the leader's record, read at the statement's clock", tc.f.res, tc.f.err)
+			}
+			if tc.f.res.rec == leaderRec {
+				t.Fatal("the follower shares the leader's Record; want a copy of its own")
+			}
+			d := store.DecideClaim(tc.f.res.rec, tc.f.params, tc.f.res.now)
+			if !errors.Is(d.Err, tc.wantErr) {
+				t.Fatalf("the follower's answer: error %v, want %v", d.Err, tc.wantErr)
 			}
 			if tc.wantErr != nil {
 				return
 			}
-			res := tc.f.res.res
+			res := d.Answer
 			if res.Outcome != tc.outcome || res.Record.Token != 7 || (res.RetryAfter > 0) != tc.retryPos {
 				t.Fatalf("answer %v on token %d, RetryAfter %v; want %v on token 7", res.Outcome, res.Record.Token, res.RetryAfter, tc.outcome)
-			}
-			if res.Record == leaderRec.Record {
-				t.Fatal("the follower shares the leader's Record; want a copy of its own")
 			}
 		})
 	}

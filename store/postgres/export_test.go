@@ -27,13 +27,22 @@ func NewBatching(db dbtx, maxInFlight int) *Store {
 func (s *Store) ClaimBatch(calls []*store.ClaimParams) ([]*store.ClaimResult, []error) {
 	batch := make([]*claimCall, len(calls))
 	for i, p := range calls {
-		batch[i] = &pending[*store.ClaimParams, claimOutcome]{id: p.RecordID, params: p}
+		batch[i] = &pending[*store.ClaimParams, claimRow]{id: p.RecordID, params: p}
 	}
 	sorted := sortedCopy(batch)
 	s.runClaims(context.Background(), sorted)
 	res, errs := make([]*store.ClaimResult, len(calls)), make([]error, len(calls))
 	for i, c := range batch {
-		res[i], errs[i] = c.res.res, c.err
+		switch row := c.res; {
+		case c.err != nil:
+			errs[i] = c.err
+		case row.acquired:
+			res[i] = store.Acquired(row.rec)
+		case row.rec != nil:
+			if d := store.DecideClaim(row.rec, c.params, row.now); d.Action == store.ClaimAnswer {
+				res[i], errs[i] = d.Answer, d.Err
+			}
+		}
 	}
 	return res, errs
 }
@@ -43,12 +52,25 @@ func (s *Store) ClaimBatch(calls []*store.ClaimParams) ([]*store.ClaimResult, []
 func (s *Store) CompleteBatch(ctx context.Context, calls []*store.CompleteParams) ([]*store.Record, []error) {
 	batch := make([]*tokenBatchCall, len(calls))
 	for i, p := range calls {
-		batch[i] = &pending[*store.TokenCall, tokenOutcome]{id: p.RecordID, params: p.Call()}
+		batch[i] = &pending[*store.TokenCall, tokenRow]{id: p.RecordID, params: p.Call()}
 	}
 	s.runTokens(tokenKinds[store.CallComplete])(ctx, sortedCopy(batch))
 	recs, errs := make([]*store.Record, len(calls)), make([]error, len(calls))
 	for i, c := range batch {
-		recs[i], errs[i] = c.res.rec, c.err
+		switch row := c.res; {
+		case c.err != nil:
+			errs[i] = c.err
+		case row.rec == nil:
+			errs[i] = store.ErrNotFound
+		case row.changed:
+			recs[i] = row.rec
+		default:
+			if d := c.params.Decide(row.rec); d.Action == store.ChangeRepeat {
+				recs[i] = row.rec
+			} else {
+				errs[i] = d.Err
+			}
+		}
 	}
 	return recs, errs
 }

@@ -56,54 +56,68 @@ var tokenCalls = [...]string{
 // statements detached from the caller; in a transaction it runs the
 // single-row statement itself.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
-	c := s.tokens[call.Kind]
-	if c == nil {
+	once := func() (tokenRow, error) { return s.tokens[call.Kind].do(ctx, call.RecordID, call) }
+	if s.tokens[call.Kind] == nil {
 		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
-			return tokenCallTries(ctx, db, call)
+			return tokenCallTries(call, func() (tokenRow, error) { return tokenCallOnce(ctx, db, call) })
 		})
 	}
-	for try := 0; try < maxStatementTries; try++ {
-		out, err := c.do(ctx, call.ID, call)
-		if err != nil || out.settled {
-			return out.rec, err
-		}
-		// The snapshot shows a row this call should have changed: another
-		// transaction changed it while the statement waited for its lock.
-		// A new statement sees what it did.
-	}
-	return nil, store.ErrContention
+	return tokenCallTries(call, once)
 }
 
-// tokenCallTries runs the single-row statement of a token call until it
-// settles.
-func tokenCallTries(ctx context.Context, db dbtx, call *store.TokenCall) (*store.Record, error) {
+// tokenRow is what a token call's statement did: changed rec, or found it
+// so that the change did not apply (rec nil: there is no such record).
+type tokenRow struct {
+	changed bool
+	rec     *store.Record
+}
+
+// tokenCallTries runs a token call's statement (once) until it settles, at
+// most maxStatementTries times.
+func tokenCallTries(call *store.TokenCall, once func() (tokenRow, error)) (*store.Record, error) {
 	for try := 0; try < maxStatementTries; try++ {
-		rec, settled, err := tokenCallOnce(ctx, db, call)
-		if err != nil || settled {
-			return rec, err
+		row, err := once()
+		switch {
+		case err != nil:
+			return nil, err
+		case row.rec == nil:
+			return nil, store.ErrNotFound
+		case row.changed:
+			return row.rec, nil
 		}
+		switch d := call.Decide(row.rec); d.Action {
+		case store.ChangeRepeat:
+			return row.rec, nil
+		case store.ChangeRefuse:
+			return nil, d.Err
+		}
+		// ChangeApplies: the snapshot shows a row this call should have
+		// changed: another transaction changed it while the statement
+		// waited for its lock. A new statement sees what it did.
 	}
 	return nil, store.ErrContention
 }
 
 // tokenCallOnce runs the single-row statement of a token call once.
-func tokenCallOnce(ctx context.Context, db dbtx, call *store.TokenCall) (*store.Record, bool, error) {
-	args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token}, call.Args...)
-	var changed bool
-	rec, err := scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], args...), &changed)
+func tokenCallOnce(ctx context.Context, db dbtx, call *store.TokenCall) (tokenRow, error) {
+	var row tokenRow
+	var err error
+	switch call.Kind {
+	case store.CallComplete:
+		row.rec, err = scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token,
+			call.Result), &row.changed)
+	case store.CallFail:
+		row.rec, err = scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token,
+			call.Error, call.Retryable), &row.changed)
+	case store.CallHeartbeat:
+		row.rec, err = scanRecord(db.QueryRow(ctx, tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token,
+			micros(call.LeaseTTL)), &row.changed)
+	}
 	if err != nil {
-		err = interpretError(err) // pgx.ErrNoRows becomes store.ErrNotFound
-		return nil, err == store.ErrNotFound, err
+		if err = interpretError(err); err == store.ErrNotFound {
+			return tokenRow{}, nil
+		}
+		return tokenRow{}, err
 	}
-	return settleTokenCall(call, rec, changed)
-}
-
-// settleTokenCall answers a token call from the row its statement returned.
-// settled is false when the row should have changed and did not.
-func settleTokenCall(call *store.TokenCall, rec *store.Record, changed bool) (*store.Record, bool, error) {
-	if changed {
-		return rec, true, nil
-	}
-	rec, err := call.Settle(rec)
-	return rec, rec != nil || err != nil, err
+	return row, nil
 }

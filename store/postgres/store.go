@@ -44,8 +44,8 @@ type Store struct {
 	// The coalescers of Claim and of each kind of token call, indexed by
 	// store.TokenCallKind (coalesce.go); nil when the store runs in a
 	// transaction.
-	claims         *coalescer[*store.ClaimParams, claimOutcome]
-	tokens         [len(tokenKinds)]*coalescer[*store.TokenCall, tokenOutcome]
+	claims         *coalescer[*store.ClaimParams, claimRow]
+	tokens         [len(tokenKinds)]*coalescer[*store.TokenCall, tokenRow]
 	alwaysBatchSQL bool // tests: a batch of one uses the batch statement too
 	// batchRows counts the calls each statement carried, by kind.
 	batchRows *prometheus.HistogramVec
@@ -75,11 +75,11 @@ func newStore(db dbtx, maxInFlight, maxRows int) *Store {
 	}
 	s.listen = &listener{pool: db.(*pgxpool.Pool), watches: &s.watches}
 	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
-	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, follow: followClaim,
+	s.claims = &coalescer[*store.ClaimParams, claimRow]{run: s.runClaims, follow: followClaim,
 		maxInFlight: maxInFlight, maxRows: maxRows, rows: s.batchRows.WithLabelValues("claim"), kind: "claim"}
 	for k, kind := range tokenKinds {
 		if kind != nil {
-			s.tokens[k] = &coalescer[*store.TokenCall, tokenOutcome]{run: s.runTokens(kind), maxInFlight: maxInFlight, maxRows: maxRows,
+			s.tokens[k] = &coalescer[*store.TokenCall, tokenRow]{run: s.runTokens(kind), maxInFlight: maxInFlight, maxRows: maxRows,
 				rows: s.batchRows.WithLabelValues(kind.name), kind: kind.name}
 		}
 	}

@@ -31,7 +31,7 @@ const (
 	RETURNING ` + recordCols
 
 	// holdSQL makes a held record whose lease ran out UNRESOLVED, for the
-	// Claim that found it so (store.HoldsLapsed), under the write lock.
+	// Claim that found it so (store.ClaimMakeUnresolved), under the write lock.
 	holdSQL = `UPDATE idem_records SET state = 'unresolved', updated_at = ?4
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
 	RETURNING ` + recordCols
@@ -56,9 +56,9 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		rec, err := getRecord(ctx, s.readStmts[getSQL], p.RecordID)
 		switch {
 		case err == nil:
-			if res, settled, err := report(rec, p, now()); settled && !store.HoldsLapsed(res) {
+			if d := store.DecideClaim(rec, p, now()); d.Action == store.ClaimAnswer {
 				s.firstReads.note(true)
-				return res, err
+				return d.Answer, d.Err
 			}
 		case errors.Is(err, sql.ErrNoRows):
 		default:
@@ -106,19 +106,17 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 			}
 			return err
 		}
-		r, settled, err := report(rec, p, now)
-		if store.HoldsLapsed(r) {
-			// Held for resolution: this Claim makes it UNRESOLVED.
+		switch d := store.DecideClaim(rec, p, now); d.Action {
+		case store.ClaimAnswer:
+			res, reported = d.Answer, true
+			return d.Err
+		case store.ClaimMakeUnresolved:
 			if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
 				return err
 			}
-			res = &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}
+			res = store.Unresolved(rec)
 			tx.WakeAfterCommit(p.RecordID) // a Claim waiting on the lease sees it ended
 			return nil
-		}
-		if settled {
-			res, reported = r, true
-			return err
 		}
 		// A takeover. The counter never goes back, whatever is purged or
 		// deleted, so the token is greater than all earlier ones
@@ -137,11 +135,4 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		return nil, err
 	}
 	return res, nil
-}
-
-// report is store.ReportClaim for this file's callers: settled is false when
-// the Claim acquires the record by a takeover.
-func report(rec *store.Record, p *store.ClaimParams, now time.Time) (res *store.ClaimResult, settled bool, err error) {
-	res, err = store.ReportClaim(rec, p, now)
-	return res, res != nil || err != nil, err
 }
