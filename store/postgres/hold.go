@@ -23,17 +23,23 @@ WITH held AS (
 )
 SELECT ` + recordNames + ` FROM held`
 
-// holdLapsed runs holdSQL. held is false when the row no longer qualifies:
-// the Claim must look again.
-func holdLapsed(ctx context.Context, db dbtx, id store.RecordID) (rec *store.Record, held bool, err error) {
-	rec, err = scanRecord(db.QueryRow(ctx, holdSQL, planned, id.Tenant, id.Namespace, id.Key))
+// heldRow is what holdSQL did: made rec UNRESOLVED (ok), or nothing,
+// because the row no longer qualifies.
+type heldRow struct {
+	ok  bool
+	rec *store.Record
+}
+
+// holdLapsed runs holdSQL.
+func (d driver) holdLapsed(ctx context.Context, id store.RecordID) (heldRow, error) {
+	rec, err := scanRecord(d.q.QueryRow(ctx, holdSQL, planned, id.Tenant, id.Namespace, id.Key))
 	if err != nil {
 		if err = interpretError(err); err == store.ErrNotFound {
-			return nil, false, nil
+			return heldRow{}, nil
 		}
-		return nil, false, err
+		return heldRow{}, err
 	}
-	return rec, true, nil
+	return heldRow{ok: true, rec: rec}, nil
 }
 
 // resolveSQL moves an UNRESOLVED record on, keeping its token, and notes
@@ -55,7 +61,24 @@ UNION ALL
 SELECT false, ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
 
-// RecordResolve implements store.Store.
+// resolvedRow is what resolveSQL did: changed rec, or found it so that the
+// resolution does not apply.
+type resolvedRow struct {
+	changed bool
+	rec     *store.Record
+}
+
+// resolve runs resolveSQL for p, writing target.
+func (d driver) resolve(ctx context.Context, p *store.ResolveParams, target store.ResolveTarget) (resolvedRow, error) {
+	var row resolvedRow
+	var err error
+	row.rec, err = scanRecord(d.q.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key,
+		string(target.State), target.Result, target.Error), &row.changed)
+	return row, interpretError(err)
+}
+
+// RecordResolve implements store.Store. It runs the resolution until its
+// statement settles it, at most maxStatementTries times.
 func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
@@ -64,21 +87,20 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	if err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
 		for try := 0; try < maxStatementTries; try++ {
-			var changed bool
-			rec, err := scanRecord(db.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), target.Result, target.Error), &changed)
+			row, err := d.resolve(ctx, p, target)
 			if err != nil {
-				return nil, interpretError(err)
+				return nil, err
 			}
-			if changed {
-				return rec, nil
+			if row.changed {
+				return row.rec, nil
 			}
-			switch d := p.Decide(rec); d.Action {
+			switch dec := p.Decide(row.rec); dec.Action {
 			case store.ChangeRepeat:
-				return rec, nil
+				return row.rec, nil
 			case store.ChangeRefuse:
-				return nil, d.Err
+				return nil, dec.Err
 			}
 			// ChangeApplies: the UPDATE waited for a concurrent change of
 			// the row (a retry of this Resolve, another operator's) and
