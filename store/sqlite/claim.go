@@ -72,15 +72,20 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// insert goes first: when it adds the row, the Claim is done in one
 	// statement. When the key exists, it inserts nothing, and the row it
 	// ran into is read and decided on as above; under the write lock
-	// nothing changes between the two statements.
-	var res *store.ClaimResult
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) (err error) {
+	// nothing changes between the two statements. A refusal is decided
+	// before anything is written, and is the Claim's answer, not an error
+	// of its call (writer.go).
+	var (
+		res     *store.ClaimResult
+		refusal error
+	)
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) (err error) {
 		// Noted here, in the writer, and not by the caller after the
 		// call: a caller whose context ends returns at once while this
 		// still runs.
 		reported := false // answered without a write: a read would have done
 		defer func() {
-			if !readFirst && (err == nil || reported) {
+			if !readFirst && err == nil {
 				s.firstReads.note(reported)
 			}
 		}()
@@ -99,7 +104,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 			return err
 		}
 		// The token was not used: it is still the next one to draw.
-		if rec, err = scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+		if rec, err = scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				// Not the key: internal errors are logged, keys never.
 				return fmt.Errorf("sqlite: tenant %s, namespace %s: the insert ran into a row that is not there", p.Tenant, p.Namespace)
@@ -108,8 +113,8 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		}
 		switch d := store.DecideClaim(rec, p, now); d.Action {
 		case store.ClaimAnswer:
-			res, reported = d.Answer, true
-			return d.Err
+			res, refusal, reported = d.Answer, d.Err, true
+			return nil
 		case store.ClaimMakeUnresolved:
 			if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
 				return err
@@ -134,5 +139,5 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	if err != nil {
 		return nil, err
 	}
-	return res, nil
+	return res, refusal
 }

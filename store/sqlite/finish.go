@@ -35,9 +35,12 @@ var tokenCalls = [...]string{
 
 // runTokenCall is the store.TokenCalls the Store embeds.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
-	var out *store.Record
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
-		var row rowScanner
+	var (
+		out     *store.Record
+		refusal error
+	)
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		var row *sql.Row
 		switch call.Kind {
 		case store.CallComplete:
 			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.Result)
@@ -57,15 +60,21 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if rec, err = scanRecord(tx.Read(getSQL, call.Tenant, call.Namespace, call.Key)); err != nil {
-			return err // sql.ErrNoRows becomes store.ErrNotFound
+		rec, err = scanRecord(tx.QueryRow(getSQL, call.Tenant, call.Namespace, call.Key))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			refusal = store.ErrNotFound
+			return nil
+		case err != nil:
+			return err
 		}
 		switch d := call.Decide(rec); d.Action {
 		case store.ChangeRepeat:
 			out = rec
 			return nil
 		case store.ChangeRefuse:
-			return d.Err
+			refusal = d.Err
+			return nil
 		}
 		// The update and the read ran under one write lock, so the row the
 		// update skipped cannot be one it should have changed.
@@ -76,5 +85,5 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out, refusal
 }

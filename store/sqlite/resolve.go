@@ -29,8 +29,11 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	if err != nil {
 		return nil, err
 	}
-	var out *store.Record
-	err = s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
+	var (
+		out     *store.Record
+		refusal error
+	)
+	err = s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
 		rec, err := scanRecord(tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), now.UnixMicro(), target.Result, target.Error))
 		if err == nil {
 			tx.WakeAfterCommit(p.RecordID)
@@ -40,16 +43,21 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		rec, err = scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key))
-		if err != nil {
-			return err // sql.ErrNoRows becomes store.ErrNotFound
+		rec, err = scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			refusal = store.ErrNotFound
+			return nil
+		case err != nil:
+			return err
 		}
 		switch d := p.Decide(rec); d.Action {
 		case store.ChangeRepeat:
 			out = rec // a retry of a resolution that was made
 			return nil
 		case store.ChangeRefuse:
-			return d.Err
+			refusal = d.Err
+			return nil
 		}
 		// The update and the read ran under one write lock, so the row the
 		// update skipped cannot be UNRESOLVED. Not the key: internal errors
@@ -59,5 +67,5 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out, refusal
 }
