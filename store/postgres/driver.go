@@ -24,9 +24,9 @@ import (
 //	markWaited                          nothing             wait.go
 //
 // Each is one statement. Claims and token calls have two, for one call and
-// for many: a lone call is the most common statement at low load, and its
-// one-row statement costs Postgres less than half of what the many-row one
-// costs for one row (docs/BENCHMARKS.md, "Defaults chosen by measurement"). The
+// for many: a lone call is the most common statement at low load, and for
+// one row the one-row statement costs Postgres much less than the many-row
+// one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). The
 // many-row operations take their calls sorted by primary key with distinct
 // keys, and lock rows in that order.
 //

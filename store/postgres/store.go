@@ -156,9 +156,8 @@ func setsMaxConns(connString string) bool {
 // it judges a generic plan good enough, which for idem's statements it does
 // not. Claims, Completes and the other calls on one record find their rows
 // by primary key, so the generic plan is the plan they get anyway, and
-// planning was a large part of their cost: measured from a Postgres
-// backend's own CPU time, 39% of a Claim and Complete one row at a time and
-// 45% in batches of 64 (docs/BENCHMARKS.md, "Generic plans"). The statements
+// planning was a large part of their cost (docs/BENCHMARKS.md, "Generic
+// plans"). The statements
 // whose best plan depends on their arguments (a LIMIT, optional filters: the
 // sweeper's and the admin listing's) are sent with their arguments inline
 // (planned), so that Postgres plans each execution with the values.
