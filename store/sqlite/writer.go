@@ -54,6 +54,14 @@ import (
 // each with the store's clock read when it starts, under the write lock. A
 // call sees what the calls before it in the batch wrote, so two calls of one
 // key in one batch are answered as if they had run in two transactions.
+//
+// This is not store/coalesce, which the Postgres store batches with: that
+// gathers the calls of one kind, each key once, into one many-row statement,
+// and runs several statements at once. Here what is shared is the commit,
+// not a statement: calls of every kind go in one transaction, in arrival
+// order, a key as often as it comes, and one transaction runs at a time.
+// Claims, Completes and the sweeper's passes in their own coalescers would
+// each commit, and fsync, on their own.
 
 // maxBatch bounds the calls of one batch: a batch holds the write lock, and
 // its calls wait for the slowest of them, for as long as it runs.
