@@ -201,42 +201,54 @@ const (
 	ResolveReleased
 )
 
-// Values returns what RecordResolve writes for p: the new state, the result
-// (nil unless completed; never nil when completed) and the error text.
-func (p *ResolveParams) Values() (state State, result []byte, errText *string, err error) {
+// ResolveTarget is what RecordResolve writes: the new state, the result
+// (nil unless COMPLETED, and never nil then) and the error text (kept only
+// when FAILED).
+type ResolveTarget struct {
+	State  State
+	Result []byte
+	Error  string
+}
+
+// Target is what RecordResolve writes for p.
+func (p *ResolveParams) Target() (ResolveTarget, error) {
 	switch p.Resolution {
 	case ResolveCompleted:
-		result = p.Result
+		result := p.Result
 		if result == nil {
 			result = []byte{}
 		}
-		return StateCompleted, result, nil, nil
+		return ResolveTarget{State: StateCompleted, Result: result}, nil
 	case ResolveFailed:
-		return StateFailed, nil, &p.Error, nil
+		return ResolveTarget{State: StateFailed, Error: p.Error}, nil
 	case ResolveReleased:
-		return StateReleased, nil, nil, nil
+		return ResolveTarget{State: StateReleased}, nil
 	}
-	return "", nil, nil, fmt.Errorf("resolution %d is not a store.Resolution", p.Resolution)
+	return ResolveTarget{}, fmt.Errorf("resolution %d is not a store.Resolution", p.Resolution)
 }
 
-// Holds reports whether rec already is what p asks for: COMPLETED with the
-// same result, or FAILED with the same error. A RecordResolve whose answer
-// was lost and is sent again finds the record so, and is answered with it,
-// as the first was, instead of ErrNotUnresolved. A release is not: the next
-// Claim acquires a RELEASED record whoever released it, so a release sent
-// again has nothing left to make sure of.
-func (p *ResolveParams) Holds(rec *Record) bool {
-	state, result, errText, err := p.Values()
-	if err != nil || rec.State != state {
-		return false
+// Decide answers a RecordResolve whose change applied to nothing (the
+// record was not UNRESOLVED), from rec, the record as it stands:
+//   - COMPLETED with the same result, or FAILED with the same error: a
+//     RecordResolve whose answer was lost and is sent again finds the
+//     record so, and is answered with it, as the first was (ChangeRepeat).
+//     A release is not: the next Claim acquires a RELEASED record whoever
+//     released it, so a release sent again has nothing left to make sure
+//     of;
+//   - UNRESOLVED: ChangeApplies (the statement saw an older version);
+//   - anything else: ErrNotUnresolved.
+func (p *ResolveParams) Decide(rec *Record) ChangeDecision {
+	target, err := p.Target()
+	switch {
+	case err != nil:
+		return ChangeDecision{Action: ChangeRefuse, Err: err}
+	case rec.State == target.State && target.State == StateCompleted && bytes.Equal(rec.Result, target.Result),
+		rec.State == target.State && target.State == StateFailed && rec.Error == target.Error:
+		return ChangeDecision{Action: ChangeRepeat}
+	case rec.State == StateUnresolved:
+		return ChangeDecision{Action: ChangeApplies}
 	}
-	switch state {
-	case StateCompleted:
-		return bytes.Equal(rec.Result, result)
-	case StateFailed:
-		return rec.Error == *errText
-	}
-	return false
+	return ChangeDecision{Action: ChangeRefuse, Err: ErrNotUnresolved}
 }
 
 // ResolveParams are the inputs of RecordResolve.
@@ -333,7 +345,7 @@ var (
 	// resolution stored: what the call carries was not stored.
 	ErrResolvedByOperator = errors.New("record was resolved by an operator")
 	// ErrNotUnresolved: RecordResolve found the record in a state other
-	// than UNRESOLVED, and not already resolved as asked (ResolveParams.Holds).
+	// than UNRESOLVED, and not already resolved as asked (ResolveParams.Decide).
 	ErrNotUnresolved = errors.New("record is not unresolved")
 	// ErrFingerprintMismatch: the key was claimed before with another fingerprint.
 	ErrFingerprintMismatch = errors.New("fingerprint does not match the record's")

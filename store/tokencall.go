@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"time"
 )
 
 // TokenCallKind names one of the three calls that must present the record's
@@ -16,21 +17,35 @@ const (
 	CallHeartbeat
 )
 
-// TokenCall is a Complete, Fail or Heartbeat as a store runs it: an update
+func (k TokenCallKind) String() string {
+	switch k {
+	case CallComplete:
+		return "complete"
+	case CallFail:
+		return "fail"
+	case CallHeartbeat:
+		return "heartbeat"
+	}
+	return "unknown"
+}
+
+// TokenCall is a Complete, Fail or Heartbeat as a store runs it: a change
 // that applies only with the record's current token while the record is
 // PROCESSING, EXPIRED or UNRESOLVED (nobody took it over, so its holder
-// still resolves it). When the update applies nothing, the store reads the
-// record and Settle decides the answer, the same way for every store.
+// still resolves it). When the change applies to nothing, Decide says what
+// the call is answered, the same way for every store.
 type TokenCall struct {
-	Kind  TokenCallKind
-	ID    RecordID
+	Kind TokenCallKind
+	RecordID
 	Token int64
-	// Args are the values the call writes, in the order its statement binds
-	// them after the record's id and the token: for Complete the result
-	// (never nil: a Complete without a result stores an empty one, so a
-	// COMPLETED record always has a result); for Fail the error text, then
-	// whether it is retryable; for Heartbeat the new lease in microseconds.
-	Args []any
+	// Result is what a Complete stores; never nil, so that a COMPLETED
+	// record always has a result (an empty one when the call had none).
+	Result []byte
+	// Error and Retryable are a Fail's.
+	Error     string
+	Retryable bool
+	// LeaseTTL is a Heartbeat's new lease.
+	LeaseTTL time.Duration
 }
 
 // Call is the TokenCall of RecordComplete.
@@ -39,50 +54,74 @@ func (p *CompleteParams) Call() *TokenCall {
 	if result == nil {
 		result = []byte{}
 	}
-	return &TokenCall{Kind: CallComplete, ID: p.RecordID, Token: p.Token, Args: []any{result}}
+	return &TokenCall{Kind: CallComplete, RecordID: p.RecordID, Token: p.Token, Result: result}
 }
 
 // Call is the TokenCall of RecordFail.
 func (p *FailParams) Call() *TokenCall {
-	return &TokenCall{Kind: CallFail, ID: p.RecordID, Token: p.Token, Args: []any{p.Error, p.Retryable}}
+	return &TokenCall{Kind: CallFail, RecordID: p.RecordID, Token: p.Token, Error: p.Error, Retryable: p.Retryable}
 }
 
 // Call is the TokenCall of RecordHeartbeat.
 func (p *HeartbeatParams) Call() *TokenCall {
-	return &TokenCall{Kind: CallHeartbeat, ID: p.RecordID, Token: p.Token, Args: []any{p.LeaseTTL.Microseconds()}}
+	return &TokenCall{Kind: CallHeartbeat, RecordID: p.RecordID, Token: p.Token, LeaseTTL: p.LeaseTTL}
 }
 
-// Settle answers a token call whose update applied nothing, from rec, the
+// ChangeAction is what a call that changes a record only under a condition
+// (a token call, RecordResolve) is answered when its change applied to
+// nothing.
+type ChangeAction int
+
+// The answers of a conditional change that changed nothing.
+const (
+	// ChangeRepeat: the record is what this very call produced earlier (a
+	// retry after a lost response): the call is answered with the record,
+	// unchanged.
+	ChangeRepeat ChangeAction = iota + 1
+	// ChangeRefuse: the call is refused with ChangeDecision.Err.
+	ChangeRefuse
+	// ChangeApplies: the change applies to the record as it now stands, so
+	// the statement that skipped it saw an older version (a concurrent
+	// change it waited for): the store runs the call again.
+	ChangeApplies
+)
+
+// ChangeDecision is the verdict on a conditional change that changed
+// nothing.
+type ChangeDecision struct {
+	Action ChangeAction
+	// Err is the refusal when Action is ChangeRefuse.
+	Err error
+}
+
+// Decide answers a token call whose change applied to nothing, from rec, the
 // record as it stands (DESIGN §1, the rule for token-bearing calls):
 //   - another token: ErrLeaseLost, whatever the state;
 //   - the current token on the record this very call produced earlier, the
 //     same kind of call with the same value (a Complete with the result
 //     bytes its COMPLETED record holds; a Fail with the error its FAILED or
-//     RELEASED record holds, and retryable as the state says): rec,
-//     unchanged, so that a retry after a lost response succeeds;
+//     RELEASED record holds, and retryable as the state says): ChangeRepeat,
+//     so that a retry after a lost response succeeds;
+//   - the current token while the record is PROCESSING, EXPIRED or
+//     UNRESOLVED: ChangeApplies;
 //   - the current token on a record an operator resolved (RecordResolve),
 //     and not the value the resolution stored: ErrResolvedByOperator, so
 //     that the holder learns its value was not stored, and why;
 //   - the current token on a record that left PROCESSING, EXPIRED and
 //     UNRESOLVED some other way (another kind of call, another value):
 //     ErrAlreadyTerminal.
-//
-// It returns nil and no error when the update should have applied to rec:
-// the record changed between the update and the read, and the store decides
-// what that means (Postgres runs the call again; on SQLite, where both ran
-// under one lock, it cannot happen).
-func (c *TokenCall) Settle(rec *Record) (*Record, error) {
+func (c *TokenCall) Decide(rec *Record) ChangeDecision {
 	switch {
 	case rec.Token != c.Token:
-		return nil, ErrLeaseLost
+		return ChangeDecision{Action: ChangeRefuse, Err: ErrLeaseLost}
 	case c.repeats(rec):
-		return rec, nil
+		return ChangeDecision{Action: ChangeRepeat}
 	case rec.State == StateProcessing || rec.State == StateExpired || rec.State == StateUnresolved:
-		return nil, nil
+		return ChangeDecision{Action: ChangeApplies}
 	case rec.ResolvedByOperator:
-		return nil, ErrResolvedByOperator
+		return ChangeDecision{Action: ChangeRefuse, Err: ErrResolvedByOperator}
 	}
-	return nil, ErrAlreadyTerminal
+	return ChangeDecision{Action: ChangeRefuse, Err: ErrAlreadyTerminal}
 }
 
 // repeats reports whether rec, holding the caller's token, is what this
@@ -90,16 +129,13 @@ func (c *TokenCall) Settle(rec *Record) (*Record, error) {
 func (c *TokenCall) repeats(rec *Record) bool {
 	switch c.Kind {
 	case CallComplete:
-		result, _ := c.Args[0].([]byte)
-		return rec.State == StateCompleted && bytes.Equal(rec.Result, result)
+		return rec.State == StateCompleted && bytes.Equal(rec.Result, c.Result)
 	case CallFail:
-		errText, _ := c.Args[0].(string)
-		retryable, _ := c.Args[1].(bool)
 		want := StateFailed
-		if retryable {
+		if c.Retryable {
 			want = StateReleased
 		}
-		return rec.State == want && rec.Error == errText
+		return rec.State == want && rec.Error == c.Error
 	}
 	return false
 }

@@ -21,23 +21,23 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 	ORDER BY namespace, key
 	LIMIT $7`
 
+// listRecords runs listSQL for p.
+func (d driver) listRecords(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
+	rows, err := d.q.Query(ctx, listSQL, planned, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
+		p.After.Namespace, p.After.Key, p.Limit, p.KeyPrefix)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
+	return recs, interpretError(err)
+}
+
 // RecordList implements store.Store.
 func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]*store.Record, error) {
-		rows, err := db.Query(ctx, listSQL, planned, p.Tenant, p.Namespace, string(p.State), micros(p.OlderThan),
-			p.After.Namespace, p.After.Key, p.Limit, p.KeyPrefix)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		return recs, nil
-	})
+	return detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.listRecords(ctx, p) })
 }
 
 // deleteSQL deletes a record and, like the statements that end a lease,
@@ -50,18 +50,19 @@ WITH gone AS (
 )
 SELECT ` + recordNames + ` FROM gone`
 
+// deleteRecord runs deleteSQL; a record that is not there is
+// store.ErrNotFound.
+func (d driver) deleteRecord(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	rec, err := scanRecord(d.q.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
+	return rec, interpretError(err)
+}
+
 // RecordDelete implements store.Store.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	if err := id.CheckText(); err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
-		rec, err := scanRecord(db.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		return rec, nil
-	})
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.deleteRecord(ctx, id) })
 }
 
 const statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_records
@@ -69,29 +70,29 @@ const statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_r
 	GROUP BY namespace, state
 	ORDER BY namespace, state`
 
+// recordStats runs statsSQL for p.
+func (d driver) recordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
+	rows, err := d.q.Query(ctx, statsSQL, planned, p.Tenant, p.Namespace)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatsRow, error) {
+		var r store.StatsRow
+		var state string
+		err := row.Scan(&r.Namespace, &state, &r.Count, &r.OldestUpdatedAt)
+		r.State = store.State(state)
+		r.OldestUpdatedAt = r.OldestUpdatedAt.UTC()
+		return r, err
+	})
+	return out, interpretError(err)
+}
+
 // RecordStats implements store.Store.
 func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, db dbtx) ([]store.StatsRow, error) {
-		rows, err := db.Query(ctx, statsSQL, planned, p.Tenant, p.Namespace)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatsRow, error) {
-			var r store.StatsRow
-			var state string
-			err := row.Scan(&r.Namespace, &state, &r.Count, &r.OldestUpdatedAt)
-			r.State = store.State(state)
-			r.OldestUpdatedAt = r.OldestUpdatedAt.UTC()
-			return r, err
-		})
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		return out, nil
-	})
+	return detached(ctx, s, func(ctx context.Context, d driver) ([]store.StatsRow, error) { return d.recordStats(ctx, p) })
 }
 
 // CountByState implements store.Store. It is a full count: the sweeper calls
@@ -99,7 +100,7 @@ func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.
 // may take longer than StatementTimeout, so its transaction lifts that.
 func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
 	counts := map[store.State]int64{}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/migrate"
 )
 
@@ -38,10 +39,11 @@ func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Bac
 	if err != nil {
 		return nil, err
 	}
-	s := New(pool)
+	var calls coalesce.Config
 	if tp != nil {
-		s.traceWith(tp)
+		calls = tracedCalls(tp)
 	}
+	s := newStore(pool, calls)
 	return &Backend{Store: s, pool: pool}, nil
 }
 

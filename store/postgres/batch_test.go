@@ -14,9 +14,11 @@ import (
 	"github.com/idemhq/idem/store/postgres"
 )
 
-// The tests in this file are the coalescers' own (coalesce.go): what a
-// multi-row statement must keep of every single-row guarantee. The
-// conformance suite runs on the batch statements too (TestStoreBatchStatements).
+// The tests in this file hold the many-row statements (driver_claim.go,
+// driver_tokencall.go) and the coalescers that fill them (store/coalesce)
+// to every guarantee of a call made alone, on a real database. The
+// conformance suite runs on the many-row statements too
+// (TestStoreBatchStatements).
 
 // TestClaimBatchMixesEveryOutcome: one statement whose rows each get their
 // own answer, and a row's error does not fail its neighbours.

@@ -2,169 +2,112 @@ package postgres
 
 import (
 	"context"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/coalesce"
 )
 
-// claimSQL is Claim in one statement. cur reads the row as the statement's
-// snapshot sees it. When that row is live (held, finished, or guarded by
-// another fingerprint) nothing is written and cur answers: replays and
-// IN_PROGRESS take no lock and draw no token. Otherwise the INSERT creates the
-// record, or on conflict the UPDATE takes over a RELEASED or EXPIRED record, or
-// a PROCESSING one whose lease ran out, unless the fingerprints differ; the
-// UPDATE re-checks that against the newest row version under its lock. The
-// token of a takeover is drawn inside the UPDATE, after the row lock is held,
-// so it is greater than every token handed out before. A takeover clears the
-// row's waiters flag (wait.go): it was set for the lease that just ended.
-var claimSQL = `
-WITH cur AS (
-	SELECT ` + recordCols + ` FROM idem_records
-	WHERE tenant = $1 AND namespace = $2 AND key = $3
-),
-claimed AS (
-	INSERT INTO idem_records AS r (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
-		lease_expires_at, retention, created_at, updated_at, policy, hold)
-	SELECT $1::text, $2::text, $3::text, 'processing', nextval('idem_token_seq'), 1, $4::text, $5::bytea,
-		now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text, $9::boolean
-	WHERE NOT EXISTS (
-		SELECT 1 FROM cur
-		WHERE NOT (` + takeableSQL("cur", "$5::bytea") + `))
-` + claimTakeoverSQL + `
-)
-SELECT true, now(), claimed.* FROM claimed
-UNION ALL
-SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
-
-// claimTakeoverSQL ends the INSERT of claimSQL and claimBatchSQL: on
-// conflict, a takeover of a RELEASED or EXPIRED record, or of a PROCESSING
-// one whose lease ran out, unless the fingerprints differ, re-checked under
-// the row lock; the token is drawn after the lock is held.
-var claimTakeoverSQL = `	ON CONFLICT (tenant, namespace, key) DO UPDATE SET
-		state = 'processing',
-		token = nextval('idem_token_seq'),
-		attempt = r.attempt + 1,
-		claimant = excluded.claimant,
-		lease_expires_at = excluded.lease_expires_at,
-		retention = excluded.retention,
-		policy = excluded.policy,
-		hold = excluded.hold,
-		result = NULL,
-		error = NULL,
-		completed_at = NULL,
-		expires_at = NULL,
-		waiters = false,
-		updated_at = now()
-	WHERE ` + takeableSQL("r", "excluded.fingerprint") + `
-	RETURNING ` + recordCols
-
-// takeableSQL is the condition under which a Claim with fingerprint fp may
-// take over the record that alias names: it is RELEASED or EXPIRED, or
-// PROCESSING under a lease that ran out and no hold, and neither side's
-// fingerprint differs from the other's. claimSQL and claimBatchSQL judge it
-// on their snapshot, the takeover again on the newest row under its lock;
-// store.ReportClaim is the same rule in Go.
-func takeableSQL(alias, fp string) string {
-	a := alias + "."
-	return "(" + a + "state IN ('released', 'expired') OR (" + a + "state = 'processing' AND " + a + "lease_expires_at <= now() AND NOT " + a + "hold))" +
-		" AND (" + a + "fingerprint = '' OR " + fp + " = '' OR " + a + "fingerprint = " + fp + ")"
-}
+// A Claim, from RecordClaim to its SQL: RecordClaim queues the call in the
+// Claim coalescer (s.claims), which sends it with the Claims queued beside
+// it through runClaims to the driver (claimOne or claimMany,
+// driver_claim.go). The row that comes back for the call is decided by
+// store.DecideClaim here, and the decision done: answered, acquired (the
+// statement did it), or made UNRESOLVED (holdLapsed, hold.go).
 
 // maxStatementTries bounds how often a call re-runs its statement when a
 // concurrent transaction changed the row while the statement ran.
 const maxStatementTries = 5
 
-// RecordClaim implements store.Store. On a pool it goes through the Claim
-// coalescer (coalesce.go), which runs its statements detached from the
-// caller; in a transaction it runs claimSQL itself.
+// RecordClaim implements store.Store.
+//
+// It runs the Claim's statement until the statement settles it, at most
+// maxStatementTries times. Under READ COMMITTED a statement's snapshot may
+// miss a row that a concurrent transaction inserted or changed while the
+// statement waited for its lock, and a new statement takes a new snapshot.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	if s.claims == nil {
-		return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.ClaimResult, error) {
-			return claimTries(
-				func() (*store.ClaimResult, bool, error) {
-					res, settled, _, err := claimOnce(ctx, db, p)
-					return res, settled, err
-				},
-				func() (*store.Record, bool, error) { return holdLapsed(ctx, db, p.RecordID) })
-		})
-	}
-	return claimTries(
-		func() (*store.ClaimResult, bool, error) {
-			out, err := s.claims.do(ctx, p.RecordID, p)
-			return out.res, out.settled, err
-		},
-		func() (*store.Record, bool, error) {
-			type held struct {
-				rec *store.Record
-				ok  bool
-			}
-			h, err := detached(ctx, s, func(ctx context.Context, db dbtx) (held, error) {
-				rec, ok, err := holdLapsed(ctx, db, p.RecordID)
-				return held{rec, ok}, err
-			})
-			return h.rec, h.ok, err
-		})
-}
-
-// claimTries runs a Claim's statement (once) until it settles, at most
-// maxStatementTries times. Under READ COMMITTED a statement's snapshot may
-// miss a row that a concurrent transaction inserted or changed while the
-// statement waited for its lock, and a new statement takes a new snapshot.
-// A held record whose lease ran out is made UNRESOLVED first (hold); when
-// the row changed under that too, the Claim looks again.
-func claimTries(once func() (*store.ClaimResult, bool, error), hold func() (*store.Record, bool, error)) (*store.ClaimResult, error) {
 	for try := 0; try < maxStatementTries; try++ {
-		res, settled, err := once()
-		if err == nil && store.HoldsLapsed(res) {
-			rec, held, err := hold()
+		row, err := s.claims.Do(ctx, p.RecordID, p)
+		switch {
+		case err != nil:
+			return nil, err
+		case row.rec == nil:
+			continue // neither written nor seen: a concurrent insert
+		case row.acquired:
+			return store.Acquired(row.rec), nil
+		}
+		switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
+		case store.ClaimAnswer:
+			return d.Answer, d.Err
+		case store.ClaimMakeUnresolved:
+			held, err := detached(ctx, s, func(ctx context.Context, d driver) (heldRow, error) { return d.holdLapsed(ctx, p.RecordID) })
 			if err != nil {
 				return nil, err
 			}
-			if held {
-				return &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}, nil
+			if held.ok {
+				return store.Unresolved(held.rec), nil
 			}
-			continue // the row changed under the Claim: look again
 		}
-		if err != nil || settled {
-			return res, err
-		}
+		// ClaimAcquire on a record the statement saw but did not write, or
+		// a hold that found the row changed: the row changed under the
+		// statement. A new one sees what changed it.
 	}
 	return nil, store.ErrContention
 }
 
-// claimOnce runs claimSQL once. settled is false when the statement neither
-// wrote a row nor saw one that explains why it did not.
-func claimOnce(ctx context.Context, db dbtx, p *store.ClaimParams) (res *store.ClaimResult, settled bool, now time.Time, err error) {
-	fingerprint := p.Fingerprint
-	if fingerprint == nil {
-		fingerprint = []byte{}
+type claimCall = coalesce.Call[*store.ClaimParams, claimRow]
+
+// runClaims sends one batch of Claims to the driver.
+func (s *Store) runClaims(ctx context.Context, batch []*claimCall) error {
+	d := driver{q: s.pool}
+	if len(batch) == 1 && !s.manyOnly {
+		row, err := d.claimOne(ctx, batch[0].Params)
+		batch[0].Res = row
+		return err
 	}
-	var (
-		acquired bool
-		dbNow    pgtype.Timestamptz
-	)
-	rec, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Tenant, p.Namespace, p.Key,
-		p.Claimant, fingerprint, micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold), &acquired, &dbNow)
+	calls := make([]*store.ClaimParams, len(batch))
+	for i, c := range batch {
+		calls[i] = c.Params
+	}
+	rows, err := d.claimMany(ctx, calls)
 	if err != nil {
-		err = interpretError(err)
-		if err == store.ErrNotFound {
-			return nil, false, time.Time{}, nil // neither written nor seen: a concurrent insert
-		}
-		return nil, false, time.Time{}, err
+		return err
 	}
-	now = dbNow.Time
-	if acquired {
-		return store.Acquired(rec), true, now, nil
+	for i, c := range batch {
+		c.Res = rows[i]
 	}
-	if res, err := store.ReportClaim(rec, p, now); res != nil || err != nil {
-		return res, true, now, err
+	return nil
+}
+
+// followClaim answers f, a Claim of the key that leader's statement wrote or
+// read, from what the statement found, as if f ran right after it, when
+// f's decision on that record is an answer (store.ClaimAnswer): a replay,
+// IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again, a
+// fingerprint mismatch. It leaves f to a statement of its own (false) when
+// the statement found no record, or when f would write: take the record
+// over, or make a held record whose lease ran out UNRESOLVED. A held lease
+// that ran out is made UNRESOLVED by the leader's caller once this
+// statement has answered; the follower, in a later statement, reads
+// UNRESOLVED when that has committed, and otherwise finds the lease run out
+// too and makes it UNRESOLVED itself (one of them wins; RecordClaim makes
+// the others look again).
+//
+// The answer is true at a moment within f's call: f was queued before the
+// statement began and is answered after it ended. A record that leader's
+// statement wrote is f's from the statement's commit on, which no other
+// write can come between while the statement holds the row's lock; a record
+// it only read is the statement's snapshot, taken after f was queued, and is
+// what leader itself is answered from.
+func followClaim(leader, f *claimCall) bool {
+	row := leader.Res
+	if row.rec == nil || store.DecideClaim(row.rec, f.Params, row.now).Action != store.ClaimAnswer {
+		return false
 	}
-	// The snapshot shows a record this Claim should have taken over, so the
-	// row changed under the statement: look again.
-	return nil, false, now, nil
+	// A Record of its own (the byte slices it shares with the leader's are
+	// never written).
+	rec := *row.rec
+	f.Res = claimRow{rec: &rec, now: row.now}
+	return true
 }

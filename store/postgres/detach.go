@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemhq/idem/store"
 )
 
@@ -37,16 +35,9 @@ const statementDeadline = StatementTimeout + 5*time.Second
 // that happens before a connection is free, fn never runs. fn must be one
 // short, self-contained unit of work (a statement, or a few retries of one);
 // it runs within statementDeadline. Every store method on the request path
-// goes through here.
-//
-// Outside a pool (a Store over a pgx.Tx, in tests and tools) fn runs on the
-// caller's context: a transaction is the caller's to finish.
-func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context, db dbtx) (T, error)) (T, error) {
+// that no coalescer carries goes through here.
+func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context, d driver) (T, error)) (T, error) {
 	var zero T
-	pool, ok := s.db.(*pgxpool.Pool)
-	if !ok {
-		return fn(ctx, s.db)
-	}
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
@@ -60,7 +51,7 @@ func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context,
 		defer cancel()
 		// Acquiring on the caller's context would let pgxpool cancel a ping
 		// of an idle connection mid-flight, which closes it too.
-		conn, err := pool.Acquire(own)
+		conn, err := s.pool.Acquire(own)
 		if err != nil {
 			done <- result{err: ownDeadline(own, interpretError(err))}
 			return
@@ -70,7 +61,7 @@ func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context,
 			done <- result{err: err} // the caller left before the statement started: nothing ran
 			return
 		}
-		v, err := fn(own, conn)
+		v, err := fn(own, driver{q: conn})
 		done <- result{v: v, err: ownDeadline(own, err)}
 	}()
 	select {

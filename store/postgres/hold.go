@@ -7,7 +7,7 @@ import (
 )
 
 // holdSQL makes a held record whose lease ran out UNRESOLVED, for a Claim
-// that found it so (store.HoldsLapsed) before the sweeper did. The
+// that found it so (store.ClaimMakeUnresolved) before the sweeper did. The
 // conditions are checked again under the row lock: a Heartbeat or Complete
 // of the holder that came first wins, and the Claim looks again. The
 // record's waiting Claims (wait.go) wake to the new state. It runs only on
@@ -23,28 +23,34 @@ WITH held AS (
 )
 SELECT ` + recordNames + ` FROM held`
 
-// holdLapsed runs holdSQL. held is false when the row no longer qualifies:
-// the Claim must run again.
-func holdLapsed(ctx context.Context, db dbtx, id store.RecordID) (rec *store.Record, held bool, err error) {
-	rec, err = scanRecord(db.QueryRow(ctx, holdSQL, planned, id.Tenant, id.Namespace, id.Key))
+// heldRow is what holdSQL did: made rec UNRESOLVED (ok), or nothing,
+// because the row no longer qualifies.
+type heldRow struct {
+	ok  bool
+	rec *store.Record
+}
+
+// holdLapsed runs holdSQL.
+func (d driver) holdLapsed(ctx context.Context, id store.RecordID) (heldRow, error) {
+	rec, err := scanRecord(d.q.QueryRow(ctx, holdSQL, planned, id.Tenant, id.Namespace, id.Key))
 	if err != nil {
-		err = interpretError(err)
-		if err == store.ErrNotFound {
-			return nil, false, nil
+		if err = interpretError(err); err == store.ErrNotFound {
+			return heldRow{}, nil
 		}
-		return nil, false, err
+		return heldRow{}, err
 	}
-	return rec, true, nil
+	return heldRow{ok: true, rec: rec}, nil
 }
 
 // resolveSQL moves an UNRESOLVED record on, keeping its token, and notes
 // that token as the one an operator resolved: $4 is the new state
-// ('completed', 'failed' or 'released'), $5 the result, $6 the error. When
+// ('completed', 'failed' or 'released'), $5 the result (NULL unless
+// completed), $6 the error, kept only when failed. When
 // nothing changed, the second branch reports the row so that the caller
 // learns why in the same round trip.
 var resolveSQL = `
 WITH changed AS (
-	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = $6::text, resolved_token = token,
+	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = CASE WHEN $4::text = 'failed' THEN $6::text END, resolved_token = token,
 		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
 		expires_at = now() + retention, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved'
@@ -55,33 +61,52 @@ UNION ALL
 SELECT false, ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
 
-// RecordResolve implements store.Store.
+// resolvedRow is what resolveSQL did: changed rec, or found it so that the
+// resolution does not apply.
+type resolvedRow struct {
+	changed bool
+	rec     *store.Record
+}
+
+// resolve runs resolveSQL for p, writing target.
+func (d driver) resolve(ctx context.Context, p *store.ResolveParams, target store.ResolveTarget) (resolvedRow, error) {
+	var row resolvedRow
+	var err error
+	row.rec, err = scanRecord(d.q.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key,
+		string(target.State), target.Result, target.Error), &row.changed)
+	return row, interpretError(err)
+}
+
+// RecordResolve implements store.Store. It runs the resolution until its
+// statement settles it, at most maxStatementTries times.
 func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	state, result, errText, err := p.Values()
+	target, err := p.Target()
 	if err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
 		for try := 0; try < maxStatementTries; try++ {
-			var changed bool
-			rec, err := scanRecord(db.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key, string(state), result, errText), &changed)
-			switch {
-			case err != nil:
-				return nil, interpretError(err)
-			case changed || p.Holds(rec):
-				return rec, nil
-			case rec.State == store.StateUnresolved:
-				// The UPDATE waited for a concurrent change of the row
-				// (a retry of this Resolve, another operator's) and
-				// found it no longer UNRESOLVED, while the second
-				// branch read the statement's snapshot from before
-				// that change. A new statement sees it.
-				continue
+			row, err := d.resolve(ctx, p, target)
+			if err != nil {
+				return nil, err
 			}
-			return nil, store.ErrNotUnresolved
+			if row.changed {
+				return row.rec, nil
+			}
+			switch dec := p.Decide(row.rec); dec.Action {
+			case store.ChangeRepeat:
+				return row.rec, nil
+			case store.ChangeRefuse:
+				return nil, dec.Err
+			}
+			// ChangeApplies: the UPDATE waited for a concurrent change of
+			// the row (a retry of this Resolve, another operator's) and
+			// found it no longer UNRESOLVED, while the second branch read
+			// the statement's snapshot from before that change. A new
+			// statement sees it.
 		}
 		return nil, store.ErrContention
 	})

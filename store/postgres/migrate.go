@@ -264,7 +264,7 @@ func (m migrationTx) Apply(ctx context.Context, mig migrate.Migration) error {
 }
 
 // SchemaVersion returns the newest applied migration, 0 when none is.
-func SchemaVersion(ctx context.Context, db dbtx) (int, error) {
+func SchemaVersion(ctx context.Context, db *pgxpool.Pool) (int, error) {
 	var exists bool
 	if err := db.QueryRow(ctx, "SELECT to_regclass('idem_schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
 		return 0, interpretError(err)

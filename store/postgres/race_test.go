@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres"
 )
 
 // The tests in this file pin down the one exception to "one statement per
@@ -238,7 +239,7 @@ func TestHeartbeatRaceWithSweeper(t *testing.T) {
 	b.lapse(t, id)
 
 	tx, pid := b.begin(t)
-	if n, err := b.storeOn(tx).SweepExpire(b.ctx, 10); err != nil || n != 1 {
+	if n, err := postgres.SweeperOn(tx).SweepExpire(b.ctx, 10); err != nil || n != 1 {
 		t.Fatalf("SweepExpire in the other transaction: %d, %v", n, err)
 	}
 

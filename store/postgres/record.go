@@ -84,16 +84,16 @@ func utc(t pgtype.Timestamptz) time.Time {
 const getSQL = `SELECT ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3`
 
-// RecordGet reads one record.
+// getRecord runs getSQL; a record that is not there is store.ErrNotFound.
+func (d driver) getRecord(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	rec, err := scanRecord(d.q.QueryRow(ctx, getSQL, id.Tenant, id.Namespace, id.Key))
+	return rec, interpretError(err)
+}
+
+// RecordGet implements store.Store.
 func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	if err := id.CheckText(); err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, db dbtx) (*store.Record, error) {
-		r, err := scanRecord(db.QueryRow(ctx, getSQL, id.Tenant, id.Namespace, id.Key))
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		return r, nil
-	})
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.getRecord(ctx, id) })
 }

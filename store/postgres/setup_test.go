@@ -183,9 +183,3 @@ func requireSameRecord(t *testing.T, what string, got, want *store.Record) {
 		t.Fatalf("%s: record changed\n got: %+v\nwant: %+v", what, got, want)
 	}
 }
-
-// storeOn returns a Store whose statements run inside tx, so that a test can
-// hold the locks a call takes for as long as it likes.
-func (b *testBundle) storeOn(tx pgx.Tx) *postgres.Store {
-	return postgres.New(tx)
-}

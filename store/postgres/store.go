@@ -1,6 +1,13 @@
 // Package postgres is idem's production store: the state machine of DESIGN §1
 // as single SQL statements over pgx v5. The table's unique primary key is the
 // atomic gate; every time comes from the database clock.
+//
+// The package has three layers. The driver (driver.go) is the SQL: typed
+// operations that return the rows their statement wrote or read. The
+// coalescers (store/coalesce) gather concurrent calls of one kind into one
+// statement of the driver. The Store's methods decide what each row means
+// by the rules of package store (claim.go, tokencall.go) and run the call
+// again when a row changed under its statement.
 package postgres
 
 import (
@@ -20,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/coalesce"
 )
 
 var (
@@ -27,72 +35,71 @@ var (
 	_ store.Watcher = (*Store)(nil)
 )
 
-// dbtx is what the store's SQL runs on: the pool, or a pgx.Tx in tests and
-// tools that need a transaction.
-type dbtx interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Store implements store.Store on PostgreSQL.
+// Store implements store.Store on PostgreSQL: its driver's statements
+// (driver.go), the coalescers that gather concurrent Claims, Completes,
+// Fails and Heartbeats into them (store/coalesce), and the rules that
+// decide what each row means (claim.go, tokencall.go).
 type Store struct {
 	store.TokenCalls
-	db dbtx
+	pool *pgxpool.Pool
 
 	// The coalescers of Claim and of each kind of token call, indexed by
-	// store.TokenCallKind (coalesce.go); nil when the store runs in a
-	// transaction.
-	claims         *coalescer[*store.ClaimParams, claimOutcome]
-	tokens         [len(tokenKinds)]*coalescer[*store.TokenCall, tokenOutcome]
-	alwaysBatchSQL bool // tests: a batch of one uses the batch statement too
+	// store.TokenCallKind.
+	claims *coalesce.Coalescer[*store.ClaimParams, claimRow]
+	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
 	// batchRows counts the calls each statement carried, by kind.
 	batchRows *prometheus.HistogramVec
+	// manyOnly sends a lone call as the many-row statement too: the
+	// conformance suite runs once so, to hold those statements to every
+	// case (export_test.go).
+	manyOnly bool
 
-	// The waiting Claims of this process, and on a pool the connection that
-	// hears the notifications that wake them (wait.go); listen is nil in a
-	// transaction.
+	// The waiting Claims of this process, and the connection that hears
+	// the notifications that wake them (wait.go).
 	watches store.Watches
 	listen  *listener
 }
 
-// New returns a Store that runs its statements on db, a *pgxpool.Pool or a
-// pgx.Tx. The schema must have been migrated with Migrate.
-//
-// On a pool, concurrent Claims, Completes, Fails and Heartbeats are coalesced
-// into multi-row statements (coalesce.go). In a transaction every call is its
-// own statement, since a transaction runs one statement at a time.
-func New(db dbtx) *Store {
-	return newStore(db, defaultMaxInFlight, defaultMaxRows)
+// New returns a Store that runs its statements on pool. The schema must have
+// been migrated with Migrate.
+func New(pool *pgxpool.Pool) *Store {
+	return newStore(pool, coalesce.Config{})
 }
 
-func newStore(db dbtx, maxInFlight, maxRows int) *Store {
-	s := &Store{db: db, batchRows: newBatchRows()}
+// newStore is New with the coalescers' bounds; Kind, Calls and Deadline are
+// filled in.
+func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
+	s := &Store{pool: pool, batchRows: newBatchRows()}
 	s.TokenCalls = s.runTokenCall
-	if _, ok := db.(*pgxpool.Pool); !ok {
-		return s
-	}
-	s.listen = &listener{pool: db.(*pgxpool.Pool), watches: &s.watches}
+	s.listen = &listener{pool: pool, watches: &s.watches}
 	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
-	s.claims = &coalescer[*store.ClaimParams, claimOutcome]{run: s.runClaims, follow: followClaim,
-		maxInFlight: maxInFlight, maxRows: maxRows, rows: s.batchRows.WithLabelValues("claim"), kind: "claim"}
-	for k, kind := range tokenKinds {
-		if kind != nil {
-			s.tokens[k] = &coalescer[*store.TokenCall, tokenOutcome]{run: s.runTokens(kind), maxInFlight: maxInFlight, maxRows: maxRows,
-				rows: s.batchRows.WithLabelValues(kind.name), kind: kind.name}
-		}
+	cfg := func(kind string) coalesce.Config {
+		c := bounds
+		c.Kind, c.Calls, c.Deadline = kind, s.batchRows.WithLabelValues(kind), statementDeadline
+		return c
+	}
+	s.claims = coalesce.New(cfg("claim"), s.runClaims, followClaim)
+	for _, kind := range []store.TokenCallKind{store.CallComplete, store.CallFail, store.CallHeartbeat} {
+		s.tokens[kind] = coalesce.New(cfg(kind.String()), s.runTokens(kind), nil)
 	}
 	return s
+}
+
+// newBatchRows is the histogram of the calls per statement, by kind: how
+// well the coalescers batch under the load they see.
+func newBatchRows() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "idem_db_batch_calls",
+		Help:    "Calls answered by one statement of the coalescer, by kind (claim, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the statement count with it.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	}, []string{"kind"})
 }
 
 // Close stops the connection that listens for the notifications of waiting
 // Claims, if one runs. The pool is the caller's to close. Waiting Claims
 // still look again when their wait or the holder's lease runs out.
 func (s *Store) Close() {
-	if s.listen != nil {
-		s.listen.close()
-	}
+	s.listen.close()
 }
 
 // Connect parses url, opens a pool and checks that the database answers.
@@ -149,9 +156,8 @@ func setsMaxConns(connString string) bool {
 // it judges a generic plan good enough, which for idem's statements it does
 // not. Claims, Completes and the other calls on one record find their rows
 // by primary key, so the generic plan is the plan they get anyway, and
-// planning was a large part of their cost: measured from a Postgres
-// backend's own CPU time, 39% of a Claim and Complete one row at a time and
-// 45% in batches of 64 (docs/BENCHMARKS.md, "Generic plans"). The statements
+// planning was a large part of their cost (docs/BENCHMARKS.md, "Generic
+// plans"). The statements
 // whose best plan depends on their arguments (a LIMIT, optional filters: the
 // sweeper's and the admin listing's) are sent with their arguments inline
 // (planned), so that Postgres plans each execution with the values.
@@ -183,7 +189,7 @@ const planned = pgx.QueryExecModeSimpleProtocol
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.db.Exec(ctx, "SELECT 1")
+	_, err := s.pool.Exec(ctx, "SELECT 1")
 	return interpretError(err)
 }
 

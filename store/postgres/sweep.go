@@ -38,21 +38,32 @@ DELETE FROM idem_records r
 USING due
 WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
 
-// SweepExpire implements store.Store. It wakes the Claims waiting on the
-// records it expires (wait.go).
-func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
+// sweepExpire runs sweepExpireSQL and returns how many records it expired
+// (or made UNRESOLVED).
+func (d driver) sweepExpire(ctx context.Context, limit int) (int, error) {
 	var n int64
-	if err := s.db.QueryRow(ctx, sweepExpireSQL, planned, limit).Scan(&n); err != nil {
+	if err := d.q.QueryRow(ctx, sweepExpireSQL, planned, limit).Scan(&n); err != nil {
 		return 0, interpretError(err)
 	}
 	return int(n), nil
 }
 
-// SweepPurge implements store.Store.
-func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
-	tag, err := s.db.Exec(ctx, sweepPurgeSQL, planned, limit)
+// sweepPurge runs sweepPurgeSQL and returns how many records it deleted.
+func (d driver) sweepPurge(ctx context.Context, limit int) (int, error) {
+	tag, err := d.q.Exec(ctx, sweepPurgeSQL, planned, limit)
 	if err != nil {
 		return 0, interpretError(err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// SweepExpire implements store.Store. It wakes the Claims waiting on the
+// records it expires (wait.go).
+func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
+	return driver{q: s.pool}.sweepExpire(ctx, limit)
+}
+
+// SweepPurge implements store.Store.
+func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
+	return driver{q: s.pool}.sweepPurge(ctx, limit)
 }

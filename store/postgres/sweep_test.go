@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres"
 )
 
 // What every store's sweeper does is checked by the conformance suite in
@@ -88,7 +89,7 @@ func TestSweepDoesNotBlockClaims(t *testing.T) {
 	b.insertRows(t, "available", 1, store.StateReleased, "", "1 hour")
 
 	tx, _ := b.begin(t)
-	sweeper := b.storeOn(tx)
+	sweeper := postgres.SweeperOn(tx)
 	if n, err := sweeper.SweepExpire(b.ctx, 100); err != nil || n != 20 {
 		t.Fatalf("SweepExpire in the open transaction: %d, %v; want 20", n, err)
 	}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -76,7 +77,29 @@ func testTracedBatch(t *testing.T, key func(i int) string) {
 		ctxs[i], callers[i] = tp.Tracer("test").Start(t.Context(), fmt.Sprint("caller ", i))
 		calls[i] = claimParams(recordID(key(i)), "")
 	}
-	_, errs := b.ClaimTogether(ctxs, calls)
+	// The n Claims queue while the coalescer's one statement slot is busy
+	// with an untraced Claim that waits for a row lock, and so go in one
+	// statement once it is free.
+	tb := &testBundle{ctx: t.Context(), db: db, pool: db.Pool, store: b.Store}
+	tx, pid := tb.begin(t)
+	blocker := recordID("traced-blocker")
+	if _, err := tx.Exec(tb.ctx, insertProcessingSQL, blocker.Tenant, blocker.Namespace, blocker.Key, "other"); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan struct{})
+	go func() { defer close(blocked); _, _ = b.RecordClaim(tb.ctx, claimParams(blocker, "blocked")) }()
+	tb.waitBlockedBy(t, pid, blocked)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = b.RecordClaim(ctxs[i], calls[i]) })
+	}
+	waitQueued(t, b.Store, n)
+	if err := tx.Rollback(tb.ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
@@ -84,8 +107,12 @@ func testTracedBatch(t *testing.T, key func(i int) string) {
 		callers[i].End()
 	}
 
+	// The blocker's spans are of a trace of their own.
 	var callSpans, stmtSpans []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
+		if !inCallersTrace(s, callers) {
+			continue
+		}
 		switch s.Name() {
 		case "store claim":
 			callSpans = append(callSpans, s)
@@ -137,6 +164,15 @@ func intAttribute(attrs []attribute.KeyValue, key string) int64 {
 		}
 	}
 	return -1
+}
+
+func inCallersTrace(s sdktrace.ReadOnlySpan, callers []trace.Span) bool {
+	for _, c := range callers {
+		if c.SpanContext().TraceID() == s.SpanContext().TraceID() {
+			return true
+		}
+	}
+	return false
 }
 
 func isCaller(parent trace.SpanContext, callers []trace.Span) bool {

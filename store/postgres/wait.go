@@ -86,11 +86,16 @@ func (s *Store) RecordMarkWaited(ctx context.Context, id store.RecordID, token i
 	if err := id.CheckText(); err != nil {
 		return err
 	}
-	_, err := detached(ctx, s, func(ctx context.Context, db dbtx) (struct{}, error) {
-		_, err := db.Exec(ctx, markWaitedSQL, id.Tenant, id.Namespace, id.Key, token)
-		return struct{}{}, interpretError(err)
+	_, err := detached(ctx, s, func(ctx context.Context, d driver) (struct{}, error) {
+		return struct{}{}, d.markWaited(ctx, id, token)
 	})
 	return err
+}
+
+// markWaited runs markWaitedSQL.
+func (d driver) markWaited(ctx context.Context, id store.RecordID, token int64) error {
+	_, err := d.q.Exec(ctx, markWaitedSQL, id.Tenant, id.Namespace, id.Key, token)
+	return interpretError(err)
 }
 
 // listener is the Store's LISTEN connection and its life.

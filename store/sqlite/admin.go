@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -57,16 +59,21 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 		return nil, err
 	}
 	var rec *store.Record
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, _ time.Time) error {
+	err := s.inWriteTx(ctx, func(tx *writeTx, _ time.Time) error {
 		var err error
-		rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key))
-		if err == nil {
+		switch rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key)); {
+		case err == nil:
 			tx.WakeAfterCommit(id)
+		case errors.Is(err, sql.ErrNoRows):
+			return nil // not there: rec stays nil
 		}
-		return err // sql.ErrNoRows becomes store.ErrNotFound
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if rec == nil {
+		return nil, store.ErrNotFound
 	}
 	return rec, nil
 }

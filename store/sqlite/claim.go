@@ -31,7 +31,7 @@ const (
 	RETURNING ` + recordCols
 
 	// holdSQL makes a held record whose lease ran out UNRESOLVED, for the
-	// Claim that found it so (store.HoldsLapsed), under the write lock.
+	// Claim that found it so (store.ClaimMakeUnresolved), under the write lock.
 	holdSQL = `UPDATE idem_records SET state = 'unresolved', updated_at = ?4
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
 	RETURNING ` + recordCols
@@ -56,9 +56,9 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 		rec, err := getRecord(ctx, s.readStmts[getSQL], p.RecordID)
 		switch {
 		case err == nil:
-			if res, settled, err := report(rec, p, now()); settled && !store.HoldsLapsed(res) {
+			if d := store.DecideClaim(rec, p, now()); d.Action == store.ClaimAnswer {
 				s.firstReads.note(true)
-				return res, err
+				return d.Answer, d.Err
 			}
 		case errors.Is(err, sql.ErrNoRows):
 		default:
@@ -72,15 +72,20 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	// insert goes first: when it adds the row, the Claim is done in one
 	// statement. When the key exists, it inserts nothing, and the row it
 	// ran into is read and decided on as above; under the write lock
-	// nothing changes between the two statements.
-	var res *store.ClaimResult
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) (err error) {
+	// nothing changes between the two statements. A refusal is decided
+	// before anything is written, and is the Claim's answer, not an error
+	// of its call (writer.go).
+	var (
+		res     *store.ClaimResult
+		refusal error
+	)
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) (err error) {
 		// Noted here, in the writer, and not by the caller after the
 		// call: a caller whose context ends returns at once while this
 		// still runs.
 		reported := false // answered without a write: a read would have done
 		defer func() {
-			if !readFirst && (err == nil || reported) {
+			if !readFirst && err == nil {
 				s.firstReads.note(reported)
 			}
 		}()
@@ -99,26 +104,24 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 			return err
 		}
 		// The token was not used: it is still the next one to draw.
-		if rec, err = scanRecord(tx.Read(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+		if rec, err = scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				// Not the key: internal errors are logged, keys never.
 				return fmt.Errorf("sqlite: tenant %s, namespace %s: the insert ran into a row that is not there", p.Tenant, p.Namespace)
 			}
 			return err
 		}
-		r, settled, err := report(rec, p, now)
-		if store.HoldsLapsed(r) {
-			// Held for resolution: this Claim makes it UNRESOLVED.
+		switch d := store.DecideClaim(rec, p, now); d.Action {
+		case store.ClaimAnswer:
+			res, refusal, reported = d.Answer, d.Err, true
+			return nil
+		case store.ClaimMakeUnresolved:
 			if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
 				return err
 			}
-			res = &store.ClaimResult{Outcome: store.OutcomeUnresolved, Record: rec}
+			res = store.Unresolved(rec)
 			tx.WakeAfterCommit(p.RecordID) // a Claim waiting on the lease sees it ended
 			return nil
-		}
-		if settled {
-			res, reported = r, true
-			return err
 		}
 		// A takeover. The counter never goes back, whatever is purged or
 		// deleted, so the token is greater than all earlier ones
@@ -136,12 +139,5 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	if err != nil {
 		return nil, err
 	}
-	return res, nil
-}
-
-// report is store.ReportClaim for this file's callers: settled is false when
-// the Claim acquires the record by a takeover.
-func report(rec *store.Record, p *store.ClaimParams, now time.Time) (res *store.ClaimResult, settled bool, err error) {
-	res, err = store.ReportClaim(rec, p, now)
-	return res, res != nil || err != nil, err
+	return res, refusal
 }

@@ -15,7 +15,7 @@ import (
 // UNRESOLVED; when it
 // applies nothing, the same transaction reads the row to tell why. ?1–?3 are
 // the record's id, ?4 the token, ?5 now in microseconds and ?6 on the call's
-// own arguments (store.TokenCall.Args).
+// own values.
 func tokenCallSQL(set string) string {
 	return `UPDATE idem_records SET ` + set + `, updated_at = ?5
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND token = ?4
@@ -35,13 +35,24 @@ var tokenCalls = [...]string{
 
 // runTokenCall is the store.TokenCalls the Store embeds.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
-	var out *store.Record
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
-		args := append([]any{call.ID.Tenant, call.ID.Namespace, call.ID.Key, call.Token, now.UnixMicro()}, call.Args...)
-		rec, err := scanRecord(tx.QueryRow(tokenCalls[call.Kind], args...))
+	var (
+		out     *store.Record
+		refusal error
+	)
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		var row *sql.Row
+		switch call.Kind {
+		case store.CallComplete:
+			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.Result)
+		case store.CallFail:
+			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.Error, call.Retryable)
+		case store.CallHeartbeat:
+			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.LeaseTTL.Microseconds())
+		}
+		rec, err := scanRecord(row)
 		if err == nil {
 			if call.Kind != store.CallHeartbeat {
-				tx.WakeAfterCommit(call.ID) // the lease ended
+				tx.WakeAfterCommit(call.RecordID) // the lease ended
 			}
 			out = rec
 			return nil
@@ -49,20 +60,30 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if rec, err = scanRecord(tx.Read(getSQL, call.ID.Tenant, call.ID.Namespace, call.ID.Key)); err != nil {
-			return err // sql.ErrNoRows becomes store.ErrNotFound
-		}
-		if out, err = call.Settle(rec); out != nil || err != nil {
+		rec, err = scanRecord(tx.QueryRow(getSQL, call.Tenant, call.Namespace, call.Key))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			refusal = store.ErrNotFound
+			return nil
+		case err != nil:
 			return err
+		}
+		switch d := call.Decide(rec); d.Action {
+		case store.ChangeRepeat:
+			out = rec
+			return nil
+		case store.ChangeRefuse:
+			refusal = d.Err
+			return nil
 		}
 		// The update and the read ran under one write lock, so the row the
 		// update skipped cannot be one it should have changed.
 		// Not the key: internal errors are logged, keys never.
 		return fmt.Errorf("sqlite: tenant %s, namespace %s: state %s with the current token, yet the update applied nothing",
-			call.ID.Tenant, call.ID.Namespace, rec.State)
+			call.Tenant, call.Namespace, rec.State)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out, refusal
 }

@@ -9,10 +9,11 @@ import (
 // before it queues for the writer (RecordClaim). That read answers the
 // Claims of live keys (IN_PROGRESS while the holder works, a replay once it
 // is done) without waiting for a write transaction, but for a new key it
-// finds nothing and is wasted: with every key new it was 14% of idemd's CPU.
-// So it remembers, for the last 64 Claims, whether the read answered them or
-// would have (the writer tells for the Claims that skipped it), and a Claim
-// reads first while at least a quarter of those were answered so. A Claim
+// finds nothing and is wasted, and with every key new that waste is a
+// large share of idemd's CPU (docs/BENCHMARKS.md). So it remembers, for the
+// last 64 Claims, whether the read answered them or would have (the writer
+// tells for the Claims that skipped it), and a Claim reads first while at
+// least a quarter of those were answered so. A Claim
 // that skips the read is still answered correctly, by the writer; and one
 // Claim in 16 reads first whatever the history says, so a store that starts
 // out with new keys notices when they start to repeat even if the writer's

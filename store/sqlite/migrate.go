@@ -82,7 +82,7 @@ func (m migrationTx) Version(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var current int
-	err := m.tx.Read("SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&current)
+	err := m.tx.QueryRow("SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&current)
 	return current, err
 }
 

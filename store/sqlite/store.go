@@ -4,10 +4,11 @@
 // One connection writes and a few read. Every write is a call queued for the
 // one write connection, so the writes of a Store queue in Go for that
 // connection instead of polling SQLite's busy handler. The writer runs the
-// calls queued together as one BEGIN IMMEDIATE transaction, each call's
-// writes undone alone on its error, and answers them once it has committed:
-// group commit, one fsync for all of them (writer.go). No transaction ever has to upgrade a read lock to
-// a write lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is WAL, so readers never
+// calls queued together as one BEGIN IMMEDIATE transaction and answers them
+// once it has committed: group commit, one fsync for all of them
+// (writer.go). No transaction ever has to upgrade a read lock to a write
+// lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is
+// WAL, so readers never
 // wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
 // reads a committed snapshot and takes no write lock at all, while such reads
 // have been answering Claims (firstread.go).
@@ -26,12 +27,12 @@
 // records follow the order of commits as long as the system clock does not
 // step back. Times are stored as integer microseconds since the Unix epoch.
 //
-// Two Store values may open one file in one process, or in two processes:
-// their writes take turns through SQLite's file lock, waiting up to the busy
-// timeout (5 s) for each other; past it a call fails with
-// store.ErrUnavailable. Open waits the same way, also while several Stores
-// create one new file together. idemd keeps a second server off one file with a lock
-// file of its own.
+// A file has one Store: idemd keeps a second server off it with a lock file
+// of its own. Anything else that writes to the file (a tool, another Store)
+// takes turns with the Store through SQLite's file lock, which is not fair:
+// each waits up to the busy timeout (5 s) for the other, and past it a call
+// fails with store.ErrUnavailable. Open waits the same way, also while
+// several Stores create one new file together.
 package sqlite
 
 import (
@@ -131,7 +132,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err))
 	}
 	s := &Store{write: write}
-	s.w = startWriter(conn, path, &s.watches)
+	s.w = startWriter(conn, &s.watches)
 	s.TokenCalls = s.runTokenCall
 	if _, err := s.migrate(ctx, slog.Default()); err != nil {
 		_ = s.Close()
@@ -254,31 +255,18 @@ func now() time.Time {
 }
 
 // inWriteTx runs fn in a write transaction, in the writer's next batch
-// (writer.go), and returns once that batch has committed (fn's own error, or
-// nil) or failed (store.ErrUnavailable), or ctx has ended (ctx's error; fn
-// may still commit). The transaction is BEGIN IMMEDIATE: it holds the
-// database's write lock from its start, so what fn reads cannot change before
-// it writes. now is read when fn starts, under the lock. fn runs in a
-// savepoint of its own: an error it returns undoes what it wrote, and only
-// that.
+// (writer.go), and returns once that batch has committed (nil) or failed
+// (fn's own error when a statement of fn failed, store.ErrUnavailable when
+// another call's did or the transaction failed), or ctx has ended (ctx's
+// error; fn may still commit). The transaction is BEGIN IMMEDIATE: it holds
+// the database's write lock from its start, so what fn reads cannot change
+// before it writes. now is read when fn starts, under the lock. fn keeps its
+// answer, refusals included, in its own variables.
 func (s *Store) inWriteTx(ctx context.Context, fn writeFunc) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	return s.w.do(ctx, fn, false)
-}
-
-// inWriteTxLazy is inWriteTx for a function whose first writing statement,
-// when it changes rows, is its last write, after which it returns nil: a
-// Claim's insert, a Complete's update. Such a call takes no savepoint
-// unless it goes on to a second writing statement (writeTx), which saves
-// two statements in most calls. A function that breaks the rule does not
-// corrupt anything: its batch fails with store.ErrUnavailable.
-func (s *Store) inWriteTxLazy(ctx context.Context, fn writeFunc) error {
-	if s.closed.Load() {
-		return errClosed
-	}
-	return s.w.do(ctx, fn, true)
+	return s.w.do(ctx, fn)
 }
 
 // interpretError is the store's one boundary for database errors: nothing

@@ -40,7 +40,7 @@ func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
 		return s.sweep(ctx, sweepExpireSQL, limit)
 	}
 	var n int
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
 		n = 0
 		return tx.Query(sweepExpireSQL+` RETURNING tenant, namespace, key`, func(rows *sql.Rows) error {
 			var id store.RecordID
@@ -67,7 +67,7 @@ func (s *Store) sweep(ctx context.Context, query string, limit int) (int, error)
 	// SQLite reads a negative LIMIT as no limit at all.
 	limit = max(limit, 0)
 	var n int64
-	err := s.inWriteTxLazy(ctx, func(tx *writeTx, now time.Time) error {
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
 		res, err := tx.Exec(query, now.UnixMicro(), limit)
 		if err != nil {
 			return err

@@ -5,13 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/idemhq/idem/store"
 )
@@ -20,14 +17,14 @@ import (
 // Fails, Heartbeats, the sweeper's statements, deletes, migrations) is a call
 // queued for one writer goroutine, which owns the write connection. The
 // writer takes everything queued, at most maxBatch calls, and runs it as one
-// batch:
+// transaction:
 //
 //	BEGIN IMMEDIATE
-//	SAVEPOINT call; <call 1's statements>; RELEASE call   (or ROLLBACK TO call on its error)
-//	<call 2's one statement>                               (a lazy call: see below)
+//	<call 1's statements>
+//	<call 2's statements>
 //	…
-//	UPDATE idem_token …                                    (if the batch drew tokens)
-//	COMMIT                                                 (one fsync of the WAL)
+//	UPDATE idem_token …   (if the batch drew tokens)
+//	COMMIT                (one fsync of the WAL)
 //
 // and answers every call of the batch only once COMMIT has returned. There is
 // no timer: a call that finds the writer idle runs at once in a batch of its
@@ -40,52 +37,47 @@ import (
 // COMMIT of its batch, so an answered call is on disk, and after a crash a
 // batch is there whole or not at all.
 //
-// One call's own error (a fingerprint mismatch, a lost lease, an already
-// terminal record, a failed constraint) undoes that call's writes only; the
-// others go on. A call of inWriteTx has a savepoint from its start, and its
-// error rolls back to it. Most calls would pay for that in vain: a Claim of
-// a new key or a Complete runs one statement when it succeeds, and the
-// savepoint's two would triple it. So those calls (inWriteTxLazy) take
-// their savepoint lazily, before their second writing statement, which is
-// as good as one taken at the start as long as the first changed nothing (an
-// insert that ran into an existing row, an update that matched none). A
-// call whose only write fails is undone by SQLite itself: a statement that
-// fails on its own (a constraint, a type, a value too big) takes back what
-// it changed and leaves the transaction, and what the calls before it
-// wrote, alone; an error that may have ended the transaction (a full or
-// failing disk, the lock, memory) fails the batch as below. A lazy call
-// that changed rows unprotected must end there and succeed: one that writes
-// again, or returns an error, could not be undone alone, so its batch fails
-// instead (a bug, never a normal answer; writeTx).
-//
-// A failure of the transaction itself (BEGIN, a savepoint or COMMIT that
-// fails, a disk that is full or fails, a lock held past the busy timeout,
-// the transaction rolled back under the batch) answers every call of the
-// batch store.ErrUnavailable: its outcome is unknown, and no answer that an
-// earlier call of the batch computed is given, since it may rest on writes
-// that are not committed.
+// A call's answer is its own: a refusal (a fingerprint mismatch, a lost
+// lease, an already terminal record, a record that is not there) is an
+// answer the call keeps in its own variables, decided before it writes
+// anything, and never an error of the call. An error a call returns means
+// that one of its statements failed, and then the batch is given up whole:
+// it is rolled back, the call gets its error and every other call of the
+// batch store.ErrUnavailable, since what it wrote is gone too. So no call
+// needs a savepoint to be undone alone. A failure of the transaction itself
+// (BEGIN or COMMIT that fails, a disk that is full or fails, a lock held past
+// the busy timeout) answers every call of the batch store.ErrUnavailable: its
+// outcome is unknown, and no answer that a call of the batch computed is
+// given, since it may rest on writes that are not committed.
 //
 // The calls of a batch run one after another, in the order they were queued,
 // each with the store's clock read when it starts, under the write lock. A
 // call sees what the calls before it in the batch wrote, so two calls of one
 // key in one batch are answered as if they had run in two transactions.
+//
+// This is not store/coalesce, which the Postgres store batches with: that
+// gathers the calls of one kind, each key once, into one many-row statement,
+// and runs several statements at once. Here what is shared is the commit,
+// not a statement: calls of every kind go in one transaction, in arrival
+// order, a key as often as it comes, and one transaction runs at a time.
+// Claims, Completes and the sweeper's passes in their own coalescers would
+// each commit, and fsync, on their own.
 
 // maxBatch bounds the calls of one batch: a batch holds the write lock, and
 // its calls wait for the slowest of them, for as long as it runs.
 const maxBatch = 128
 
 // writeFunc is one call's work: it runs in the batch's transaction with now,
-// the store's clock when the call started. An error it returns undoes what
-// it wrote, and only that (within the rule of inWriteTxLazy for lazy calls).
+// the store's clock when the call started. It keeps its answer in its own
+// variables; an error it returns is a statement that failed, and gives up
+// the batch.
 type writeFunc func(tx *writeTx, now time.Time) error
 
 // writeCall is one queued call.
 type writeCall struct {
 	ctx context.Context
 	fn  writeFunc
-	// lazy makes the savepoint lazy (inWriteTxLazy).
-	lazy bool
-	err  error
+	err error
 	// panicked is what fn panicked with, if it did: do panics with it in
 	// the caller's goroutine, where the server's recovery sees it.
 	panicked any
@@ -103,9 +95,6 @@ type writer struct {
 	// goroutine uses it, and stmts, once the writer has started.
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
-	// turn is shared by the writers of every Store on the same file in this
-	// process; a batch holds it from BEGIN to COMMIT (fileTurn).
-	turn *fileTurn
 
 	mu      sync.Mutex
 	queued  sync.Cond // signalled when a call is queued or the writer stops
@@ -142,10 +131,10 @@ func newBatchCalls() prometheus.Histogram {
 	})
 }
 
-// startWriter starts the writer on conn, the write connection to path; it
-// wakes the Claims in watches that its calls ask it to.
-func startWriter(conn *sql.Conn, path string, watches *store.Watches) *writer {
-	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, turn: takeTurns(path), exited: make(chan struct{}),
+// startWriter starts the writer on conn, the write connection; it wakes the
+// Claims in watches that its calls ask it to.
+func startWriter(conn *sql.Conn, watches *store.Watches) *writer {
+	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, exited: make(chan struct{}),
 		batchCalls: newBatchCalls(), watches: watches}
 	w.queued.L = &w.mu
 	go w.run()
@@ -155,11 +144,11 @@ func startWriter(conn *sql.Conn, path string, watches *store.Watches) *writer {
 // do queues fn and waits until its batch is committed or has failed, or ctx
 // ends. When ctx ends first, do returns ctx's error at once; the call may
 // still run and commit (or, when its batch had not started, it is dropped).
-func (w *writer) do(ctx context.Context, fn writeFunc, lazy bool) error {
+func (w *writer) do(ctx context.Context, fn writeFunc) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c := &writeCall{ctx: ctx, fn: fn, lazy: lazy, done: make(chan struct{})}
+	c := &writeCall{ctx: ctx, fn: fn, done: make(chan struct{})}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -214,7 +203,6 @@ func (w *writer) statementsRun() int64 {
 
 func (w *writer) run() {
 	defer close(w.exited)
-	defer w.turn.release()
 	defer func() {
 		for _, stmt := range w.stmts {
 			_ = stmt.Close()
@@ -270,82 +258,33 @@ func (w *writer) runBatch(batch []*writeCall) {
 	if len(live) == 0 {
 		return
 	}
-	if err := w.turn.wait(); err != nil {
-		w.fail(live, "begin", err)
-		return
-	}
-	defer w.turn.done()
 	if _, err := w.conn.ExecContext(batchCtx, "BEGIN IMMEDIATE"); err != nil {
-		w.fail(live, "begin", err)
+		w.fail(live, nil, "begin", err)
 		return
 	}
 	w.tokens = tokenCounter{}
 	w.ran = 0
-	tx := &writeTx{w: w}
 	ran := live[:0:0]
 	for _, c := range live {
 		if err := c.ctx.Err(); err != nil { // gave up while BEGIN waited for the lock
 			c.answer(err)
 			continue
 		}
-		*tx = writeTx{w: w, lazy: c.lazy, call: c}
-		if !c.lazy {
-			if err := tx.save(); err != nil {
-				w.fail(live, "savepoint", err)
-				return
+		if err := c.run(&writeTx{w: w, call: c}); err != nil || c.panicked != nil {
+			if c.panicked != nil {
+				err = fmt.Errorf("a call panicked: %v", c.panicked)
 			}
-		}
-		err := c.run(tx)
-		switch {
-		case c.panicked != nil:
-			w.fail(live, "call", fmt.Errorf("a call panicked: %v", c.panicked))
+			w.fail(live, c, "call", err)
 			return
-		case tx.broken != nil:
-			w.fail(live, "savepoint", tx.broken)
-			return
-		case err == nil:
-			if tx.saved {
-				if _, err := w.exec(releaseSQL); err != nil {
-					w.fail(live, "release savepoint", err)
-					return
-				}
-			}
-			ran = append(ran, c)
-			continue
-		case errors.Is(interpretError(batchCtx, err), store.ErrUnavailable):
-			// The disk, the lock or the connection failed: SQLite may have
-			// rolled back the whole transaction already.
-			w.fail(live, "call", err)
-			return
-		case !tx.saved && tx.changed:
-			// What the call changed cannot be taken back alone.
-			w.fail(live, "call", fmt.Errorf("a call failed after a change it took no savepoint for: %w", err))
-			return
-		case !tx.saved && mayEndTx(err):
-			// Nothing to roll back to, and no telling whether SQLite
-			// rolled back the transaction.
-			w.fail(live, "call", err)
-			return
-		}
-		c.err = err
-		if tx.saved {
-			if _, err := w.exec(rollbackToSQL); err != nil {
-				w.fail(live, "roll back to savepoint", err)
-				return
-			}
-			if _, err := w.exec(releaseSQL); err != nil {
-				w.fail(live, "release savepoint", err)
-				return
-			}
 		}
 		ran = append(ran, c)
 	}
 	if err := w.storeTokens(); err != nil {
-		w.fail(live, "store the token counter", err)
+		w.fail(live, nil, "store the token counter", err)
 		return
 	}
 	if _, err := w.conn.ExecContext(batchCtx, "COMMIT"); err != nil {
-		w.fail(live, "commit", err)
+		w.fail(live, nil, "commit", err)
 		return
 	}
 	// Counted before the answers, so that a caller sees its own batch in
@@ -357,32 +296,28 @@ func (w *writer) runBatch(batch []*writeCall) {
 	w.mu.Unlock()
 	w.batchCalls.Observe(float64(len(ran)))
 	for _, c := range ran {
-		if c.err == nil {
-			// What the call wrote is committed, whether or not its
-			// caller is still waiting.
-			for _, id := range c.wakes {
-				w.watches.Wake(id)
-			}
+		// What the call wrote is committed, whether or not its caller is
+		// still waiting.
+		for _, id := range c.wakes {
+			w.watches.Wake(id)
 		}
 		c.wakes = nil
-		c.answer(interpretError(batchCtx, c.err))
+		c.answer(nil)
 	}
 }
 
-const (
-	savepointSQL  = `SAVEPOINT call`
-	releaseSQL    = `RELEASE call`
-	rollbackToSQL = `ROLLBACK TO call`
-)
-
-// fail ends a batch whose transaction failed: it rolls back what is left of
-// the transaction and answers every call of the batch store.ErrUnavailable
-// (those already answered keep their answer).
-func (w *writer) fail(batch []*writeCall, step string, cause error) {
+// fail gives up a batch: it rolls back what is left of the transaction and
+// answers culprit, the call whose statement failed (nil when the
+// transaction itself did), with its error, and every other call of the batch
+// store.ErrUnavailable (those already answered keep their answer).
+func (w *writer) fail(batch []*writeCall, culprit *writeCall, step string, cause error) {
 	// The transaction may be open (a failed COMMIT can leave it so) or
 	// already rolled back by SQLite, in which case ROLLBACK fails harmlessly.
 	_, _ = w.conn.ExecContext(batchCtx, "ROLLBACK")
 	err := interpretError(batchCtx, cause)
+	if culprit != nil && culprit.panicked == nil {
+		culprit.answer(err)
+	}
 	if !errors.Is(err, store.ErrUnavailable) {
 		err = fmt.Errorf("%w: the write transaction failed at %s: %w", store.ErrUnavailable, step, err)
 	}
@@ -427,47 +362,15 @@ func (w *writer) stmt(query string) (*sql.Stmt, error) {
 	return stmt, nil
 }
 
-// exec runs query, prepared, on the write connection.
-func (w *writer) exec(query string, args ...any) (sql.Result, error) {
-	stmt, err := w.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return stmt.ExecContext(batchCtx, args...)
-}
-
 // writeTx is the batch's transaction as a call sees it: statements on the
-// write connection, inside the call's savepoint once it has one. Each
-// statement is prepared once per Store and reused.
-//
-// A call of inWriteTx has its savepoint from its start. A call of
-// inWriteTxLazy runs its first writing statement (QueryRow, Exec) without
-// one; the savepoint is taken before the next writing statement (or
-// ExecScript), which is the same as taking it at the start as long as the
-// first changed nothing, as when an insert ran into an existing row or an
-// update matched none. Read runs no savepoint at all: it changes nothing.
-// tx tracks whether the unprotected statement changed anything, from what
-// it returned; runBatch relies on that to decide whether a failed call can
-// be answered alone.
+// write connection, each prepared once per Store and reused.
 type writeTx struct {
 	w    *writer
 	call *writeCall
-	// lazy: the call's savepoint waits for its second writing statement.
-	lazy bool
-	// saved: the call's savepoint is taken.
-	saved bool
-	// wrote: the call ran a writing statement before it had a savepoint.
-	wrote bool
-	// changed: that statement changed rows, or may have.
-	changed bool
-	// broken is the error of a savepoint that failed inside the call: the
-	// batch fails.
-	broken error
 }
 
 // WakeAfterCommit wakes the Claims waiting on id once the call's batch has
-// committed, if the call succeeded: not when the call failed (what it wrote
-// was taken back) or the batch did. It wakes them before the call is
+// committed: not when the batch failed. It wakes them before the call is
 // answered, and even when the caller has stopped waiting, so that a waiting
 // Claim looks after the change is visible and never misses it.
 func (tx *writeTx) WakeAfterCommit(id store.RecordID) {
@@ -478,144 +381,9 @@ func (tx *writeTx) WakeAfterCommit(id store.RecordID) {
 	c.wakes = append(c.wakes, id)
 }
 
-// errUnprotected refuses a lazy call's second write after a first that
-// changed rows without a savepoint: what the first changed could not be
-// undone alone if the call then failed.
-var errUnprotected = errors.New("sqlite: a call wrote again after an unprotected change; use inWriteTx")
-
-// save takes the call's savepoint.
-func (tx *writeTx) save() error {
-	if _, err := tx.w.exec(savepointSQL); err != nil {
-		return err
-	}
-	tx.saved = true
-	return nil
-}
-
-// beforeWrite is called before every writing statement: it reports whether
-// the statement runs unprotected, taking the savepoint first when it is due.
-func (tx *writeTx) beforeWrite(force bool) (unprotected bool, err error) {
-	switch {
-	case tx.saved:
-		return false, nil
-	case !tx.wrote && !force:
-		tx.wrote = true
-		tx.changed = true // until the statement shows otherwise
-		return true, nil
-	case tx.changed:
-		return false, errUnprotected
-	}
-	if err := tx.save(); err != nil {
-		tx.broken = err
-		return false, err
-	}
-	return false, nil
-}
-
-// QueryRow runs query, a writing statement that returns at most one row
-// (UPDATE, INSERT or DELETE ... RETURNING). Unprotected, a row returned is
-// a row changed, and none returned is none changed.
-func (tx *writeTx) QueryRow(query string, args ...any) rowScanner {
-	unprotected, err := tx.beforeWrite(false)
-	if err != nil {
-		return errRow{err}
-	}
-	stmt, err := tx.w.stmt(query)
-	if err != nil {
-		if unprotected {
-			tx.changed = false // prepared nothing, ran nothing
-		}
-		return errRow{err}
-	}
-	rows, err := stmt.QueryContext(batchCtx, args...)
-	if err != nil {
-		// A statement that fails changes nothing: SQLite takes back
-		// what it did, or the batch fails (runBatch).
-		if unprotected {
-			tx.changed = false
-		}
-		return errRow{err}
-	}
-	return &writeRow{rows: rows, unprotected: unprotected, tx: tx}
-}
-
-// Query runs query, a writing statement that returns any number of rows
-// (UPDATE or DELETE ... RETURNING), and calls each for every row. SQLite
-// makes all of such a statement's changes in its first step, so an error
-// from the statement comes before any row. Unprotected, rows returned are
-// rows changed, and none returned is none changed.
-func (tx *writeTx) Query(query string, each func(*sql.Rows) error, args ...any) error {
-	unprotected, err := tx.beforeWrite(false)
-	if err != nil {
-		return err
-	}
-	stmt, err := tx.w.stmt(query)
-	if err != nil {
-		if unprotected {
-			tx.changed = false // prepared nothing, ran nothing
-		}
-		return err
-	}
-	rows, err := stmt.QueryContext(batchCtx, args...)
-	if err != nil {
-		if unprotected {
-			tx.changed = false
-		}
-		return err
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		n++
-		if err := each(rows); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		if unprotected && n == 0 {
-			tx.changed = false // failed in its first step: SQLite took it back
-		}
-		return err
-	}
-	if unprotected && n == 0 {
-		tx.changed = false
-	}
-	return rows.Close()
-}
-
-// writeRow is QueryRow's row: like *sql.Row, and it tells tx whether the
-// statement changed a row.
-type writeRow struct {
-	rows        *sql.Rows
-	unprotected bool
-	tx          *writeTx
-}
-
-func (r *writeRow) Scan(dest ...any) error {
-	defer r.rows.Close()
-	if !r.rows.Next() {
-		if r.unprotected {
-			r.tx.changed = false // no row back: no row changed, or the statement failed
-		}
-		if err := r.rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := r.rows.Scan(dest...); err != nil {
-		return err
-	}
-	return r.rows.Close()
-}
-
-// errRow is a row that carries an error to Scan.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
-// Read runs query, a statement that changes nothing (a SELECT), which
-// returns at most one row. It takes no savepoint.
-func (tx *writeTx) Read(query string, args ...any) *sql.Row {
+// QueryRow runs query, which returns at most one row: a SELECT, or a write
+// with RETURNING.
+func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
 	stmt, err := tx.w.stmt(query)
 	if err != nil {
 		// Unprepared, the statement fails again, and the row carries
@@ -625,51 +393,42 @@ func (tx *writeTx) Read(query string, args ...any) *sql.Row {
 	return stmt.QueryRowContext(batchCtx, args...)
 }
 
-// Exec runs query, a writing statement. Unprotected, the rows it affected
-// are the rows it changed.
+// Query runs query, which returns any number of rows, and calls each for
+// every row.
+func (tx *writeTx) Query(query string, each func(*sql.Rows) error, args ...any) error {
+	stmt, err := tx.w.stmt(query)
+	if err != nil {
+		return err
+	}
+	rows, err := stmt.QueryContext(batchCtx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// Exec runs query, a writing statement.
 func (tx *writeTx) Exec(query string, args ...any) (sql.Result, error) {
-	unprotected, err := tx.beforeWrite(false)
+	stmt, err := tx.w.stmt(query)
 	if err != nil {
 		return nil, err
 	}
-	res, err := tx.w.exec(query, args...)
-	if unprotected {
-		if err != nil {
-			tx.changed = false // failed: SQLite took it back, or the batch fails
-		} else if n, nerr := res.RowsAffected(); nerr == nil && n == 0 {
-			tx.changed = false
-		}
-	}
-	return res, err
+	return stmt.ExecContext(batchCtx, args...)
 }
 
 // ExecScript runs query, which may hold several statements, without
-// preparing it: for statements that run once, such as a migration. It
-// always runs under the call's savepoint, taking it if the call has none.
+// preparing it: for statements that run once, such as a migration.
 func (tx *writeTx) ExecScript(query string, args ...any) (sql.Result, error) {
-	if _, err := tx.beforeWrite(true); err != nil {
-		return nil, err
-	}
 	return tx.w.conn.ExecContext(batchCtx, query, args...)
-}
-
-// mayEndTx reports whether err, a statement's error, may have rolled back
-// the whole transaction rather than the statement alone. SQLite takes back
-// just the failed statement for a constraint, a type mismatch, a value too
-// big, a bind out of range and a plain SQL error; other errors (a full or
-// failing disk, the lock, memory, an interrupt, corruption) may end the
-// transaction. Errors that are not SQLite's come from Go and touch nothing.
-func mayEndTx(err error) bool {
-	var sqliteErr *sqlite.Error
-	if !errors.As(err, &sqliteErr) {
-		return false
-	}
-	switch sqliteErr.Code() & 0xff {
-	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG,
-		sqlite3.SQLITE_RANGE, sqlite3.SQLITE_ERROR:
-		return false
-	}
-	return true
 }
 
 // Tokens. The counter idem_token holds the last token handed out; every
@@ -679,16 +438,15 @@ func mayEndTx(err error) bool {
 // one batch:
 //
 //   - the first token a batch draws reads idem_token, inside the batch's
-//     transaction, so under the write lock: another Store on the file (this
-//     process's, taking turns, or another process's) may have drawn tokens
-//     since this writer's last batch, and a batch that failed left nothing;
+//     transaction, so under the write lock: another process on the file
+//     (a tool, or a second Store) may have drawn tokens since this writer's
+//     last batch, and a batch that failed left nothing;
 //   - each token drawn adds one in memory;
 //   - before COMMIT, the batch writes the counter back once, in the same
 //     transaction, so every token a batch commits is at most the counter it
 //     commits, and a later batch, of this Store or another, draws above it.
 //
-// A token drawn by a call that then fails, or that a conflicting insert did
-// not use, leaves a gap at most: gaps are harmless, repeats are not, and a
+// A token that a conflicting insert did not use leaves a gap at most: gaps are harmless, repeats are not, and a
 // token that is given back (peekToken without takeToken) is not even a gap.
 // The counter is written by this code only; a statement that changed it
 // behind the writer's back within a batch would be overruled at most upwards
@@ -710,11 +468,7 @@ const (
 func (tx *writeTx) peekToken() (int64, error) {
 	t := &tx.w.tokens
 	if !t.loaded {
-		stmt, err := tx.w.stmt(loadTokensSQL)
-		if err != nil {
-			return 0, err
-		}
-		if err := stmt.QueryRowContext(batchCtx).Scan(&t.read); err != nil {
+		if err := tx.QueryRow(loadTokensSQL).Scan(&t.read); err != nil {
 			return 0, err
 		}
 		t.last, t.loaded = t.read, true
@@ -747,7 +501,11 @@ func (w *writer) storeTokens() error {
 	if !t.loaded || t.last == t.read {
 		return nil
 	}
-	res, err := w.exec(storeTokensSQL, t.last)
+	stmt, err := w.stmt(storeTokensSQL)
+	if err != nil {
+		return err
+	}
+	res, err := stmt.ExecContext(batchCtx, t.last)
 	if err != nil {
 		return err
 	}
@@ -756,65 +514,3 @@ func (w *writer) storeTokens() error {
 	}
 	return nil
 }
-
-// fileTurn makes the writers of the Stores that one process opens on one file
-// take turns, first come first served. SQLite's own lock is not fair: a
-// writer that waits for it sleeps and polls, and a writer that commits batch
-// after batch takes it again at once, so without turns one Store could keep
-// another from writing past the busy timeout. A Go channel hands its slot to
-// the writers waiting for it in order.
-type fileTurn struct {
-	slot chan struct{}
-	path string
-	refs int // guarded by fileTurnsMu
-}
-
-var (
-	fileTurnsMu sync.Mutex
-	fileTurns   = map[string]*fileTurn{}
-)
-
-// takeTurns returns the turn of the file at path, shared with the other
-// writers of the process on that file; release gives it back.
-func takeTurns(path string) *fileTurn {
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
-	}
-	fileTurnsMu.Lock()
-	defer fileTurnsMu.Unlock()
-	t, ok := fileTurns[path]
-	if !ok {
-		t = &fileTurn{slot: make(chan struct{}, 1), path: path}
-		fileTurns[path] = t
-	}
-	t.refs++
-	return t
-}
-
-func (t *fileTurn) release() {
-	fileTurnsMu.Lock()
-	defer fileTurnsMu.Unlock()
-	if t.refs--; t.refs == 0 {
-		delete(fileTurns, t.path)
-	}
-}
-
-// wait waits for the file's turn, as long as SQLite would wait for its lock.
-func (t *fileTurn) wait() error {
-	select {
-	case t.slot <- struct{}{}:
-		return nil
-	default:
-	}
-	timer := time.NewTimer(BusyTimeout)
-	defer timer.Stop()
-	select {
-	case t.slot <- struct{}{}:
-		return nil
-	case <-timer.C:
-		return fmt.Errorf("%w: another Store of this process held the file's write turn for %v", store.ErrUnavailable, BusyTimeout)
-	}
-}
-
-// done ends the turn.
-func (t *fileTurn) done() { <-t.slot }
