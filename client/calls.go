@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 )
 
 // State is where a record is in its life. The values match idem.v1.State;
@@ -155,7 +156,7 @@ type ClaimRequest struct {
 }
 
 // MaxWait is the longest ClaimRequest.Wait the server accepts.
-const MaxWait = 60 * time.Second
+const MaxWait = limits.MaxWait
 
 // ClaimResult is the answer to a Claim.
 type ClaimResult struct {

@@ -10,15 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idemhq/idem/internal/clip"
+	"github.com/idemhq/idem/limits"
 )
-
-// defaultLeaseTTL is the lease Do assumes when neither the job nor the
-// claimed record tells it: the server's documented default.
-const defaultLeaseTTL = 5 * time.Minute
-
-// maxErrorBytes is the server's bound on Fail's error text, in bytes.
-const maxErrorBytes = 4096
 
 // Job identifies one unit of work and how to hold it.
 type Job struct {
@@ -190,7 +183,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 		lease = rec.LeaseExpiresAt.Sub(rec.UpdatedAt)
 	}
 	if lease <= 0 {
-		lease = defaultLeaseTTL
+		lease = limits.DefaultLeaseTTL // neither tells: assume the documented default
 	}
 
 	fnCtx, cancelFn := context.WithCancelCause(ctx)
@@ -222,7 +215,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 	untilLeaseEnds := retryLimit{until: h.until}
 	fail := func(msg string, retryable bool) (Record, error) {
 		return retry(finishCtx, c, untilLeaseEnds, func(ctx context.Context) (Record, error) {
-			return c.Fail(ctx, FailRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Error: storableText(msg, maxErrorBytes), Retryable: retryable})
+			return c.Fail(ctx, FailRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, Error: storableText(msg, limits.MaxErrorBytes), Retryable: retryable})
 		})
 	}
 
@@ -314,13 +307,13 @@ func callFn(ctx context.Context, fn func(context.Context, Attempt) ([]byte, erro
 // rune boundary. Text that is already fine comes back unchanged.
 func storableText(s string, n int) string {
 	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return clip.Prefix(s, n)
+		return limits.Clip(s, n)
 	}
 	// A replacement is never shorter than what it replaces, so the first n
 	// bytes of the result come from characters that start in the first n
 	// bytes of s: those, and the rest of the last one, are all it needs.
 	s = s[:min(len(s), n+utf8.UTFMax)]
-	return clip.Prefix(strings.Map(func(r rune) rune {
+	return limits.Clip(strings.Map(func(r rune) rune {
 		if r == 0 {
 			return utf8.RuneError
 		}

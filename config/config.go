@@ -19,8 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemhq/idem/internal/clip"
-	"github.com/idemhq/idem/internal/namespace"
+	"github.com/idemhq/idem/limits"
 )
 
 // File is the configuration file.
@@ -85,15 +84,15 @@ type Policy struct {
 	// joined by commas (PolicyName).
 	Namespaces []string `yaml:"namespaces"`
 	// LeaseTTL is the lease of a Claim or Heartbeat that asks for none
-	// (within MinLeaseTTL–MaxLeaseTTL). Unset, the server's default lease,
-	// lowered to MaxLeaseTTL when that is below it.
+	// (within limits.MinLeaseTTL–limits.MaxLeaseTTL). Unset, the server's
+	// default lease, lowered to MaxLeaseTTL when that is below it.
 	LeaseTTL time.Duration `yaml:"lease_ttl,omitempty"`
 	// MaxLeaseTTL bounds the lease a Claim or Heartbeat may ask for: one that
 	// asks for more is refused with INVALID_ARGUMENT. Unset, the server's
-	// bound (24h). It may not be below LeaseTTL.
+	// bound (limits.MaxLeaseTTL). It may not be below LeaseTTL.
 	MaxLeaseTTL time.Duration `yaml:"max_lease_ttl,omitempty"`
 	// Retention is the retention of a Claim that asks for none (within
-	// MinRetention–MaxRetention). Unset, the server's default.
+	// limits.MinRetention–limits.MaxRetention). Unset, the server's default.
 	Retention time.Duration `yaml:"retention,omitempty"`
 	// OnLeaseExpiry is what happens to a record whose lease runs out without
 	// a Complete or Fail: "retry" (the default) lets the next Claim take it
@@ -101,15 +100,6 @@ type Policy struct {
 	// holder's late Complete or Fail or an operator's ResolveRecord.
 	OnLeaseExpiry string `yaml:"on_lease_expiry,omitempty"`
 }
-
-// The lease and retention bounds of every call (DESIGN §2), which a policy's
-// own values must keep within too.
-const (
-	MinLeaseTTL  = time.Second
-	MaxLeaseTTL  = 24 * time.Hour
-	MinRetention = time.Minute
-	MaxRetention = 90 * 24 * time.Hour
-)
 
 // The values of Policy.OnLeaseExpiry.
 const (
@@ -179,8 +169,8 @@ func Load(name string) (*File, error) {
 }
 
 // tenantNamePattern is what a tenant's name matches. It reads like
-// namespace.Pattern but is a rule of its own: a namespace glob is checked
-// against namespace.Pattern, never against this.
+// limits.NamespacePattern but is a rule of its own: a namespace glob is checked
+// against limits.NamespacePattern, never against this.
 var tenantNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // CheckTenantName checks a tenant's name: 1 to 64 characters of a-z, 0-9,
@@ -190,7 +180,7 @@ func CheckTenantName(name string) error {
 	case name == "":
 		return errors.New("missing; every tenant needs a name")
 	case !tenantNamePattern.MatchString(name):
-		return fmt.Errorf("%q must match %s", clip.Ellipsis(name, 80), tenantNamePattern)
+		return fmt.Errorf("%q must match %s", limits.Ellipsis(name, 80), tenantNamePattern)
 	}
 	return nil
 }
@@ -286,22 +276,22 @@ func checkPolicies(path string, policies []Policy) error {
 				return fieldErrorf(fmt.Sprintf("%s.namespaces[%d]", p, j), "%w", err)
 			}
 		}
-		if d := pol.LeaseTTL; d != 0 && (d < MinLeaseTTL || d > MaxLeaseTTL) {
-			return fieldErrorf(p+".lease_ttl", "%v is outside %v–%v", d, MinLeaseTTL, MaxLeaseTTL)
+		if d := pol.LeaseTTL; d != 0 && (d < limits.MinLeaseTTL || d > limits.MaxLeaseTTL) {
+			return fieldErrorf(p+".lease_ttl", "%v is outside %v–%v", d, limits.MinLeaseTTL, limits.MaxLeaseTTL)
 		}
-		if d := pol.MaxLeaseTTL; d != 0 && (d < MinLeaseTTL || d > MaxLeaseTTL) {
-			return fieldErrorf(p+".max_lease_ttl", "%v is outside %v–%v", d, MinLeaseTTL, MaxLeaseTTL)
+		if d := pol.MaxLeaseTTL; d != 0 && (d < limits.MinLeaseTTL || d > limits.MaxLeaseTTL) {
+			return fieldErrorf(p+".max_lease_ttl", "%v is outside %v–%v", d, limits.MinLeaseTTL, limits.MaxLeaseTTL)
 		}
 		if pol.MaxLeaseTTL != 0 && pol.LeaseTTL > pol.MaxLeaseTTL {
 			return fieldErrorf(p+".max_lease_ttl", "%v is below the policy's lease_ttl (%v); raise it or lower lease_ttl", pol.MaxLeaseTTL, pol.LeaseTTL)
 		}
-		if d := pol.Retention; d != 0 && (d < MinRetention || d > MaxRetention) {
-			return fieldErrorf(p+".retention", "%v is outside %v–%v", d, MinRetention, MaxRetention)
+		if d := pol.Retention; d != 0 && (d < limits.MinRetention || d > limits.MaxRetention) {
+			return fieldErrorf(p+".retention", "%v is outside %v–%v", d, limits.MinRetention, limits.MaxRetention)
 		}
 		switch pol.OnLeaseExpiry {
 		case "", OnLeaseExpiryRetry, OnLeaseExpiryHold:
 		default:
-			return fieldErrorf(p+".on_lease_expiry", "%q; want %q or %q", clip.Ellipsis(pol.OnLeaseExpiry, 40), OnLeaseExpiryRetry, OnLeaseExpiryHold)
+			return fieldErrorf(p+".on_lease_expiry", "%q; want %q or %q", limits.Ellipsis(pol.OnLeaseExpiry, 40), OnLeaseExpiryRetry, OnLeaseExpiryHold)
 		}
 	}
 	return nil
@@ -336,10 +326,10 @@ func checkGlob(pattern string) error {
 		return errors.New("empty pattern")
 	}
 	if _, err := path.Match(pattern, ""); err != nil {
-		return fmt.Errorf("%q is not a valid glob (path.Match syntax: * ? [a-z] \\x)", clip.Ellipsis(pattern, 80))
+		return fmt.Errorf("%q is not a valid glob (path.Match syntax: * ? [a-z] \\x)", limits.Ellipsis(pattern, 80))
 	}
-	if !strings.ContainsAny(pattern, `*?[\`) && !namespace.Valid(pattern) {
-		return fmt.Errorf("%q can never match: namespaces match %s", clip.Ellipsis(pattern, 80), namespace.Pattern)
+	if !strings.ContainsAny(pattern, `*?[\`) && !limits.ValidNamespace(pattern) {
+		return fmt.Errorf("%q can never match: namespaces match %s", limits.Ellipsis(pattern, 80), limits.NamespacePattern)
 	}
 	return nil
 }
@@ -351,10 +341,10 @@ func checkSubject(subj string) error {
 		return errors.New("empty subject; want e.g. \"CN=payments-worker\"")
 	}
 	if !strings.Contains(subj, "=") || strings.HasPrefix(subj, "=") {
-		return fmt.Errorf("%q is not a subject; want e.g. \"CN=payments-worker\" or \"CN=worker,O=Acme\"", clip.Ellipsis(subj, 80))
+		return fmt.Errorf("%q is not a subject; want e.g. \"CN=payments-worker\" or \"CN=worker,O=Acme\"", limits.Ellipsis(subj, 80))
 	}
 	if hasSpacedComma(subj) || strings.HasPrefix(subj, " ") || strings.HasSuffix(subj, " ") {
-		return fmt.Errorf("%q has spaces around its parts; write it as RFC 2253 prints it (\"CN=worker,O=Acme\"), which is what is compared", clip.Ellipsis(subj, 80))
+		return fmt.Errorf("%q has spaces around its parts; write it as RFC 2253 prints it (\"CN=worker,O=Acme\"), which is what is compared", limits.Ellipsis(subj, 80))
 	}
 	return nil
 }

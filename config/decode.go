@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idemhq/idem/internal/clip"
+	"github.com/idemhq/idem/limits"
 )
 
 // Parse decodes a configuration strictly and validates it. An unknown
@@ -350,7 +350,7 @@ func describeNode(n *yaml.Node) string {
 	case yaml.ScalarNode:
 		if n.ShortTag() == "!!str" {
 			if len(n.Value) > 10 {
-				return fmt.Sprintf("%q", clip.Prefix(n.Value, 7)+"…")
+				return fmt.Sprintf("%q", limits.Clip(n.Value, 7)+"…")
 			}
 			return fmt.Sprintf("%q", n.Value)
 		}

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/client"
-	"github.com/idemhq/idem/config"
+	"github.com/idemhq/idem/limits"
 )
 
 // Handler returns the function that a worker passes to client.Do for one
@@ -350,7 +350,7 @@ func (k *kit) run(c Case) *CaseReport {
 	// The deliveries whose lease must lapse hold it for the server's
 	// minimum, and their heartbeats do not get through.
 	lapsing := job
-	lapsing.LeaseTTL = config.MinLeaseTTL
+	lapsing.LeaseTTL = limits.MinLeaseTTL
 	waitForLapse := client.WithWait(client.MaxWait)
 
 	before := k.effects()

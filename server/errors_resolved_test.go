@@ -15,6 +15,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
@@ -139,7 +140,7 @@ func TestLateCallAfterOperatorResolution(t *testing.T) {
 		for name := range sends {
 			for _, c := range cases {
 				key := c.kind + "-" + name
-				rec := mustAcquire(t, ts.Client, &idemv1.ClaimRequest{Namespace: "hold.pay", Key: key, LeaseTtl: dur(server.MinLeaseTTL)})
+				rec := mustAcquire(t, ts.Client, &idemv1.ClaimRequest{Namespace: "hold.pay", Key: key, LeaseTtl: dur(limits.MinLeaseTTL)})
 				held[key] = rec
 				lapsed = rec.GetLeaseExpiresAt().AsTime()
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 )
@@ -35,7 +36,7 @@ func setupHold(t *testing.T, st store.Store) *holdBundle {
 // has run out.
 func (b *holdBundle) acquireLapsing(t *testing.T, ns, key string) *idemv1.Record {
 	t.Helper()
-	rec := mustAcquire(t, b.c, &idemv1.ClaimRequest{Namespace: ns, Key: key, LeaseTtl: dur(server.MinLeaseTTL)})
+	rec := mustAcquire(t, b.c, &idemv1.ClaimRequest{Namespace: ns, Key: key, LeaseTtl: dur(limits.MinLeaseTTL)})
 	time.Sleep(time.Until(rec.GetLeaseExpiresAt().AsTime()) + 50*time.Millisecond)
 	return rec
 }

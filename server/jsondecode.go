@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/clip"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/store"
 )
 
@@ -124,7 +124,7 @@ func shown(raw []byte) string {
 	if !utf8.ValidString(s) {
 		s = strconv.QuoteToASCII(s)
 	}
-	return clip.Ellipsis(s, 64)
+	return limits.Ellipsis(s, 64)
 }
 
 // expected says what JSON fd takes.

@@ -14,18 +14,21 @@ import (
 
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/store"
 )
 
 // Config holds the service's defaults and limits.
 type Config struct {
 	// DefaultLeaseTTL is the lease of a Claim or Heartbeat that sends none.
-	// It defaults to 5 minutes.
+	// It defaults to limits.DefaultLeaseTTL.
 	DefaultLeaseTTL time.Duration
 	// DefaultRetention is how long a record is kept after it leaves
-	// PROCESSING when the Claim sends no retention. It defaults to 24 hours.
+	// PROCESSING when the Claim sends no retention. It defaults to
+	// limits.DefaultRetention.
 	DefaultRetention time.Duration
-	// MaxResultBytes bounds Complete's result. It defaults to 64 KiB.
+	// MaxResultBytes bounds Complete's result. It defaults to
+	// limits.DefaultMaxResultBytes.
 	MaxResultBytes int
 	// Metrics, when set, counts claims, takeovers and lost leases.
 	Metrics *Metrics
@@ -61,9 +64,9 @@ type Config struct {
 // DefaultConfig returns the defaults of DESIGN §2.
 func DefaultConfig() Config {
 	return Config{
-		DefaultLeaseTTL:     5 * time.Minute,
-		DefaultRetention:    24 * time.Hour,
-		MaxResultBytes:      64 << 10,
+		DefaultLeaseTTL:     limits.DefaultLeaseTTL,
+		DefaultRetention:    limits.DefaultRetention,
+		MaxResultBytes:      limits.DefaultMaxResultBytes,
 		MaxWaiters:          DefaultMaxWaiters,
 		MaxWaitersPerTenant: DefaultMaxWaitersPerTenant,
 	}
@@ -227,7 +230,7 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 	if err := validateToken(req.GetToken()); err != nil {
 		return nil, err
 	}
-	leaseTTL, err := duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	leaseTTL, err := duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), s.cfg.DefaultLeaseTTL, limits.MinLeaseTTL, limits.MaxLeaseTTL)
 	if err != nil {
 		return nil, err
 	}

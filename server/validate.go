@@ -9,23 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/clip"
-	"github.com/idemhq/idem/internal/namespace"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/store"
-)
-
-// Bounds of DESIGN §2.
-const (
-	MaxKeyBytes         = 256
-	MaxFingerprintBytes = 64
-	MaxClaimantBytes    = 128
-	MaxErrorBytes       = 4096
-	MinLeaseTTL         = config.MinLeaseTTL
-	MaxLeaseTTL         = config.MaxLeaseTTL
-	MinRetention        = config.MinRetention
-	MaxRetention        = config.MaxRetention
 )
 
 // invalid is a request field that failed validation. Its message names the
@@ -69,13 +55,13 @@ func validateNamespace(ns string) error {
 	if err := validateText("namespace", ns); err != nil {
 		return err
 	}
-	if !namespace.Valid(ns) {
+	if !limits.ValidNamespace(ns) {
 		if ns == "" {
-			return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE, "namespace is empty; it must match %s", namespace.Pattern)
+			return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE, "namespace is empty; it must match %s", limits.NamespacePattern)
 		}
 		return invalid("namespace", idemv1.ErrorReason_ERROR_REASON_INVALID_NAMESPACE,
-			"namespace %q must match %s: 1 to 64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit",
-			clip.Ellipsis(ns, 80), namespace.Pattern)
+			"namespace %q must match %s: %s",
+			limits.Ellipsis(ns, 80), limits.NamespacePattern, limits.NamespaceRule)
 	}
 	return nil
 }
@@ -83,9 +69,9 @@ func validateNamespace(ns string) error {
 func validateKey(key string) error {
 	switch {
 	case key == "":
-		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is empty; it must be 1 to %d bytes", MaxKeyBytes)
-	case len(key) > MaxKeyBytes:
-		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is empty; it must be 1 to %d bytes", limits.MaxKeyBytes)
+	case len(key) > limits.MaxKeyBytes:
+		return invalid("key", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key is %d bytes; the limit is %d", len(key), limits.MaxKeyBytes)
 	}
 	if err := validateText("key", key); err != nil {
 		return err
@@ -101,8 +87,8 @@ func validateKey(key string) error {
 // validateKeyPrefix applies the key's rules to a listing's key_prefix, which
 // may be empty (no filter).
 func validateKeyPrefix(prefix string) error {
-	if len(prefix) > MaxKeyBytes {
-		return invalid("key_prefix", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key_prefix is %d bytes; the limit is %d, as for a key", len(prefix), MaxKeyBytes)
+	if len(prefix) > limits.MaxKeyBytes {
+		return invalid("key_prefix", idemv1.ErrorReason_ERROR_REASON_INVALID_KEY, "key_prefix is %d bytes; the limit is %d, as for a key", len(prefix), limits.MaxKeyBytes)
 	}
 	if err := validateText("key_prefix", prefix); err != nil {
 		return err
@@ -137,7 +123,7 @@ func validateMaxBytes(field string, reason idemv1.ErrorReason, n, limit int) err
 }
 
 func validateClaimant(claimant string) error {
-	if err := validateMaxBytes("claimant", idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT, len(claimant), MaxClaimantBytes); err != nil {
+	if err := validateMaxBytes("claimant", idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT, len(claimant), limits.MaxClaimantBytes); err != nil {
 		return err
 	}
 	return validateText("claimant", claimant)
@@ -145,7 +131,7 @@ func validateClaimant(claimant string) error {
 
 // validateErrorText checks Fail's error.
 func validateErrorText(text string) error {
-	if err := validateMaxBytes("error", idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR, len(text), MaxErrorBytes); err != nil {
+	if err := validateMaxBytes("error", idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR, len(text), limits.MaxErrorBytes); err != nil {
 		return err
 	}
 	return validateText("error", text)
@@ -174,21 +160,21 @@ func validateClaim(req *idemv1.ClaimRequest, cfg Config) (leaseTTL, retention ti
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return 0, 0, err
 	}
-	if err := validateMaxBytes("fingerprint", idemv1.ErrorReason_ERROR_REASON_INVALID_FINGERPRINT, len(req.GetFingerprint()), MaxFingerprintBytes); err != nil {
+	if err := validateMaxBytes("fingerprint", idemv1.ErrorReason_ERROR_REASON_INVALID_FINGERPRINT, len(req.GetFingerprint()), limits.MaxFingerprintBytes); err != nil {
 		return 0, 0, err
 	}
 	if err := validateClaimant(req.GetClaimant()); err != nil {
 		return 0, 0, err
 	}
-	leaseTTL, err = duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), cfg.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	leaseTTL, err = duration("lease_ttl", idemv1.ErrorReason_ERROR_REASON_INVALID_LEASE_TTL, req.GetLeaseTtl(), cfg.DefaultLeaseTTL, limits.MinLeaseTTL, limits.MaxLeaseTTL)
 	if err != nil {
 		return 0, 0, err
 	}
-	retention, err = duration("retention", idemv1.ErrorReason_ERROR_REASON_INVALID_RETENTION, req.GetRetention(), cfg.DefaultRetention, MinRetention, MaxRetention)
+	retention, err = duration("retention", idemv1.ErrorReason_ERROR_REASON_INVALID_RETENTION, req.GetRetention(), cfg.DefaultRetention, limits.MinRetention, limits.MaxRetention)
 	if err != nil {
 		return 0, 0, err
 	}
-	if _, err := duration("wait", idemv1.ErrorReason_ERROR_REASON_INVALID_WAIT, req.GetWait(), 0, 0, MaxWait); err != nil {
+	if _, err := duration("wait", idemv1.ErrorReason_ERROR_REASON_INVALID_WAIT, req.GetWait(), 0, 0, limits.MaxWait); err != nil {
 		return 0, 0, err
 	}
 	return leaseTTL, retention, nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 )
 
 // FuzzValidateClaim: validateClaim never panics; every rejection is
@@ -39,10 +40,10 @@ func FuzzValidateClaim(f *testing.F) {
 		}
 		lease, retention, err := validateClaim(req, cfg)
 		if err == nil {
-			if lease < MinLeaseTTL || lease > MaxLeaseTTL || retention < MinRetention || retention > MaxRetention {
+			if lease < limits.MinLeaseTTL || lease > limits.MaxLeaseTTL || retention < limits.MinRetention || retention > limits.MaxRetention {
 				t.Fatalf("accepted lease %s, retention %s: out of bounds", lease, retention)
 			}
-			if len(key) == 0 || len(key) > MaxKeyBytes || len(fingerprint) > MaxFingerprintBytes || len(claimant) > MaxClaimantBytes {
+			if len(key) == 0 || len(key) > limits.MaxKeyBytes || len(fingerprint) > limits.MaxFingerprintBytes || len(claimant) > limits.MaxClaimantBytes {
 				t.Fatalf("accepted a request out of bounds: %d-byte key, %d-byte fingerprint, %d-byte claimant", len(key), len(fingerprint), len(claimant))
 			}
 			if !hasLease && lease != cfg.DefaultLeaseTTL || !hasRetention && retention != cfg.DefaultRetention {
@@ -77,7 +78,7 @@ func FuzzValidateClaim(f *testing.F) {
 // whole: a lease of 24h plus 1ns is out.
 func TestValidateClaimBoundsToTheNanosecond(t *testing.T) {
 	t.Parallel()
-	req := &idemv1.ClaimRequest{Namespace: "ns", Key: "k", LeaseTtl: durationpb.New(MaxLeaseTTL + time.Nanosecond)}
+	req := &idemv1.ClaimRequest{Namespace: "ns", Key: "k", LeaseTtl: durationpb.New(limits.MaxLeaseTTL + time.Nanosecond)}
 	if _, _, err := validateClaim(req, DefaultConfig()); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("lease of 24h+1ns: %v; want INVALID_ARGUMENT", err)
 	}

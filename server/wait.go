@@ -17,9 +17,6 @@ import (
 // several waiting Claims that find the record RELEASED, one acquires it and
 // the others get IN_PROGRESS and wait on.
 
-// MaxWait bounds ClaimRequest.wait.
-const MaxWait = 60 * time.Second
-
 // Defaults of the caps on waiting Claims.
 const (
 	// DefaultMaxWaiters is how many Claims may wait at once in all.

@@ -17,6 +17,7 @@ import (
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
@@ -335,7 +336,7 @@ func TestWaitInvalid(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, server.Config{}, func(t *testing.T, s *waitServer) {
 		ctx := testContext(t)
-		for _, wait := range []time.Duration{-time.Second, server.MaxWait + time.Millisecond} {
+		for _, wait := range []time.Duration{-time.Second, limits.MaxWait + time.Millisecond} {
 			_, err := s.client.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: waitKey(), Wait: dur(wait)})
 			st := requireStatus(t, err, codes.InvalidArgument, "INVALID_WAIT")
 			if info := errorInfo(st); info.GetMetadata()["field"] != "wait" {
@@ -346,8 +347,8 @@ func TestWaitInvalid(t *testing.T) {
 			}
 		}
 		// Nothing was written.
-		if _, err := s.client.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: waitKey(), Wait: dur(server.MaxWait)}); err != nil {
-			t.Fatalf("wait of %s: %v", server.MaxWait, err)
+		if _, err := s.client.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: waitKey(), Wait: dur(limits.MaxWait)}); err != nil {
+			t.Fatalf("wait of %s: %v", limits.MaxWait, err)
 		}
 	})
 }

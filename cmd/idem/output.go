@@ -17,12 +17,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 )
 
-// maxInputBytes bounds what idem reads from a file or stdin, far above any
-// result idemd accepts (64 KiB unless configured otherwise), so that a wrong
-// file fails fast instead of filling memory.
-const maxInputBytes = 16 << 20
+// maxInputBytes bounds what idem reads from a file or stdin: the largest
+// result any idemd can be configured to accept, so that a wrong file fails
+// fast instead of filling memory.
+const maxInputBytes = limits.ResultBytesCeiling
 
 // jsonOptions is protojson's default form: the proto's JSON (camelCase)
 // field names, unset and zero fields left out. These names are what scripts

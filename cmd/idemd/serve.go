@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/tracing"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
 )
 
@@ -48,14 +49,14 @@ type serveCmd struct {
 }
 
 func (c *serveCmd) validate() error {
-	if err := durationFlag("default-lease-ttl", c.DefaultLeaseTTL, server.MinLeaseTTL, server.MaxLeaseTTL); err != nil {
+	if err := durationFlag("default-lease-ttl", c.DefaultLeaseTTL, limits.MinLeaseTTL, limits.MaxLeaseTTL); err != nil {
 		return err
 	}
-	if err := durationFlag("default-retention", c.DefaultRetention, server.MinRetention, server.MaxRetention); err != nil {
+	if err := durationFlag("default-retention", c.DefaultRetention, limits.MinRetention, limits.MaxRetention); err != nil {
 		return err
 	}
-	if c.MaxResultBytes < 1 || c.MaxResultBytes > 16<<20 {
-		return fmt.Errorf("--max-result-bytes is %d; it must be between 1 and %d", c.MaxResultBytes, 16<<20)
+	if c.MaxResultBytes < 1 || c.MaxResultBytes > limits.ResultBytesCeiling {
+		return fmt.Errorf("--max-result-bytes is %d; it must be between 1 and %d", c.MaxResultBytes, limits.ResultBytesCeiling)
 	}
 	if c.MaxWaiters < 1 {
 		return fmt.Errorf("--max-waiters is %d; it must be at least 1", c.MaxWaiters)

@@ -2,7 +2,7 @@
 // record) and delete, each behind a confirmation that says what will happen.
 import { useState } from "preact/hooks";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { pb, State } from "@idemhq/idem";
+import { MAX_ERROR_BYTES, pb, State } from "@idemhq/idem";
 import { describe, reasonOf, type Session } from "./api";
 import { byteLength, decodeBytes, hex, stateName } from "./format";
 import { Dialog, Time } from "./ui";
@@ -162,7 +162,7 @@ export function ActionDialog({ rec, session, action, now, onClose, onChanged }: 
 
   if (step === "edit") {
     const bytes = byteLength(value);
-    const tooLong = action === "failed" && bytes > 4096;
+    const tooLong = action === "failed" && bytes > MAX_ERROR_BYTES;
     return (
       <Dialog title={`${TITLES[action]}: ${name}`} onClose={onClose} testid="action-dialog">
         <form
@@ -176,11 +176,11 @@ export function ActionDialog({ rec, session, action, now, onClose, onChanged }: 
           <label for="action-value">
             {action === "completed"
               ? "The result every later Claim of this key replays (text, stored as UTF-8; may be empty):"
-              : "The error every later Claim of this key gets (at most 4 KiB):"}
+              : `The error every later Claim of this key gets (at most ${MAX_ERROR_BYTES} bytes):`}
           </label>
           <textarea id="action-value" rows={6} value={value} onInput={(e) => setValue((e.target as HTMLTextAreaElement).value)} autofocus />
           <div class={tooLong ? "error small" : "muted small"}>
-            {bytes} bytes{tooLong ? ": the limit is 4096" : ""}
+            {bytes} bytes{tooLong ? `: the limit is ${MAX_ERROR_BYTES}` : ""}
           </div>
           <div class="actions">
             <button type="submit" class="primary" disabled={tooLong || (action === "failed" && value === "")}>

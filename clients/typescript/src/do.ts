@@ -17,6 +17,7 @@ import { delay, retry, sleep } from "./retry.js";
 import { MAX_ERROR_BYTES, storableText } from "./text.js";
 import { randomUUID } from "./uuid.js";
 
+// Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 /**
  * DEFAULT_LEASE_TTL_MS is the lease do() assumes when neither the job nor
  * the claimed record tells it: the server's documented default.

@@ -1,3 +1,4 @@
+// Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 /** MAX_ERROR_BYTES is the server's bound on Fail's error text, in bytes of UTF-8. */
 export const MAX_ERROR_BYTES = 4096;
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Job", "Attempt", "Result", "Once", "do", "idempotent", "current_attempt", "storable_text",
            "MAX_ERROR_BYTES"]
 
+# Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 #: The server's bound on a Fail's error text, in bytes of UTF-8.
 MAX_ERROR_BYTES = 4096
 # The lease do() assumes when neither the job nor the claimed record tells

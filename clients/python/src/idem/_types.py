@@ -18,6 +18,7 @@ from typing import Any, List, Mapping, Optional, Union
 
 __all__ = ["MAX_WAIT", "State", "Outcome", "Record", "ClaimResult", "RecordPage", "StatsRow", "Seconds"]
 
+# Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 #: The longest Claim wait the server accepts, in seconds.
 MAX_WAIT = 60.0
 

@@ -1,14 +1,14 @@
-package clip_test
+package limits_test
 
 import (
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/idemhq/idem/internal/clip"
+	"github.com/idemhq/idem/limits"
 )
 
-func TestPrefix(t *testing.T) {
+func TestClip(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		s    string
@@ -32,49 +32,49 @@ func TestPrefix(t *testing.T) {
 		{"a\x80\x80\x80\x80b", 4, "a\x80\x80\x80"}, // continuation bytes with no start: cut at the byte
 	}
 	for _, tc := range cases {
-		if got := clip.Prefix(tc.s, tc.n); got != tc.want {
-			t.Errorf("Prefix(%q, %d) = %q; want %q", tc.s, tc.n, got, tc.want)
+		if got := limits.Clip(tc.s, tc.n); got != tc.want {
+			t.Errorf("Clip(%q, %d) = %q; want %q", tc.s, tc.n, got, tc.want)
 		}
 	}
 }
 
 func TestEllipsis(t *testing.T) {
 	t.Parallel()
-	if got := clip.Ellipsis("short", 80); got != "short" {
+	if got := limits.Ellipsis("short", 80); got != "short" {
 		t.Errorf("Ellipsis(short) = %q", got)
 	}
-	if got := clip.Ellipsis("Zürich", 2); got != "Z…" {
+	if got := limits.Ellipsis("Zürich", 2); got != "Z…" {
 		t.Errorf("Ellipsis(Zürich, 2) = %q; want Z…", got)
 	}
 	long := strings.Repeat("ü", 50) // 100 bytes
-	got := clip.Ellipsis(long, 81)
+	got := limits.Ellipsis(long, 81)
 	if !utf8.ValidString(got) || got != strings.Repeat("ü", 40)+"…" {
 		t.Errorf("Ellipsis(100 bytes of ü, 81) = %q", got)
 	}
 }
 
-// FuzzPrefix: the prefix is a prefix of at most n bytes, as long as it can
+// FuzzClip: the prefix is a prefix of at most n bytes, as long as it can
 // be, and valid UTF-8 whenever the text is.
-func FuzzPrefix(f *testing.F) {
+func FuzzClip(f *testing.F) {
 	f.Add("héllo wörld", 4)
 	f.Add("a😀b", 3)
 	f.Add("\xff\xfe", 1)
 	f.Fuzz(func(t *testing.T, s string, n int) {
-		got := clip.Prefix(s, n)
+		got := limits.Clip(s, n)
 		if !strings.HasPrefix(s, got) {
-			t.Fatalf("Prefix(%q, %d) = %q is not a prefix", s, n, got)
+			t.Fatalf("Clip(%q, %d) = %q is not a prefix", s, n, got)
 		}
 		if len(got) > max(n, 0) {
-			t.Fatalf("Prefix(%q, %d) = %q is longer than %d bytes", s, n, got, n)
+			t.Fatalf("Clip(%q, %d) = %q is longer than %d bytes", s, n, got, n)
 		}
 		if len(got) < min(len(s), n)-(utf8.UTFMax-1) {
-			t.Fatalf("Prefix(%q, %d) = %q cut more than a character", s, n, got)
+			t.Fatalf("Clip(%q, %d) = %q cut more than a character", s, n, got)
 		}
 		if utf8.ValidString(s) && !utf8.ValidString(got) {
-			t.Fatalf("Prefix(%q, %d) = %q cut a character in half", s, n, got)
+			t.Fatalf("Clip(%q, %d) = %q cut a character in half", s, n, got)
 		}
 		if utf8.ValidString(s) && n < len(s) && n >= 0 && utf8.ValidString(s[:n]) && got != s[:n] {
-			t.Fatalf("Prefix(%q, %d) = %q; want %q", s, n, got, s[:n])
+			t.Fatalf("Clip(%q, %d) = %q; want %q", s, n, got, s[:n])
 		}
 	})
 }

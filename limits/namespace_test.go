@@ -1,22 +1,22 @@
-package namespace_test
+package limits_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem/internal/namespace"
+	"github.com/idemhq/idem/limits"
 )
 
-func TestValid(t *testing.T) {
+func TestValidNamespace(t *testing.T) {
 	t.Parallel()
 	for _, ns := range []string{"process_payment", "refund.v2", "a", "0-9", strings.Repeat("a", 64)} {
-		if !namespace.Valid(ns) {
-			t.Errorf("Valid(%q) = false", ns)
+		if !limits.ValidNamespace(ns) {
+			t.Errorf("ValidNamespace(%q) = false", ns)
 		}
 	}
 	for _, ns := range []string{"", "Refund", "_x", ".x", "-x", "a b", "a/b", "é", strings.Repeat("a", 65), "a\n"} {
-		if namespace.Valid(ns) {
-			t.Errorf("Valid(%q) = true", ns)
+		if limits.ValidNamespace(ns) {
+			t.Errorf("ValidNamespace(%q) = true", ns)
 		}
 	}
 }
