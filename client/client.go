@@ -44,7 +44,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/grpctarget"
 )
 
 // Client talks to one idem service. It is thin: every typed call is one RPC,
@@ -125,7 +124,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect)}
 	if o.token != "" {
-		if o.insecure && !grpctarget.IsLoopback(target) {
+		if o.insecure && !IsLoopback(target) {
 			return nil, fmt.Errorf("idem: refusing to send the token in plaintext to %q: use WithTLS, or a loopback target", target)
 		}
 		// gRPC itself enforces RequireTransportSecurity, so a dial option

@@ -1,16 +1,11 @@
 package client
 
-import "github.com/idemhq/idem/internal/grpctarget"
-
 // WithoutHeartbeat makes Do send no heartbeats, so that a test can let the
 // lease run out while fn runs.
 func WithoutHeartbeat() DoOption { return func(o *doOptions) { o.noHeartbeat = true } }
 
 // CanonicalJSON exposes the text FingerprintJSON hashes, for the vectors.
 var CanonicalJSON = canonicalJSON
-
-// IsLocal exposes the loopback check that guards WithToken.
-var IsLocal = grpctarget.IsLoopback
 
 // StorableText exposes what Do makes of an error text before it sends it.
 var StorableText = storableText

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/client"
-	"github.com/idemhq/idem/internal/grpctarget"
 )
 
 // serviceTarget does a job through idem: Claim, then Complete, with the Go
@@ -26,7 +25,7 @@ type serviceTarget struct {
 }
 
 func (c *cli) dialService(addr string) (*client.Client, error) {
-	loopback := grpctarget.IsLoopback(addr)
+	loopback := client.IsLoopback(addr)
 	var opts []client.Option
 	switch {
 	case c.TLS:

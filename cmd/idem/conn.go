@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/idemhq/idem/client"
-	"github.com/idemhq/idem/internal/grpctarget"
 )
 
 // wantsTLS reports whether any TLS flag was given: each implies --tls.
@@ -17,7 +16,7 @@ func (g *globals) wantsTLS() bool {
 // dial makes the client, refusing plaintext that would leave the machine
 // unless --insecure says it is intended.
 func (g *globals) dial() (*client.Client, error) {
-	loopback := grpctarget.IsLoopback(g.Addr)
+	loopback := client.IsLoopback(g.Addr)
 	var opts []client.Option
 	switch {
 	case g.wantsTLS() && g.Insecure:

@@ -1,9 +1,4 @@
-// Package grpctarget reads gRPC dial targets. It holds the one rule for
-// "does this target name this machine?", shared by the Go SDK, which lets a
-// token travel in plaintext only to such a target, and by the binaries that
-// dial idem, which choose plaintext by the same rule, so the two can never
-// disagree.
-package grpctarget
+package client
 
 import (
 	"net"
@@ -11,12 +6,14 @@ import (
 	"strings"
 )
 
-// IsLoopback reports whether target names this machine: a loopback IP,
-// "localhost", or a Unix socket, with or without a scheme
-// ("dns:///localhost:7070", "passthrough:///127.0.0.1:7070",
+// IsLoopback reports whether target, a gRPC dial target, names this
+// machine: a loopback IP, "localhost", or a Unix socket, with or without a
+// scheme ("dns:///localhost:7070", "passthrough:///127.0.0.1:7070",
 // "unix:///run/idem.sock"). Plaintext to such a target never crosses a
-// network. Any other host name counts as remote, even one that resolves to a
-// loopback address.
+// network, so New sends a WithToken token over WithInsecure only to such a
+// target; the idem CLI chooses plaintext by the same rule, so the two never
+// disagree. Any other host name counts as remote, even one that resolves to
+// a loopback address.
 func IsLoopback(target string) bool {
 	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
 		return true
