@@ -37,42 +37,39 @@ type AdminService struct {
 
 	store  store.Store
 	logger *slog.Logger
-	// Authorize, when set, is asked before every call and its error is
-	// returned as is. With tenants configured it admits only admin tenants;
-	// without them (single-tenant mode) it is nil and every caller is admitted.
-	Authorize func(ctx context.Context) error
-	// Tenants, when set, holds every call to the namespace allow-list of the
-	// caller's tenant, as the IdempotencyService does: a namespace outside
-	// it is PERMISSION_DENIED / NAMESPACE_NOT_ALLOWED, and a listing or a
-	// count without a namespace shows only the namespaces it admits. Nil
-	// (single-tenant mode) admits every namespace.
-	Tenants *Tenants
-	// MaxResultBytes bounds the result of ResolveRecord's completed. It
-	// defaults to the service's default, 64 KiB.
-	MaxResultBytes int
+	// tenants, when set, admits only admin tenants (AdminOnly), and holds
+	// every call to the namespace allow-list of the caller's tenant, as the
+	// IdempotencyService does: a namespace outside it is PERMISSION_DENIED /
+	// NAMESPACE_NOT_ALLOWED, and a listing or a count without a namespace
+	// shows only the namespaces it admits. Nil (single-tenant mode) admits
+	// every caller and every namespace.
+	tenants *Tenants
+	// maxResultBytes bounds the result of ResolveRecord's completed, as it
+	// bounds Complete's.
+	maxResultBytes int
 }
 
 var _ idemv1.AdminServiceServer = (*AdminService)(nil)
 
-// NewAdminService returns the admin service over st.
-func NewAdminService(st store.Store, logger *slog.Logger) *AdminService {
+// NewAdminService returns the admin service over st, for the tenants and
+// the result limit of cfg, the Config the IdempotencyService beside it
+// takes (its zero fields are the defaults, as for NewService).
+func NewAdminService(st store.Store, cfg Config, logger *slog.Logger) *AdminService {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &AdminService{store: st, logger: logger}
+	cfg = cfg.withDefaults()
+	return &AdminService{store: st, logger: logger, tenants: cfg.Tenants, maxResultBytes: cfg.MaxResultBytes}
 }
 
 func (a *AdminService) authorize(ctx context.Context) error {
-	if a.Authorize == nil {
-		return nil
-	}
-	return a.Authorize(ctx)
+	return a.tenants.AdminOnly(ctx)
 }
 
 // allowList returns the caller's tenant when it has a namespace allow-list,
 // nil when every namespace is open to it.
 func (a *AdminService) allowList(ctx context.Context) *tenant {
-	t := a.Tenants.callerTenant(ctx)
+	t := a.tenants.callerTenant(ctx)
 	if t == nil || t.namespaces == nil {
 		return nil
 	}
@@ -343,12 +340,8 @@ func (a *AdminService) ResolveRecord(ctx context.Context, req *idemv1.ResolveRec
 	p := &store.ResolveParams{RecordID: id}
 	switch r := req.GetResolution().(type) {
 	case *idemv1.ResolveRecordRequest_Completed:
-		limit := a.MaxResultBytes
-		if limit <= 0 {
-			limit = DefaultConfig().MaxResultBytes
-		}
 		// The record's own tenant's limit: its Claims replay the result.
-		if err := checkResultLimit(a.Tenants.lookup(tenant), len(r.Completed.GetResult()), limit); err != nil {
+		if err := checkResultLimit(a.tenants.lookup(tenant), len(r.Completed.GetResult()), a.maxResultBytes); err != nil {
 			return nil, err
 		}
 		p.Resolution, p.Result = store.ResolveCompleted, r.Completed.GetResult()

@@ -201,7 +201,7 @@ func (ts *Tenants) streamInterceptors() []grpc.StreamServerInterceptor {
 }
 
 // AdminOnly admits callers whose tenant has admin: true (or operator: true)
-// in idemd's config, for AdminService.Authorize, and refuses every other
+// in idemd's config, before every AdminService call, and refuses every other
 // tenant with PERMISSION_DENIED / NOT_ADMIN. A nil Tenants (no config file,
 // one unauthenticated tenant) admits every caller.
 func (ts *Tenants) AdminOnly(ctx context.Context) error {

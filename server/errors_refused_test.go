@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/refusingpg"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/internal/testserver"
-	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/sqlite"
@@ -386,7 +386,7 @@ func requireUnavailableEverywhere(t *testing.T, ts *testserver.Server, st store.
 		t.Run("connect/"+method, func(t *testing.T) { checkJSONError(t, a, false, "unavailable", "STORE_UNAVAILABLE") })
 	}
 
-	if _, err := server.NewSweeper(st, nil).SweepOnce(ctx); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := maintenance.NewSweeper(st, maintenance.SweeperConfig{}).SweepOnce(ctx); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("SweepOnce: %v; want store.ErrUnavailable", err)
 	}
 	if err := st.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/testserver"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
@@ -79,7 +80,7 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 	}
 
-	if _, err := server.NewSweeper(st, nil).SweepOnce(testContext(t)); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := maintenance.NewSweeper(st, maintenance.SweeperConfig{}).SweepOnce(testContext(t)); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("SweepOnce: %v; want store.ErrUnavailable", err)
 	}
 	if err := st.Ping(testContext(t)); !errors.Is(err, store.ErrUnavailable) {

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/testserver"
-	"github.com/idemhq/idem/server"
 )
 
 // tokenCalls are the three calls that present a token, for tables.
@@ -318,7 +318,7 @@ func TestTokensIncreaseAcrossPurge(t *testing.T) {
 		if _, err := ts.DB.Pool.Exec(ctx, `UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE namespace = $1 AND key = $2`, ns, "reborn"); err != nil {
 			t.Fatal(err)
 		}
-		stats, err := server.NewSweeper(ts.Store, nil).SweepOnce(ctx)
+		stats, err := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{}).SweepOnce(ctx)
 		if err != nil || stats.Purged != 1 {
 			t.Fatalf("round %d: SweepOnce = %+v, %v; want 1 purged", round, stats, err)
 		}

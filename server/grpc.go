@@ -73,9 +73,9 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		grpc.MaxRecvMsgSize(svc.cfg.MaxResultBytes + messageHeadroom),
 		// Calls run on a pool of goroutines that keep their grown stacks,
 		// instead of a new goroutine per call whose stack grows again
-		// through the handler chain: stack copying was 9% of idemd's CPU
-		// under load. Past streamWorkers concurrent calls grpc-go starts
-		// goroutines as before.
+		// through the handler chain, which showed in profiles under load
+		// (docs/BENCHMARKS.md). Past streamWorkers concurrent calls grpc-go
+		// starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if tp := svc.cfg.Tracing; tp != nil {
@@ -98,11 +98,7 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	)
 	srv := grpc.NewServer(append(base, opts...)...)
 	idemv1.RegisterIdempotencyServiceServer(srv, svc)
-	admin := NewAdminService(svc.store, logger)
-	admin.Authorize = svc.cfg.Tenants.AdminOnly // admits every caller without tenants
-	admin.Tenants = svc.cfg.Tenants
-	admin.MaxResultBytes = svc.cfg.MaxResultBytes
-	idemv1.RegisterAdminServiceServer(srv, admin)
+	idemv1.RegisterAdminServiceServer(srv, NewAdminService(svc.store, svc.cfg, logger))
 	healthSrv := health.NewServer()
 	// Known from the start, NOT_SERVING until WatchHealth has seen the store
 	// answer: a readiness probe that asks before the first check gets "not
@@ -119,10 +115,10 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 // The services whose successful calls logCalls logs at debug: health
 // probes, which arrive every few seconds from every load balancer, and the
 // workers' calls, thousands a second on a busy server. A line per answered
-// Claim and Complete cost idemd 21% more CPU per job under load (256 against
-// 212 µs at C=32, one A/B), and the metrics
-// already count every call by method and code; a call that ends in an error
-// code, and every AdminService call, keeps its line.
+// Claim and Complete is a large share of idemd's CPU per job under load
+// (docs/BENCHMARKS.md), and the metrics already count every call by method
+// and code; a call that ends in an error code, and every AdminService call,
+// keeps its line.
 var (
 	healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 	workerPrefix = "/" + idemv1.IdempotencyService_ServiceDesc.ServiceName + "/"
@@ -131,8 +127,8 @@ var (
 // logCalls logs one line per finished call, at codeToLevel's level. It
 // builds the line only when that level is enabled: go-grpc-middleware's
 // logging interceptor built its fields for every call before it knew the
-// level, which cost 5–8% of the CPU of a Claim and Complete and made 22% of
-// the allocations (docs/BENCHMARKS.md). With traced, a call whose span is
+// level, so every call paid for a line that was rarely written
+// (docs/BENCHMARKS.md). With traced, a call whose span is
 // recording has its trace and span ids on the line.
 func logCalls(logger *slog.Logger, traced bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -127,24 +127,24 @@ func (m *Metrics) observeTokenCall(err error) {
 }
 
 // ObserveSweep records one sweeper pass: its duration, and whether it
-// failed. A Sweeper with Metrics set calls it after every pass (and counts
-// the records and the time as the pass goes, observeSweepProgress); a nil
-// Metrics records nothing.
-func (m *Metrics) ObserveSweep(stats SweepStats, err error) {
+// failed. A maintenance.Sweeper with Metrics set calls it after every pass
+// (and counts the records and the time as the pass goes,
+// ObserveSweepProgress); a nil Metrics records nothing.
+func (m *Metrics) ObserveSweep(took time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	m.sweepDuration.Observe(stats.Duration.Seconds())
+	m.sweepDuration.Observe(took.Seconds())
 	if err != nil {
 		m.sweepErrors.Inc()
 	}
 }
 
-// observeSweepProgress counts what a sweeper pass did since it last said:
+// ObserveSweepProgress counts what a sweeper pass did since it last said:
 // records expired and purged, and the time spent. A pass with a large
 // backlog lasts long; counted only at its end, it would show nothing until
 // then.
-func (m *Metrics) observeSweepProgress(expired, purged int, busy time.Duration) {
+func (m *Metrics) ObserveSweepProgress(expired, purged int, busy time.Duration) {
 	if m == nil {
 		return
 	}

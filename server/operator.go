@@ -21,7 +21,7 @@ import (
 //
 // A call that reaches beyond the caller's tenant is logged at info with the
 // operator, the tenant (or all_tenants) and method, the RPC's name; never a
-// key or a token. Call it after Authorize has admitted the caller.
+// key or a token. Call it after authorize has admitted the caller.
 func (a *AdminService) targetTenants(ctx context.Context, method, tenant string, all bool) ([]string, error) {
 	caller := TenantFromContext(ctx)
 	if tenant == "" && !all {
@@ -45,7 +45,7 @@ func (a *AdminService) targetTenants(ctx context.Context, method, tenant string,
 	if all {
 		field = "all_tenants"
 	}
-	if a.Tenants == nil {
+	if a.tenants == nil {
 		// Without a config file every caller is the one tenant, default,
 		// and there is nobody else to name.
 		if all {
@@ -54,7 +54,7 @@ func (a *AdminService) targetTenants(ctx context.Context, method, tenant string,
 		return nil, invalid("tenant", idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
 			"tenant %q does not exist: idemd runs without a config file, so its only tenant is %q", tenant, DefaultTenant)
 	}
-	if t := a.Tenants.callerTenant(ctx); t == nil || !t.operator {
+	if t := a.tenants.callerTenant(ctx); t == nil || !t.operator {
 		what := fmt.Sprintf("name tenant %q", tenant)
 		if all {
 			what = "ask for all_tenants"
@@ -65,9 +65,9 @@ func (a *AdminService) targetTenants(ctx context.Context, method, tenant string,
 	}
 	if all {
 		a.logger.InfoContext(ctx, "operator call across tenants", "operator", caller, "all_tenants", true, "method", method)
-		return a.Tenants.names(), nil
+		return a.tenants.names(), nil
 	}
-	if a.Tenants.lookup(tenant) == nil {
+	if a.tenants.lookup(tenant) == nil {
 		return nil, invalid("tenant", idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT, "tenant %q is not in idemd's config", tenant)
 	}
 	a.logger.InfoContext(ctx, "operator call across tenants", "operator", caller, "tenant", tenant, "method", method)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/testserver"
 	"github.com/idemhq/idem/server"
 )
@@ -225,7 +226,7 @@ func TestClaimStateTable(t *testing.T) {
 		held := mustAcquire(t, ts.Client, testClaim("expired", "w1"))
 		lapse(t, ts.DB.Pool, "expired")
 		lapsed := mustLookup(t, ts.Client, "expired")
-		stats, err := server.NewSweeper(ts.Store, nil).SweepOnce(testContext(t))
+		stats, err := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{}).SweepOnce(testContext(t))
 		if err != nil || stats.Expired != 1 || stats.Purged != 0 {
 			t.Fatalf("SweepOnce = %+v, %v; want 1 expired", stats, err)
 		}
@@ -279,7 +280,7 @@ func TestExpiryAloneDoesNotRevoke(t *testing.T) {
 	t.Parallel()
 	ts := testserver.Start(t)
 	ctx := testContext(t)
-	sweeper := server.NewSweeper(ts.Store, nil)
+	sweeper := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{})
 
 	// Lapsed, not swept: Complete succeeds.
 	held := mustAcquire(t, ts.Client, testClaim("lapsed", "w1"))

@@ -174,9 +174,9 @@ func TestTextFields(t *testing.T) {
 		msg     string
 	}{
 		{"gRPC with a NUL", viaGRPC{ts.Client, ts.Admin}, "a\x00b", "NUL_CHARACTER", "NUL character (U+0000) at byte"},
-		{"direct with a NUL", direct{server.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, server.Config{}, nil), server.NewAdminService(ts.Store, nil)},
+		{"direct with a NUL", direct{server.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, server.Config{}, nil), server.NewAdminService(ts.Store, server.Config{}, nil)},
 			"\x00", "NUL_CHARACTER", "NUL character (U+0000) at byte"},
-		{"direct with invalid UTF-8", direct{server.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, server.Config{}, nil), server.NewAdminService(ts.Store, nil)},
+		{"direct with invalid UTF-8", direct{server.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, server.Config{}, nil), server.NewAdminService(ts.Store, server.Config{}, nil)},
 			"caf\xc3", "INVALID_UTF8", "is not valid UTF-8"},
 	}
 	for _, api := range apis {

@@ -18,7 +18,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/idemhq/idem/internal/buildinfo"
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/store/migrate"
 	"github.com/idemhq/idem/store/sqlite"
 )
@@ -136,10 +136,10 @@ func main() {
 		kong.Description("idem makes a job's side effect happen once: workers Claim before it and Complete or Fail after it."),
 		kong.Vars{
 			"version":          buildinfo.Read(version, commit).Line("idemd"),
-			"sweep_interval":   server.DefaultSweepInterval.String(),
-			"sweep_batch_size": strconv.Itoa(server.DefaultSweepBatchSize),
-			"count_interval":   server.DefaultCountEvery.String(),
-			"sweep_duty":       strconv.FormatFloat(server.DefaultSweepDuty, 'g', -1, 64),
+			"sweep_interval":   maintenance.DefaultSweepInterval.String(),
+			"sweep_batch_size": strconv.Itoa(maintenance.DefaultSweepBatchSize),
+			"count_interval":   maintenance.DefaultCountEvery.String(),
+			"sweep_duty":       strconv.FormatFloat(maintenance.DefaultSweepDuty, 'g', -1, 64),
 		},
 	)
 	kctx, err := parser.Parse(os.Args[1:])

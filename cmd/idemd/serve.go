@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
@@ -238,11 +239,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		})
 	}
 	if c.SweepInterval > 0 {
-		sw := server.NewSweeper(st, logger)
-		sw.Interval = c.SweepInterval
-		sw.Metrics = metrics
-		sw.CountEvery = c.CountInterval
-		sw.Duty = c.SweepDuty
+		sw := maintenance.NewSweeper(st, maintenance.SweeperConfig{Interval: c.SweepInterval, Duty: c.SweepDuty,
+			Metrics: metrics, CountEvery: c.CountInterval, Logger: logger})
 		g.Go(func() error { sw.Run(background); return nil })
 	}
 	g.Go(func() error {

@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/internal/maintenance"
 )
 
 type sweepCmd struct {
@@ -19,10 +19,10 @@ type sweepCmd struct {
 }
 
 // checkDuty checks a sweeper's duty flag: a share of time, from
-// server.MinSweepDuty to 1.
+// maintenance.MinSweepDuty to 1.
 func checkDuty(flag string, duty float64) error {
-	if !(duty >= server.MinSweepDuty && duty <= 1) {
-		return fmt.Errorf("%s is %g; it must be between %g and 1 (1 runs the batches back to back)", flag, duty, server.MinSweepDuty)
+	if !(duty >= maintenance.MinSweepDuty && duty <= 1) {
+		return fmt.Errorf("%s is %g; it must be between %g and 1 (1 runs the batches back to back)", flag, duty, maintenance.MinSweepDuty)
 	}
 	return nil
 }
@@ -46,10 +46,7 @@ func (c *sweepCmd) Run(ctx context.Context) error {
 	if err := db.checkSchema(ctx, "run `idemd migrate` first"); err != nil {
 		return err
 	}
-	sw := server.NewSweeper(db, logger)
-	sw.BatchSize = c.BatchSize
-	sw.Interval = c.Interval
-	sw.Duty = c.Duty
+	sw := maintenance.NewSweeper(db, maintenance.SweeperConfig{Interval: c.Interval, BatchSize: c.BatchSize, Duty: c.Duty, Logger: logger})
 	if !c.Once {
 		logger.Info("sweeping", "interval", c.Interval)
 		sw.Run(ctx)

@@ -1,4 +1,4 @@
-package server_test
+package maintenance_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/internal/testserver"
 	"github.com/idemhq/idem/server"
@@ -72,15 +73,13 @@ func TestSweepOnceBatches(t *testing.T) {
 	}
 
 	log := &batchLog{Store: ts.Store}
-	sw := server.NewSweeper(log, nil)
-	sw.BatchSize = 10
-	var passes []server.SweepStats
-	sw.OnPass = func(s server.SweepStats, err error) {
+	var passes []maintenance.SweepStats
+	sw := maintenance.NewSweeper(log, maintenance.SweeperConfig{BatchSize: 10, OnPass: func(s maintenance.SweepStats, err error) {
 		if err != nil {
 			t.Errorf("OnPass error: %v", err)
 		}
 		passes = append(passes, s)
-	}
+	}})
 
 	stats, err := sw.SweepOnce(ctx)
 	if err != nil || stats.Expired != 35 || stats.Purged != 0 {
@@ -127,13 +126,12 @@ func TestConcurrentSweepers(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		var stats [2]server.SweepStats
+		var stats [2]maintenance.SweepStats
 		var errs [2]error
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for i := range 2 {
-			sw := server.NewSweeper(ts.Store, nil)
-			sw.BatchSize = 50
+			sw := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{BatchSize: 50})
 			wg.Go(func() {
 				<-start
 				stats[i], errs[i] = sw.SweepOnce(ctx)
@@ -192,7 +190,7 @@ func TestSweepDoesNotBlockClaims(t *testing.T) {
 	if err != nil || resp.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
 		t.Fatalf("Claim of a fresh key during the sweep: %v, %v", resp.GetOutcome(), err)
 	}
-	stats, err := server.NewSweeper(ts.Store, nil).SweepOnce(quick)
+	stats, err := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{}).SweepOnce(quick)
 	if err != nil || stats.Expired != 5 {
 		t.Fatalf("second sweeper = %+v, %v; want the 5 unlocked rows expired, the locked ones skipped", stats, err)
 	}
@@ -210,7 +208,7 @@ func TestSweepDoesNotBlockClaims(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stats, err = server.NewSweeper(ts.Store, nil).SweepOnce(ctx)
+	stats, err = maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{}).SweepOnce(ctx)
 	if err != nil || stats.Expired != 5 {
 		t.Fatalf("after the lock is gone = %+v, %v; want the other 5 expired", stats, err)
 	}
@@ -225,8 +223,7 @@ func TestClaimsDuringBigSweep(t *testing.T) {
 	ctx := testContext(t)
 	insertLapsed(t, ts.DB.Pool, 5000)
 
-	sw := server.NewSweeper(ts.Store, nil)
-	sw.BatchSize = 5000
+	sw := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{BatchSize: 5000})
 	swept := make(chan error, 1)
 	go func() {
 		_, err := sw.SweepOnce(ctx)
@@ -278,11 +275,9 @@ func TestSweeperRunStopsOnCancel(t *testing.T) {
 	ts := testserver.Start(t)
 	insertLapsed(t, ts.DB.Pool, 3)
 
-	sw := server.NewSweeper(ts.Store, nil)
-	sw.Interval = 20 * time.Millisecond
 	var passes, expired atomic.Int32
 	passed := make(chan struct{}, 100)
-	sw.OnPass = func(s server.SweepStats, err error) {
+	sw := maintenance.NewSweeper(ts.Store, maintenance.SweeperConfig{Interval: 20 * time.Millisecond, OnPass: func(s maintenance.SweepStats, err error) {
 		if err == nil {
 			expired.Add(int32(s.Expired))
 		}
@@ -291,7 +286,7 @@ func TestSweeperRunStopsOnCancel(t *testing.T) {
 		case passed <- struct{}{}:
 		default:
 		}
-	}
+	}})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -327,11 +322,10 @@ func TestSweeperRunStopsOnCancel(t *testing.T) {
 // first wait.
 func TestSweeperRunReturnsWhenCancelledBeforeFirstPass(t *testing.T) {
 	t.Parallel()
-	sw := server.NewSweeper(&hookStore{hook: func(context.Context, string) error {
+	sw := maintenance.NewSweeper(&hookStore{hook: func(context.Context, string) error {
 		t.Error("the store was called")
 		return context.Canceled
-	}}, nil)
-	sw.Interval = time.Hour
+	}}, maintenance.SweeperConfig{Interval: time.Hour})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	done := make(chan struct{})
@@ -358,9 +352,7 @@ func TestSweeperCountsRecordsAtMostEveryCountEvery(t *testing.T) {
 		}
 		return nil
 	}}
-	sw := server.NewSweeper(st, nil)
-	sw.Metrics = server.NewMetrics()
-	sw.CountEvery = time.Hour
+	sw := maintenance.NewSweeper(st, maintenance.SweeperConfig{Metrics: server.NewMetrics(), CountEvery: time.Hour})
 	for range 3 {
 		if _, err := sw.SweepOnce(t.Context()); err != nil {
 			t.Fatal(err)
@@ -369,12 +361,14 @@ func TestSweeperCountsRecordsAtMostEveryCountEvery(t *testing.T) {
 	if n := counts.Load(); n != 1 {
 		t.Fatalf("3 passes within CountEvery counted the records %d times, want once", n)
 	}
-	sw.CountEvery = time.Nanosecond
-	if _, err := sw.SweepOnce(t.Context()); err != nil {
-		t.Fatal(err)
+	often := maintenance.NewSweeper(st, maintenance.SweeperConfig{Metrics: server.NewMetrics(), CountEvery: time.Nanosecond})
+	for range 2 {
+		if _, err := often.SweepOnce(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n := counts.Load(); n != 2 {
-		t.Fatalf("a pass after CountEvery: %d counts in all, want 2", n)
+	if n := counts.Load() - 1; n != 2 {
+		t.Fatalf("2 passes further apart than CountEvery counted the records %d times, want twice", n)
 	}
 }
 
@@ -388,17 +382,15 @@ type slowBatches struct {
 	began, end []time.Time
 }
 
-// slowSweeper is a sweeper with batches of 10 over a store that holds lapsed
-// PROCESSING records, every expiry batch taking at least delay, at duty.
-func slowSweeper(t *testing.T, lapsed int, delay time.Duration, duty float64) (*server.Sweeper, *slowBatches) {
+// slowSweeper is a sweeper of cfg with batches of 10 over a store that holds
+// lapsed PROCESSING records, every expiry batch taking at least delay.
+func slowSweeper(t *testing.T, lapsed int, delay time.Duration, cfg maintenance.SweeperConfig) (*maintenance.Sweeper, *slowBatches) {
 	t.Helper()
 	ts := testserver.Start(t)
 	insertLapsed(t, ts.DB.Pool, lapsed)
 	slow := &slowBatches{Store: ts.Store, delay: delay}
-	sw := server.NewSweeper(slow, nil)
-	sw.BatchSize = 10
-	sw.Duty = duty
-	return sw, slow
+	cfg.BatchSize = 10
+	return maintenance.NewSweeper(slow, cfg), slow
 }
 
 func (s *slowBatches) SweepExpire(ctx context.Context, limit int) (int, error) {
@@ -423,7 +415,7 @@ func (s *slowBatches) SweepExpire(ctx context.Context, limit int) (int, error) {
 // backlog it does not rest.
 func TestSweepRestsBetweenFullBatches(t *testing.T) {
 	t.Parallel()
-	sw, slow := slowSweeper(t, 25, 40*time.Millisecond, 0.25) // rest 3 × at least 40 ms after each full batch
+	sw, slow := slowSweeper(t, 25, 40*time.Millisecond, maintenance.SweeperConfig{Duty: 0.25}) // rest 3 × at least 40 ms after each full batch
 	stats, err := sw.SweepOnce(t.Context())
 	if err != nil || stats.Expired != 25 {
 		t.Fatalf("pass = %+v, %v; want 25 expired", stats, err)
@@ -446,8 +438,8 @@ func TestSweepRestsBetweenFullBatches(t *testing.T) {
 // duty, a rest is never longer than the sweeper's interval.
 func TestSweepRestIsBoundedByTheInterval(t *testing.T) {
 	t.Parallel()
-	sw, slow := slowSweeper(t, 15, 50*time.Millisecond, 0.001) // below MinSweepDuty: a rest of 99 × 50 ms unbounded
-	sw.Interval = 100 * time.Millisecond
+	const interval = 100 * time.Millisecond
+	sw, slow := slowSweeper(t, 15, 50*time.Millisecond, maintenance.SweeperConfig{Duty: 0.001, Interval: interval}) // below MinSweepDuty: a rest of 99 × 50 ms unbounded
 	stats, err := sw.SweepOnce(t.Context())
 	if err != nil || stats.Expired != 15 {
 		t.Fatalf("pass = %+v, %v; want 15 expired", stats, err)
@@ -455,8 +447,8 @@ func TestSweepRestIsBoundedByTheInterval(t *testing.T) {
 	if len(slow.began) != 2 {
 		t.Fatalf("%d expiry batches; want 10, 5", len(slow.began))
 	}
-	if rest := slow.began[1].Sub(slow.end[0]); rest < sw.Interval || rest > 3*time.Second {
-		t.Errorf("rest %s; want the interval, %s (4.95 s unbounded)", rest, sw.Interval)
+	if rest := slow.began[1].Sub(slow.end[0]); rest < interval || rest > 3*time.Second {
+		t.Errorf("rest %s; want the interval, %s (4.95 s unbounded)", rest, interval)
 	}
 }
 
@@ -464,7 +456,7 @@ func TestSweepRestIsBoundedByTheInterval(t *testing.T) {
 // as soon as its context ends.
 func TestSweepRestEndsWithTheContext(t *testing.T) {
 	t.Parallel()
-	sw, _ := slowSweeper(t, 25, 50*time.Millisecond, 0.01) // a rest of 99 × 50 ms, about 5 s
+	sw, _ := slowSweeper(t, 25, 50*time.Millisecond, maintenance.SweeperConfig{Duty: 0.01}) // a rest of 99 × 50 ms, about 5 s
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	began := time.Now()
@@ -482,11 +474,11 @@ func TestSweepRestEndsWithTheContext(t *testing.T) {
 // over a backlog shows in the metrics while it runs.
 func TestSweepCountsAsItGoes(t *testing.T) {
 	t.Parallel()
-	sw, slow := slowSweeper(t, 25, 20*time.Millisecond, 0.5)
-	sw.Metrics = server.NewMetrics()
+	metrics := server.NewMetrics()
+	sw, slow := slowSweeper(t, 25, 20*time.Millisecond, maintenance.SweeperConfig{Duty: 0.5, Metrics: metrics})
 	type reading struct{ expired, busy, passes float64 }
 	read := func() reading {
-		families, err := sw.Metrics.Registry.Gather()
+		families, err := metrics.Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
