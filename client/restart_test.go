@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/client"
+	"github.com/idemhq/idem/internal/fixedport"
 	"github.com/idemhq/idem/internal/testbin"
 	"github.com/idemhq/idem/internal/testdb"
 )
@@ -151,8 +149,8 @@ type restartable struct {
 }
 
 // startRestartable starts idemd on store ("postgres" or "sqlite") on a port
-// outside the range the system hands out for port 0, so that no other
-// socket on the machine takes it while idemd is down.
+// of fixedport's, outside the range the system hands out for port 0, so
+// that no other socket on the machine takes it while idemd is down.
 func startRestartable(t *testing.T, store string) *restartable {
 	t.Helper()
 	d := &restartable{t: t, env: environWithoutIdem()}
@@ -166,7 +164,9 @@ func startRestartable(t *testing.T, store string) *restartable {
 	t.Cleanup(d.kill)
 	var err error
 	for range 5 {
-		d.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(portOutsideEphemeralRange(t)))
+		if d.addr, err = fixedport.Addr(); err != nil {
+			t.Fatal(err)
+		}
 		if err = d.start(); err == nil {
 			return d
 		}
@@ -245,34 +245,6 @@ func (d *restartable) logText() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return strings.Join(d.lines, "\n")
-}
-
-// portOutsideEphemeralRange returns a free loopback port below the range the
-// system picks ports for port 0 and outgoing connections from: only a socket
-// that names the port can take it.
-func portOutsideEphemeralRange(t *testing.T) int {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	if low <= 2048 {
-		t.Fatalf("the ephemeral port range starts at %d: no room below it for a fixed port", low)
-	}
-	for range 100 {
-		port := 1024 + rand.IntN(low-1024)
-		lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
-			_ = lis.Close()
-			return port
-		}
-	}
-	t.Fatal("no free loopback port below the ephemeral range")
-	return 0
 }
 
 // environWithoutIdem is the environment less every IDEM_ variable, so that

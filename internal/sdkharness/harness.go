@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/idemhq/idem/config"
 	"github.com/idemhq/idem/internal/faultproxy"
+	"github.com/idemhq/idem/internal/fixedport"
 	"github.com/idemhq/idem/internal/sdkharness/buildcache"
 	"github.com/idemhq/idem/internal/testdb"
 )
@@ -316,18 +318,21 @@ func modulePath(gomod string) string {
 	return ""
 }
 
-// freeAddrs returns n distinct free loopback addresses. They are free when
-// it returns; idemd binds them a moment later and keeps them across
-// restarts.
+// freeAddrs returns n distinct free loopback addresses, below the system's
+// ephemeral range (fixedport): idemd binds them a moment later and keeps
+// them across restarts, so no outgoing connection may take one while it is
+// down (a Node or Python client reconnecting to it would connect to
+// itself).
 func freeAddrs(n int) ([]string, error) {
 	var addrs []string
-	for range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(addrs) < n {
+		addr, err := fixedport.Addr()
 		if err != nil {
 			return nil, err
 		}
-		defer lis.Close()
-		addrs = append(addrs, lis.Addr().String())
+		if !slices.Contains(addrs, addr) {
+			addrs = append(addrs, addr)
+		}
 	}
 	return addrs, nil
 }

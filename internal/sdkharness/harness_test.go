@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/fixedport"
 	"github.com/idemhq/idem/internal/sdkharness/drive"
 	"github.com/idemhq/idem/internal/testdb"
 )
@@ -58,6 +59,14 @@ func TestHarness(t *testing.T) {
 				}
 			})
 			in := h.Info
+			// idemd keeps its addresses across restarts: none may be in
+			// the range outgoing connections take their ports from.
+			for _, addr := range []string{in.GRPCAddr, strings.TrimPrefix(in.HTTPURL, "http://")} {
+				_, p, _ := net.SplitHostPort(addr)
+				if port, err := strconv.Atoi(p); err != nil || port >= fixedport.EphemeralLow() {
+					t.Fatalf("idemd listens on %s; want a port below the ephemeral range (%d and up)", addr, fixedport.EphemeralLow())
+				}
+			}
 			if in.Store != store || in.Namespaces.Plain != namespacePlain || in.Namespaces.Held != namespaceHeld {
 				t.Fatalf("line = %+v; want store %s and namespaces %s, %s", in, store, namespacePlain, namespaceHeld)
 			}
