@@ -98,21 +98,36 @@ export async function retry<T>(p: RetryPolicy, call: (bounds: CallBounds) => Pro
   }
 }
 
-/** sleep waits for ms and resolves false if signal was aborted first. */
+/**
+ * sleep waits for ms and resolves false if signal was aborted first. It
+ * waits ms by the clock: Node starts a timer at the time its event loop
+ * read at the start of the turn, so a timer alone ends early by the work
+ * done in that turn, and a retry would come before the RetryInfo delay.
+ */
 export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
   return new Promise((resolve) => {
     if (signal?.aborted) {
       resolve(false);
       return;
     }
+    const end = performance.now() + ms;
+    let timer: ReturnType<typeof setTimeout>;
     const onAbort = () => {
       clearTimeout(timer);
       resolve(false);
     };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve(true);
-    }, ms);
+    const wait = (left: number) => {
+      timer = setTimeout(() => {
+        const rest = end - performance.now();
+        if (rest > 0) {
+          wait(rest);
+          return;
+        }
+        signal?.removeEventListener("abort", onAbort);
+        resolve(true);
+      }, left);
+    };
+    wait(ms);
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }

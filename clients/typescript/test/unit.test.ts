@@ -29,7 +29,7 @@ import {
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { IdempotencyService, Outcome } from "../src/gen/idem/v1/idem_pb.js";
 import { durationMs, durationOf } from "../src/record.js";
-import { backoff, delay, withDefaults } from "../src/retry.js";
+import { backoff, delay, sleep, withDefaults } from "../src/retry.js";
 import { sha256 } from "../src/sha256.js";
 import { REPO } from "./harness.js";
 import { grpcTransport } from "../src/node.js";
@@ -139,6 +139,22 @@ describe("backoff", () => {
     const err = RpcError.from(rpcFailure(Code.ResourceExhausted, "RATE_LIMITED", 1200)) as RpcError;
     assert.equal(err.retryAfterMs, 1200);
     assert.ok(backoff(withDefaults(), 0, err) >= 1200);
+  });
+
+  it("sleeps at least the time it is given, by the clock, when the event loop's time lags", async () => {
+    // Node starts a timer at the time the event loop read at the start of
+    // its turn: work done in that turn (decoding an answer) makes a timer
+    // alone end that much early.
+    for (let i = 0; i < 50; i++) {
+      await new Promise((r) => setImmediate(r));
+      for (const busy = performance.now() + 3; performance.now() < busy; ) {
+        // the turn's work
+      }
+      const start = performance.now();
+      assert.equal(await sleep(10.5), true);
+      const slept = performance.now() - start;
+      assert.ok(slept >= 10.5, `sleep(10.5) returned after ${slept.toFixed(3)} ms`);
+    }
   });
 });
 
