@@ -127,6 +127,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
+	db.poolerNotes(ctx, logger)
 	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
