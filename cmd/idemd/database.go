@@ -22,10 +22,11 @@ type databaseFlags struct {
 	// a fresh SQLite file.
 	DatabaseURL *string `name:"database-url" env:"IDEM_DATABASE_URL" placeholder:"URL" help:"postgres://… or postgresql://… for PostgreSQL, the production store (search_path=SCHEMA keeps idem in its own schema, pool_max_conns=N sizes the pool, 16 by default), or sqlite:///path/to/file.db. Without it idemd runs on SQLite in --data-dir."`
 	DataDir     string  `name:"data-dir" default:"./idem-data" env:"IDEM_DATA_DIR" placeholder:"DIR" help:"Directory of the embedded SQLite store (idem.db in it) when there is no --database-url; ${default} by default."`
-	// The connection pooler in front of PostgreSQL, and the direct
-	// connection for LISTEN behind a transaction pooler (postgres.Options).
-	DatabasePooler    string `name:"database-pooler" enum:"none,session,transaction" default:"none" env:"IDEM_DATABASE_POOLER" help:"What stands between idemd and PostgreSQL: none (a direct connection, or a proxy that passes sessions through); session (a pooler in session mode, such as PgBouncer's pool_mode=session: idemd SETs its settings after connecting instead of sending them at startup); transaction (PgBouncer's pool_mode=transaction and the like: no startup parameters, no named prepared statements, statement_timeout from the role (ALTER ROLE … SET statement_timeout = '10s'), and waiting Claims woken through --database-listen-url, or by polling every 250ms without it). ${default} by default."`
-	DatabaseListenURL string `name:"database-listen-url" env:"IDEM_DATABASE_LISTEN_URL" placeholder:"URL" help:"A direct postgres:// connection to the primary, past the pooler, for the one connection per idemd that LISTENs for the changes that wake waiting Claims (ClaimRequest.wait); a multi-host URL with target_session_attrs=read-write follows a failover. Without it that connection is made like the others, and with --database-pooler=transaction there is none: waiting Claims are woken by polling."`
+	// The connection pooler in front of PostgreSQL (postgres.Options).
+	DatabasePooler string `name:"database-pooler" enum:"none,session,transaction" default:"none" env:"IDEM_DATABASE_POOLER" help:"What stands between idemd and PostgreSQL: none (a direct connection, or a proxy that passes sessions through); session (a pooler in session mode, such as PgBouncer's pool_mode=session: idemd SETs its settings after connecting instead of sending them at startup); transaction (PgBouncer's pool_mode=transaction and the like: no startup parameters, no named prepared statements, statement_timeout from the role (ALTER ROLE … SET statement_timeout = '10s'), and waiting Claims woken through serve's --database-listen-url, or by polling every 250ms without it). ${default} by default."`
+	// listenURL is serve's --database-listen-url, which serve sets before
+	// it opens the store.
+	listenURL string `kong:"-"`
 }
 
 // postgresOptions are the flags' postgres.Options, checked.
@@ -34,7 +35,7 @@ func (f databaseFlags) postgresOptions() (postgres.Options, error) {
 	if err != nil {
 		return postgres.Options{}, fmt.Errorf("--database-pooler: %w", err)
 	}
-	listen := strings.TrimSpace(f.DatabaseListenURL)
+	listen := strings.TrimSpace(f.listenURL)
 	if listen != "" {
 		scheme, _, _ := strings.Cut(listen, "://")
 		if s := strings.ToLower(scheme); s != "postgres" && s != "postgresql" {
