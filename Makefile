@@ -311,8 +311,8 @@ bench-rate: ## docs/DESIGN.md §6's latency target: the service's closed-loop ma
 		--concurrency 32 --duration 8s --scenario unique --rate "$$rate" $(BENCH_FLAGS)
 
 .PHONY: robustness robustness-short soak
-robustness: ## The robustness suite at full length (about 10 minutes): real idemd processes under faults, every history checked for linearizability; numbers in docs/RELIABILITY.md.
-	go test -tags robustness -count=1 -timeout 20m -run TestRobustness -v ./internal/robustness -full $(ROBUSTNESS_FLAGS)
+robustness: ## The robustness suite at full length (about 20 minutes): real idemd processes under faults, Patroni failovers and PgBouncer among them (installs Debian's patroni, etcd-server and pgbouncer where missing), every history checked for linearizability; numbers in docs/RELIABILITY.md.
+	go test -tags robustness -count=1 -timeout 45m -run TestRobustness -v ./internal/robustness -full $(ROBUSTNESS_FLAGS)
 
 robustness-short: ## The short robustness suite that CI runs (each scenario for a few seconds; under 90 s).
 	go test -tags robustness -count=1 -timeout 5m -run TestRobustness -v ./internal/robustness $(ROBUSTNESS_FLAGS)

@@ -113,6 +113,21 @@ func (h *Watches) remove(w *Watch) {
 	}
 }
 
+// IDs returns the records watched now, for a store that looks for their
+// changes itself rather than hearing of them.
+func (h *Watches) IDs() []RecordID {
+	if !h.Active() {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]RecordID, 0, len(h.by))
+	for id := range h.by {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Active reports whether any watch is open.
 func (h *Watches) Active() bool { return h.n.Load() > 0 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,27 @@ type databaseFlags struct {
 	// a fresh SQLite file.
 	DatabaseURL *string `name:"database-url" env:"IDEM_DATABASE_URL" placeholder:"URL" help:"postgres://… or postgresql://… for PostgreSQL, the production store (search_path=SCHEMA keeps idem in its own schema, pool_max_conns=N sizes the pool, 16 by default), or sqlite:///path/to/file.db. Without it idemd runs on SQLite in --data-dir."`
 	DataDir     string  `name:"data-dir" default:"./idem-data" env:"IDEM_DATA_DIR" placeholder:"DIR" help:"Directory of the embedded SQLite store (idem.db in it) when there is no --database-url; ${default} by default."`
+	// The connection pooler in front of PostgreSQL (postgres.Options).
+	DatabasePooler string `name:"database-pooler" enum:"none,session,transaction" default:"none" env:"IDEM_DATABASE_POOLER" help:"What stands between idemd and PostgreSQL: none (a direct connection, or a proxy that passes sessions through); session (a pooler in session mode, such as PgBouncer's pool_mode=session: idemd SETs its settings after connecting instead of sending them at startup); transaction (PgBouncer's pool_mode=transaction and the like: no startup parameters, no named prepared statements, statement_timeout from the role (ALTER ROLE … SET statement_timeout = '10s'), and waiting Claims woken through serve's --database-listen-url, or by polling every 250ms without it). ${default} by default."`
+	// listenURL is serve's --database-listen-url, which serve sets before
+	// it opens the store.
+	listenURL string `kong:"-"`
+}
+
+// postgresOptions are the flags' postgres.Options, checked.
+func (f databaseFlags) postgresOptions() (postgres.Options, error) {
+	pooler, err := postgres.ParsePooler(f.DatabasePooler)
+	if err != nil {
+		return postgres.Options{}, fmt.Errorf("--database-pooler: %w", err)
+	}
+	listen := strings.TrimSpace(f.listenURL)
+	if listen != "" {
+		scheme, _, _ := strings.Cut(listen, "://")
+		if s := strings.ToLower(scheme); s != "postgres" && s != "postgresql" {
+			return postgres.Options{}, errors.New("--database-listen-url must be a postgres:// or postgresql:// URL: a direct connection to the primary for LISTEN")
+		}
+	}
+	return postgres.Options{Pooler: pooler, ListenURL: listen}, nil
 }
 
 // sqliteFileName is the database file inside --data-dir.
@@ -40,6 +62,36 @@ type database struct {
 	inProcess bool
 	// unlock releases what open holds besides the store (SQLite's lock file).
 	unlock func()
+	// pooler is the connection pooler in front of PostgreSQL, and
+	// listenURL whether LISTEN has a connection string of its own.
+	pooler    postgres.Pooler
+	listenURL bool
+}
+
+// poolerNotes logs what a transaction pooler in front changes: how waiting
+// Claims are woken, and a statement_timeout that nothing sets.
+func (d *database) poolerNotes(ctx context.Context, logger *slog.Logger) {
+	if d.pooler != postgres.TransactionPooler {
+		return
+	}
+	if !d.listenURL {
+		logger.Info("behind a transaction pooler without --database-listen-url: waiting Claims are woken by polling",
+			"interval", postgres.WakePollInterval)
+	}
+	b, ok := d.Backend.(*postgres.Backend)
+	if !ok {
+		return
+	}
+	timeout, err := b.StatementTimeoutSetting(ctx)
+	if err != nil {
+		logger.Warn("could not read statement_timeout", "error", err)
+		return
+	}
+	if timeout == "0" {
+		logger.Warn("idemd's connections have no statement_timeout: behind a transaction pooler idemd cannot set it itself; "+
+			"set it on idemd's role (ALTER ROLE … SET statement_timeout = '10s'), so that a statement stuck on a broken database is cancelled",
+			"want", postgres.StatementTimeout)
+	}
 }
 
 // Close closes the store and releases its lock.
@@ -59,12 +111,25 @@ func (f databaseFlags) open(ctx context.Context, tp trace.TracerProvider) (*data
 	if err != nil {
 		return nil, err
 	}
+	opts, err := f.postgresOptions()
+	if err != nil {
+		return nil, err
+	}
 	if path == "" {
-		b, err := postgres.OpenBackend(ctx, *f.DatabaseURL, tp)
+		b, err := postgres.OpenBackendWith(ctx, *f.DatabaseURL, tp, opts)
 		if err != nil {
-			return nil, fmt.Errorf("cannot reach the database at %s: %s", redactURL(*f.DatabaseURL), oneLine(err))
+			msg := fmt.Sprintf("cannot reach the database at %s: %s", redactURL(*f.DatabaseURL), oneLine(err))
+			if strings.Contains(err.Error(), "unsupported startup parameter") {
+				// PgBouncer's refusal: it passes only the few parameters it tracks.
+				msg += "; a connection pooler in front of the database refuses a setting sent at connect: start idemd with --database-pooler=transaction " +
+					"(or session, for a pooler in session mode), and set on the role what the URL sets as a parameter (ALTER ROLE … SET search_path = …)"
+			}
+			return nil, errors.New(msg)
 		}
-		return &database{Backend: b, name: redactURL(*f.DatabaseURL), unlock: func() {}}, nil
+		return &database{Backend: b, name: redactURL(*f.DatabaseURL), pooler: opts.Pooler, listenURL: opts.ListenURL != "", unlock: func() {}}, nil
+	}
+	if opts.Pooler != postgres.NoPooler || opts.ListenURL != "" {
+		return nil, errors.New("--database-pooler and --database-listen-url are for PostgreSQL; the SQLite store has no connections to pool")
 	}
 	unlock, err := lockDatabase(path)
 	if err != nil {

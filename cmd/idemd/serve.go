@@ -32,6 +32,7 @@ type serveCmd struct {
 	securityFlags
 	jsonFlags
 	connFlags
+	DatabaseListenURL   string        `name:"database-listen-url" env:"IDEM_DATABASE_LISTEN_URL" placeholder:"URL" help:"A direct postgres:// connection to the primary, past the pooler, for the one connection per idemd that LISTENs for the changes that wake waiting Claims (ClaimRequest.wait); a multi-host URL with target_session_attrs=read-write follows a failover. Without it that connection is made like the others, and with --database-pooler=transaction there is none: waiting Claims are woken by polling."`
 	Listen              string        `default:"127.0.0.1:7070" env:"IDEM_LISTEN" help:"Address the gRPC API listens on."`
 	SweepInterval       time.Duration `default:"${sweep_interval}" env:"IDEM_SWEEP_INTERVAL" help:"Time between sweeper passes; 0 turns this replica's sweeper off."`
 	CountInterval       time.Duration `default:"${count_interval}" env:"IDEM_COUNT_INTERVAL" help:"How often the sweeper counts the records per state for the idem_records gauge (a full read of the table)."`
@@ -122,11 +123,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		defer flushTraces() // when Run returns before serving
 	}
 
+	c.databaseFlags.listenURL = c.DatabaseListenURL
 	db, err := c.open(ctx, tracer)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	db.poolerNotes(ctx, logger)
 	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+

@@ -38,7 +38,7 @@ var notRun = map[string][]string{
 		"bin/idem-bench --start-idemd --scenario wait -c 16 -d 15s",
 	},
 	"docs/RELIABILITY.md": {
-		"make robustness        # every scenario at full length (40 s of load each; about 10 minutes in all)", // minutes of faults
+		"make robustness        # every scenario at full length (40 s of load each), with Patroni and PgBouncer; about 20 minutes in all", // minutes of faults
 	},
 	"docs/production.md": {
 		"make release RELEASE_PLATFORMS=linux/amd64", // minutes; deploy's tests run make release

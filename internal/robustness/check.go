@@ -113,6 +113,9 @@ func (v Verdict) String() string {
 	switch {
 	case len(v.Illegal) > 0:
 		s += fmt.Sprintf("NOT linearizable on %d keys %v", len(v.Illegal), v.Illegal)
+		if len(v.Undecided) > 0 {
+			s += fmt.Sprintf(", undecided on %d more", len(v.Undecided))
+		}
 		if len(v.Visualizations) > 0 {
 			s += "; see " + strings.Join(v.Visualizations, ", ")
 		}

@@ -40,6 +40,11 @@ var (
 
 	reportMu sync.Mutex
 	reports  []Report
+
+	// firstWrites holds, by scenario, how long after each of its faults
+	// writes were acknowledged again, for its report.
+	firstWritesMu sync.Mutex
+	firstWrites   map[string][]float64
 )
 
 // Report is one scenario's outcome, for the summary and docs/RELIABILITY.md.
@@ -58,6 +63,9 @@ type Report struct {
 	Answers       string   `json:"answers"`
 	Unexpected    []string `json:"unexpected_errors,omitempty"`
 	Observed      string   `json:"observed,omitempty"`
+	// FirstWrite is, for each fault of the scenario that measures it, the
+	// seconds from the fault to the first write acknowledged after it.
+	FirstWrite []float64 `json:"seconds_to_first_write,omitempty"`
 }
 
 func TestMain(m *testing.M) {
@@ -207,7 +215,15 @@ func (sc scenario) run(t *testing.T, w Workload, observe func(*Result) string) {
 		t.Fatalf("run: %v", err)
 	}
 	ops := res.History.Ops()
-	v := Check(ops, checkTimeout(), *outDir, sc.name)
+	perKey := checkTimeout()
+	if !sc.strict {
+		// A scenario that reports rather than passes may leave keys whose
+		// history porcupine cannot explain, and proving that of a key with
+		// many calls of unknown outcome takes long: they are reported as
+		// undecided after a few seconds each instead.
+		perKey = min(perKey, 5*time.Second)
+	}
+	v := Check(ops, perKey, *outDir, sc.name)
 	r := Report{
 		Scenario: sc.name, Injected: sc.injected, Seconds: time.Since(started).Seconds(),
 		Calls: v.Calls, Maybe: v.Maybe, Keys: v.Keys, Acquired: res.Stats.Count("Claim ACQUIRED"),
@@ -217,6 +233,9 @@ func (sc scenario) run(t *testing.T, w Workload, observe func(*Result) string) {
 	if observe != nil {
 		r.Observed = observe(res)
 	}
+	firstWritesMu.Lock()
+	r.FirstWrite = firstWrites[sc.name]
+	firstWritesMu.Unlock()
 	reportMu.Lock()
 	reports = append(reports, r)
 	reportMu.Unlock()

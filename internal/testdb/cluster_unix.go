@@ -128,8 +128,13 @@ func (c *Cluster) Stop(mode string) error {
 
 // Kill sends SIGKILL to the postmaster and every process it started, as a
 // machine that dies would, and waits until they are gone.
-func (c *Cluster) Kill() error {
-	b, err := os.ReadFile(filepath.Join(c.data(), "postmaster.pid"))
+func (c *Cluster) Kill() error { return KillPostmaster(c.data()) }
+
+// KillPostmaster sends SIGKILL to the postmaster of the data directory data
+// and to every process it started, and waits until they are gone: for
+// clusters that a test did not start through Cluster (Patroni's).
+func KillPostmaster(data string) error {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
 	if err != nil {
 		return fmt.Errorf("kill: %w", err)
 	}
@@ -288,3 +293,12 @@ func MultiHostURL(password string, ports ...int) string {
 // Password is the postgres user's password of the cluster (and of its
 // standbys).
 func (c *Cluster) Password() string { return c.password }
+
+// ServerBinDir returns the directory of PostgreSQL's server binaries
+// (postgres, initdb, pg_ctl, pg_rewind), found as for the throwaway cluster.
+func ServerBinDir() (string, error) { return findBinDir() }
+
+// ClusterOwner is the user PostgreSQL's processes must run as: nil for this
+// process's own user, the postgres user when this process is root (the
+// server refuses to run as root).
+func ClusterOwner() (*syscall.Credential, error) { return clusterOwner() }

@@ -276,3 +276,53 @@ func oneLine(err error) string {
 	}
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
+
+// LoginRole creates a role that may log in with password and use and change
+// db's schema, whose settings are its own as a transaction pooler needs them
+// (ALTER ROLE … SET search_path to the schema, statement_timeout to
+// postgres.StatementTimeout): a pooler opens every server connection as that
+// role, so they start with them. It is dropped in t.Cleanup, its sessions
+// ended first.
+func (db *DB) LoginRole(t testing.TB) (role, password string) {
+	t.Helper()
+	role = db.Schema
+	var buf [12]byte
+	_, _ = rand.Read(buf[:])
+	password = hex.EncodeToString(buf[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := pgx.Identifier{role}.Sanitize()
+	for _, sql := range []string{
+		fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", id, password),
+		fmt.Sprintf("GRANT ALL ON SCHEMA %s TO %s", id, id),
+		fmt.Sprintf("GRANT ALL ON ALL TABLES IN SCHEMA %s TO %s", id, id),
+		fmt.Sprintf("GRANT ALL ON ALL SEQUENCES IN SCHEMA %s TO %s", id, id),
+		fmt.Sprintf("ALTER ROLE %s SET search_path = %s", id, id),
+		fmt.Sprintf("ALTER ROLE %s SET statement_timeout = '%dms'", id, postgres.StatementTimeout.Milliseconds()),
+	} {
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		base := BaseURL(t)
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+			return
+		}
+		defer conn.Close(ctx)
+		for _, sql := range []string{
+			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '" + role + "'",
+			"DROP OWNED BY " + id,
+			"DROP ROLE " + id,
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+	})
+	return role, password
+}

@@ -28,6 +28,13 @@ type Backend struct {
 // statements of traced callers (trace.go); with nil it installs no tracing
 // hook at all.
 func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Backend, error) {
+	return OpenBackendWith(ctx, url, tp, Options{})
+}
+
+// OpenBackendWith is OpenBackend for a database reached as opts says:
+// through a connection pooler, and with a listener of its own (see Options
+// and NewWith).
+func OpenBackendWith(ctx context.Context, url string, tp trace.TracerProvider, opts Options) (*Backend, error) {
 	cfg, err := parseConfig(url)
 	if err != nil {
 		return nil, err
@@ -35,7 +42,7 @@ func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Bac
 	if tp != nil {
 		cfg.ConnConfig.Tracer = newQueryTracer(tp)
 	}
-	pool, err := ConnectConfig(ctx, cfg)
+	pool, err := connectConfig(ctx, cfg, opts.Pooler)
 	if err != nil {
 		return nil, err
 	}
@@ -44,6 +51,10 @@ func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Bac
 		calls = tracedCalls(tp)
 	}
 	s := newStore(pool, calls)
+	if err := s.feedFrom(opts); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return &Backend{Store: s, pool: pool}, nil
 }
 

@@ -132,6 +132,9 @@ func (b *Backend) Traced() (pool, calls bool) {
 // per connection it made.
 func (s *Store) Listens() int64 { return s.listen.listens.Load() }
 
+// Polls is how many times a polling store looked at its watched records.
+func (s *Store) Polls() int64 { return s.listen.polls.Load() }
+
 // HotStatement is a statement of the calls workers make (Claim, Complete,
 // Fail, Heartbeat, Lookup, a waiting Claim) and of the admin calls on one
 // record, with arguments written as SQL for EXECUTE. A held record's lapse

@@ -161,12 +161,17 @@ func setsMaxConns(connString string) bool {
 // whose best plan depends on their arguments (a LIMIT, optional filters: the
 // sweeper's and the admin listing's) are sent with their arguments inline
 // (planned), so that Postgres plans each execution with the values.
+//
+// Behind a connection pooler see ConnectWith and Pooler: the settings go
+// elsewhere there.
 func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
-		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(StatementTimeout.Milliseconds())
-	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	return connectConfig(ctx, cfg, NoPooler)
+}
+
+// connectConfig is ConnectConfig for a database behind pooler.
+func connectConfig(ctx context.Context, cfg *pgxpool.Config, pooler Pooler) (*pgxpool.Pool, error) {
+	if err := configure(cfg, pooler); err != nil {
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

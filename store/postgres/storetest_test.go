@@ -36,6 +36,8 @@ type harness struct{ batch bool }
 type harnessStore struct {
 	*postgres.Store
 	db *testdb.DB
+	// pool is the store's own pool when it is not db's (through a pooler).
+	pool *pgxpool.Pool
 }
 
 func (h harness) New(t *testing.T, conns int) store.Store {
@@ -113,5 +115,9 @@ func (harness) SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at 
 // closing it again is harmless.
 func (harness) Close(t *testing.T, st store.Store) {
 	t.Helper()
+	if hs, ok := st.(*harnessStore); ok && hs.pool != nil {
+		hs.pool.Close()
+		return
+	}
 	poolOf(t, st).Close()
 }

@@ -33,6 +33,15 @@ import (
 // lost too, so once it listens again it wakes every waiting Claim to look
 // again; a waiting Claim also looks again when its wait or the holder's lease
 // runs out, whether or not the listener is up.
+//
+// Behind a transaction pooler no connection through it keeps a LISTEN: the
+// listener connects past the pooler when the store is given a URL of its
+// own for it (Options.ListenURL), and otherwise polls instead (poll): every
+// WakePollInterval while any Claim of the process waits, one statement
+// reads the records watched, and the watches of those that changed since
+// the last look (or that no live lease holds, at the first look) wake.
+// pg_notify needs no session, so the statements notify either way, for the
+// replicas that listen.
 
 // notifyChannel is the channel the notifications go on.
 const notifyChannel = "idem_records"
@@ -51,6 +60,22 @@ const (
 	// listenerRetryMax bounds the pause between attempts to reconnect.
 	listenerRetryMax = 2 * time.Second
 )
+
+// WakePollInterval is how often a store that polls (behind a transaction
+// pooler without a listen URL) looks at the records its Claims wait on: a
+// waiting Claim hears of a change within about this long, plus a
+// statement's time, rather than at once.
+const WakePollInterval = 250 * time.Millisecond
+
+// pollSQL reads the records of the watches: a version that changes with
+// every write (updated_at moves with each, token with each grant), and
+// whether a live lease holds it, for the first look. A watched record that
+// is gone has a NULL version.
+const pollSQL = `SELECT w.tenant, w.namespace, w.key,
+		r.state || '/' || r.token || '/' || (extract(epoch FROM r.updated_at) * 1000000)::bigint,
+		coalesce(r.state = 'processing' AND (r.lease_expires_at > now() OR r.hold), false)
+	FROM unnest($1::text[], $2::text[], $3::text[]) AS w(tenant, namespace, key)
+	LEFT JOIN idem_records r ON r.tenant = w.tenant AND r.namespace = w.namespace AND r.key = w.key`
 
 // wakeCol is the RETURNING column that notifies a changed row's waiting
 // Claims when its waiters flag is set; "" when the statement wakes nobody.
@@ -102,14 +127,19 @@ func (d driver) markWaited(ctx context.Context, id store.RecordID, token int64) 
 type listener struct {
 	pool    *pgxpool.Pool
 	watches *store.Watches
+	// config is what LISTEN connects with; nil: the pool's configuration.
+	config *pgx.ConnConfig
+	// poll makes the listener poll (pollSQL) instead of LISTENing.
+	poll bool
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc // stops the running listener; nil when none runs
 	linger  *time.Timer        // stops it once nobody has waited for listenerLinger
 	stopped bool               // Close ran
 
-	// listens counts the times a connection started listening, for tests.
-	listens atomic.Int64
+	// listens counts the times a connection started listening, and polls
+	// the looks of a polling listener, for tests.
+	listens, polls atomic.Int64
 }
 
 // start runs the listener unless it runs. It is the Watches' OnFirst, so it
@@ -162,8 +192,12 @@ func (l *listener) close() {
 	}
 }
 
-// run listens until ctx ends, connecting again after every loss.
+// run listens until ctx ends, connecting again after every loss; or polls.
 func (l *listener) run(ctx context.Context) {
+	if l.poll {
+		l.pollLoop(ctx)
+		return
+	}
 	pause := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		if l.session(ctx) {
@@ -182,7 +216,11 @@ func (l *listener) run(ctx context.Context) {
 // connection fails or ctx ends. It reports whether it got as far as
 // listening.
 func (l *listener) session(ctx context.Context) (listened bool) {
-	cfg := l.pool.Config().ConnConfig.Copy()
+	cfg := l.config
+	if cfg == nil {
+		cfg = l.pool.Config().ConnConfig
+	}
+	cfg = cfg.Copy()
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgx.ConnectConfig(connectCtx, cfg)
 	if err == nil {
@@ -220,4 +258,77 @@ func (l *listener) session(ctx context.Context) (listened bool) {
 			l.watches.Wake(store.RecordID{Tenant: id[0], Namespace: id[1], Key: id[2]})
 		}
 	}
+}
+
+// pollLoop looks at the watched records every WakePollInterval until ctx
+// ends, and wakes the watches of those that changed since it last looked;
+// at its first look at a record, those of a record no live lease holds. A
+// statement that fails is tried again at the next tick: the waiting Claims
+// look again by themselves when their wait or the holder's lease runs out.
+func (l *listener) pollLoop(ctx context.Context) {
+	seen := map[store.RecordID]string{}
+	tick := time.NewTicker(WakePollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ids := l.watches.IDs()
+		if len(ids) == 0 {
+			clear(seen)
+			continue
+		}
+		next, err := l.look(ctx, ids)
+		if err != nil {
+			continue
+		}
+		l.polls.Add(1)
+		for id, v := range next {
+			if prev, ok := seen[id]; ok && prev != v.version || !ok && !v.held {
+				l.watches.Wake(id)
+			}
+		}
+		seen = make(map[store.RecordID]string, len(next))
+		for id, v := range next {
+			seen[id] = v.version
+		}
+	}
+}
+
+// looked is what pollSQL read of one watched record.
+type looked struct {
+	version string // "" when the record is gone
+	held    bool
+}
+
+// look runs pollSQL for ids.
+func (l *listener) look(ctx context.Context, ids []store.RecordID) (map[store.RecordID]looked, error) {
+	tenants, namespaces, keys := make([]string, len(ids)), make([]string, len(ids)), make([]string, len(ids))
+	for i, id := range ids {
+		tenants[i], namespaces[i], keys[i] = id.Tenant, id.Namespace, id.Key
+	}
+	qctx, cancel := context.WithTimeout(ctx, statementDeadline)
+	defer cancel()
+	rows, err := l.pool.Query(qctx, pollSQL, tenants, namespaces, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[store.RecordID]looked, len(ids))
+	for rows.Next() {
+		var id store.RecordID
+		var version *string
+		var held bool
+		if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key, &version, &held); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		v := looked{held: held}
+		if version != nil {
+			v.version = *version
+		}
+		out[id] = v
+	}
+	return out, rows.Err()
 }

@@ -313,10 +313,12 @@ export type ClaimRequest = Message<"idem.v1.ClaimRequest"> & {
    * acquired (RELEASED, or its lease ran out: the waiting Claim acquires it
    * and gets ACQUIRED; of several waiting Claims one does, and the others
    * keep waiting), or the wait runs out (IN_PROGRESS, as without a wait).
-   * A Complete or Fail on any replica wakes the waiting Claim at once; no
-   * polling is involved. The wait never outlasts the call's own deadline:
-   * it ends early enough for the answer to arrive in time. At most 60
-   * seconds (INVALID_ARGUMENT / INVALID_WAIT outside 0 to 60 s). When the
+   * A Complete or Fail on any replica wakes the waiting Claim at once
+   * (within about 250 ms where idemd sits behind a transaction pooler with
+   * no direct connection to listen on); the client does not poll. The wait
+   * never outlasts the call's own deadline: it ends early enough for the
+   * answer to arrive in time. At most 60 seconds (INVALID_ARGUMENT /
+   * INVALID_WAIT outside 0 to 60 s). When the
    * server already holds as many waiting Claims as it allows (in all, or for
    * the tenant), the Claim answers IN_PROGRESS at once, as without a wait.
    *
