@@ -47,6 +47,7 @@ var scenarios = map[string]func(t *testing.T, e *scenarioEnv){
 	"wait":                    scenarioWait,
 	"unavailable-retried":     scenarioUnavailableRetried,
 	"restart-mid-complete":    scenarioRestartMidComplete,
+	"restart-mid-claim":       scenarioRestartMidClaim,
 	"rate-limited":            scenarioRateLimited,
 	"error-text-unstorable":   scenarioErrorTextUnstorable,
 	"unknown-field-refused":   scenarioUnknownFieldRefused,
@@ -638,6 +639,23 @@ func scenarioRestartMidComplete(t *testing.T, e *scenarioEnv) {
 	wantValue(t, "do()", res, err, "R", false)
 	if n := effects.Load(); n != 1 {
 		t.Fatalf("the effect ran %d times; want 1", n)
+	}
+	if rec := lookup(t, ctx, c, ns, k); rec.State != client.StateCompleted || string(rec.Result) != "R" || rec.Attempt != 1 {
+		t.Fatalf("record = %v %q attempt %d; want COMPLETED R attempt 1", rec.State, rec.Result, rec.Attempt)
+	}
+}
+
+func scenarioRestartMidClaim(t *testing.T, e *scenarioEnv) {
+	ctx, c, k := scenarioCtx(t), e.worker(t), e.key(t, "k")
+	ns := e.Namespaces.Plain
+	if err := e.h.Control("/restart?down_ms=4000"); err != nil {
+		t.Fatal(err)
+	}
+	var calls handlerCalls
+	res, err := c.Do(ctx, client.Job{Namespace: ns, Key: k}, calls.returns("R"))
+	wantValue(t, "do()", res, err, "R", false)
+	if n := calls.n.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times; want 1", n)
 	}
 	if rec := lookup(t, ctx, c, ns, k); rec.State != client.StateCompleted || string(rec.Result) != "R" || rec.Attempt != 1 {
 		t.Fatalf("record = %v %q attempt %d; want COMPLETED R attempt 1", rec.State, rec.Result, rec.Attempt)

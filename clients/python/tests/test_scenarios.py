@@ -353,6 +353,15 @@ class Scenarios:
         rec = self.client().lookup(self.plain, k)
         t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, b"R", 1))
 
+    def restart_mid_claim(self, sid):
+        t, k = self.t, self.key(sid)
+        self.h.control("/restart?down_ms=4000")
+        calls = Counter()
+        res = self.client().do(idem.Job(self.plain, k), calls.returns(b"R"))
+        t.assertEqual((res.value, res.replayed, calls.n), (b"R", False, 1))
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, b"R", 1))
+
     def rate_limited(self, sid):
         t = self.t
         c = self.client("limited")

@@ -202,6 +202,12 @@ class WireTest(unittest.TestCase):
         self.assertEqual((cm.exception.reason, cm.exception.transient), ("STORE_UNAVAILABLE", True))
         self.assertEqual(len(s.requests), FAST.max_attempts)
 
+    def test_the_default_policy_is_the_go_clients(self):
+        # client/retry.go: 10 tries from 100 ms doubling to 5 s, enough to
+        # ride out a restart of idemd (the restart-mid-claim scenario).
+        p = idem.RetryPolicy()
+        self.assertEqual((p.base_delay, p.max_delay, p.max_attempts), (0.1, 5.0, 10))
+
     def test_retry_info_sets_the_wait(self):
         # RetryInfo (milliseconds) wins over Retry-After (whole seconds,
         # rounded up): the retry comes after 0.3 s, well before 1 s.

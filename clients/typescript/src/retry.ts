@@ -16,8 +16,8 @@ export interface RetryPolicy {
   maxDelayMs: number;
   /**
    * maxAttempts is how many times one RPC is tried in all, the first try
-   * included. It defaults to 6 (about 3 s of retrying with the default
-   * delays).
+   * included. It defaults to 10: with the default delays, about 11 to 21 s
+   * of retrying, enough to ride out a restart of idemd.
    */
   maxAttempts: number;
 }
@@ -26,7 +26,7 @@ export interface RetryPolicy {
 export function withDefaults(p: Partial<RetryPolicy> = {}): RetryPolicy {
   const baseDelayMs = positive(p.baseDelayMs) ?? 100;
   const maxDelayMs = Math.max(positive(p.maxDelayMs) ?? 5000, baseDelayMs);
-  const maxAttempts = positive(p.maxAttempts) ?? 6;
+  const maxAttempts = positive(p.maxAttempts) ?? 10;
   return { baseDelayMs, maxDelayMs, maxAttempts };
 }
 

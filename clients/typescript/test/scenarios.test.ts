@@ -462,6 +462,19 @@ const scenarios: Record<string, Scenario> = {
     assert.equal(rec.attempt, 1);
   },
 
+  async "restart-mid-claim"(e, id) {
+    const c = e.client();
+    const k = e.key(id, "k");
+    await e.h.control("/restart?down_ms=4000");
+    const calls = new Calls();
+    wantValue("do()", await c.do({ namespace: e.plain, key: k }, calls.returns("R")), "R", false);
+    assert.equal(calls.n, 1);
+    const rec = await c.lookup({ namespace: e.plain, key: k });
+    assert.equal(rec.state, State.COMPLETED);
+    assert.equal(text(rec.result), "R");
+    assert.equal(rec.attempt, 1);
+  },
+
   async "rate-limited"(e, id) {
     const log = new RpcLog();
     const c = e.client("limited", log);

@@ -124,7 +124,7 @@ describe("durations", () => {
 describe("backoff", () => {
   it("doubles from the base delay up to the cap, with jitter in the upper half", () => {
     const p = withDefaults();
-    assert.deepEqual(p, { baseDelayMs: 100, maxDelayMs: 5000, maxAttempts: 6 });
+    assert.deepEqual(p, { baseDelayMs: 100, maxDelayMs: 5000, maxAttempts: 10 });
     for (let n = 0; n < 40; n++) {
       const cap = Math.min(100 * 2 ** n, 5000);
       for (let i = 0; i < 20; i++) {
@@ -132,7 +132,7 @@ describe("backoff", () => {
         assert.ok(d >= cap / 2 && d <= cap, `retry ${n}: ${d} ms`);
       }
     }
-    assert.deepEqual(withDefaults({ baseDelayMs: 10_000 }), { baseDelayMs: 10_000, maxDelayMs: 10_000, maxAttempts: 6 });
+    assert.deepEqual(withDefaults({ baseDelayMs: 10_000 }), { baseDelayMs: 10_000, maxDelayMs: 10_000, maxAttempts: 10 });
   });
 
   it("waits at least what RetryInfo says", () => {

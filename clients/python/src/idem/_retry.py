@@ -29,9 +29,9 @@ class RetryPolicy:
     #: The cap on each delay, in seconds. It defaults to 5.
     max_delay: float = 5.0
     #: How many times one call is tried in all, the first try included. It
-    #: defaults to 6 (about 3 s of retrying with the default delays); 1
-    #: turns retries off.
-    max_attempts: int = 6
+    #: defaults to 10: with the default delays, about 11 to 21 s of
+    #: retrying, enough to ride out a restart of idemd. 1 turns retries off.
+    max_attempts: int = 10
 
     def __post_init__(self) -> None:
         if not self.base_delay > 0:
