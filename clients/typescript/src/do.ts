@@ -129,11 +129,13 @@ export async function runDo(client: IdemClient, job: Job, handler: Handler, o: D
     const waitMs = Math.floor(Math.min(Math.max(waitUntil - Date.now(), 0), MAX_WAIT_MS));
     const asked = Date.now();
     let claimed: { outcome: Outcome; record: JobRecord };
+    let claimSent = 0; // when the last Claim went out: the lease runs from after it
     try {
       claimed = await retry(
         client.retryPolicy,
-        (b) =>
-          client.claim(
+        (b) => {
+          claimSent = Date.now();
+          return client.claim(
             {
               namespace: job.namespace,
               key: job.key,
@@ -144,7 +146,8 @@ export async function runDo(client: IdemClient, job: Job, handler: Handler, o: D
               waitMs,
             },
             { signal: b.signal },
-          ),
+          );
+        },
         { signal: o.signal },
       );
     } catch (err) {
@@ -171,13 +174,16 @@ export async function runDo(client: IdemClient, job: Job, handler: Handler, o: D
       case Outcome.FAILED:
         throw new JobFailedError(claimed.record);
       default: // ACQUIRED: claim() returns no other outcome
-        return run(client, job, claimed.record, handler, o);
+        return run(client, job, claimed.record, claimSent, handler, o);
     }
   }
 }
 
-/** run calls handler under the acquired record rec and records its outcome. */
-async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handler, o: DoOptions): Promise<DoResult> {
+/**
+ * run calls handler under the acquired record rec, whose Claim went out at
+ * claimed (a Date.now() value), and records its outcome.
+ */
+async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number, handler: Handler, o: DoOptions): Promise<DoResult> {
   let lease = job.leaseTtlMs ?? 0;
   if (lease <= 0 && rec.leaseExpiresAt && rec.updatedAt) {
     // The server's default lease, measured on the server's clock.
@@ -199,10 +205,12 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handle
     o.signal?.addEventListener("abort", onCallerAbort, { once: true });
   }
   let lost: unknown; // why the lease was given up, if it was
-  const beats = keepLease(client, job, rec.token, lease / 3, beatsAbort.signal).then((err) => {
-    if (err !== undefined) {
-      lost = err;
-      handlerAbort.abort(err);
+  let leaseEnds = claimed + lease; // by this machine's clock
+  const beats = keepLease(client, job, rec.token, lease, leaseEnds, beatsAbort.signal).then((held) => {
+    leaseEnds = held.until;
+    if (held.lost !== undefined) {
+      lost = held.lost;
+      handlerAbort.abort(held.lost);
     }
   });
 
@@ -230,7 +238,11 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handle
   }
 
   // Complete and Fail record what already happened, so a caller that gives
-  // up now must not skip them; one lease bounds them instead.
+  // up now must not skip them: they are retried until the lease we hold
+  // runs out (the first try goes out even after it did). The deadline only
+  // keeps a try that hangs from hanging forever; it outlasts the lease,
+  // which ends at most one lease from now.
+  const until = leaseEnds;
   const deadline = Date.now() + lease;
   if (threw) {
     const error = storableText(messageOf(handlerError), MAX_ERROR_BYTES);
@@ -238,7 +250,7 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handle
       await retry(
         client.retryPolicy,
         (b) => client.fail({ namespace: job.namespace, key: job.key, token: rec.token, error, retryable: !isPermanent(handlerError) }, b),
-        { deadline },
+        { until, deadline },
       );
     } catch (err) {
       if (err instanceof RpcError) {
@@ -253,7 +265,7 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handle
     const done = await retry(
       client.retryPolicy,
       (b) => client.complete({ namespace: job.namespace, key: job.key, token: rec.token, result }, b),
-      { deadline },
+      { until, deadline },
     );
     return { value: result, replayed: false, record: done };
   } catch (err) {
@@ -265,30 +277,47 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, handler: Handle
   }
 }
 
+/** HeldLease is what {@link keepLease} knows of the lease when it returns. */
+interface HeldLease {
+  /**
+   * until is when the lease runs out, by this machine's clock: a lease
+   * after the last Claim or heartbeat that the server answered was sent.
+   */
+  until: number;
+  /** lost is why the lease was given up, or undefined. */
+  lost?: unknown;
+}
+
 /**
- * keepLease heartbeats every interval until signal is aborted, and then
- * resolves undefined. It resolves early with the first error that is not
- * transient: the lease was lost, or the record changed under the worker.
- * Transient failures are retried and then left to the next beat: the lease
- * outlives two missed beats, and a lease that ran out is still ours until
- * someone takes it over.
+ * keepLease heartbeats every third of lease until signal is aborted, and
+ * then resolves with when the lease runs out, starting from until. It
+ * resolves early with the first error that is not transient: the lease was
+ * lost, or the record changed under the worker. Transient failures are
+ * retried and then left to the next beat: the lease outlives two missed
+ * beats, and a lease that ran out is still ours until someone takes it over.
  */
-async function keepLease(client: IdemClient, job: Job, token: bigint, interval: number, signal: AbortSignal): Promise<unknown> {
+async function keepLease(client: IdemClient, job: Job, token: bigint, lease: number, until: number, signal: AbortSignal): Promise<HeldLease> {
+  const interval = lease / 3;
   for (;;) {
     if (!(await sleep(interval, signal))) {
-      return undefined;
+      return { until };
     }
+    let sent = 0;
     try {
       await retry(
         client.retryPolicy,
         // A beat that takes longer than the interval is of no use, and one
         // hung on a dead connection must not stop the beats after it.
-        (b) => client.heartbeat({ namespace: job.namespace, key: job.key, token, leaseTtlMs: job.leaseTtlMs }, { signal: b.signal, timeoutMs: Math.max(interval, 1000) }),
+        (b) => {
+          sent = Date.now();
+          return client.heartbeat({ namespace: job.namespace, key: job.key, token, leaseTtlMs: job.leaseTtlMs }, { signal: b.signal, timeoutMs: Math.max(interval, 1000) });
+        },
         { signal },
       );
+      until = sent + lease;
     } catch (err) {
       if (!signal.aborted && !isTransient(err)) {
-        return err;
+        return { until, lost: err };
       }
     }
   }

@@ -55,8 +55,16 @@ export interface RetryBounds {
   /** signal ends the retries (and the call in flight) when aborted. */
   signal?: AbortSignal;
   /**
-   * deadline (a Date.now() value) ends the retries instead of the policy's
-   * maxAttempts; each try gets what is left of it as its timeout.
+   * until (a Date.now() value) ends the retries instead of the policy's
+   * maxAttempts: no try starts after it, though the first one always goes
+   * out, and a backoff that would pass it is cut short, so that the last
+   * try goes out at it.
+   */
+  until?: number;
+  /**
+   * deadline (a Date.now() value) bounds the tries themselves: each gets
+   * what is left of it as its timeout, and none starts after it. It keeps a
+   * try that hangs from hanging forever; set it no earlier than until.
    */
   deadline?: number;
   /** onRetry is told of each transient failure before its backoff. */
@@ -71,27 +79,36 @@ export interface CallBounds {
 
 /**
  * retry calls call until it succeeds, fails with an error that is not
- * transient, has been tried p.maxAttempts times (or the deadline passed),
- * or the signal was aborted; it throws the last error.
+ * transient, has been tried p.maxAttempts times (or, with bounds.until, its
+ * last try at until failed), or the signal was aborted; it throws the last
+ * error.
  */
 export async function retry<T>(p: RetryPolicy, call: (bounds: CallBounds) => Promise<T>, bounds: RetryBounds = {}): Promise<T> {
+  const { until, deadline, signal } = bounds;
   for (let attempt = 1; ; attempt++) {
-    const left = bounds.deadline === undefined ? undefined : bounds.deadline - Date.now();
+    const left = deadline === undefined ? undefined : deadline - Date.now();
     try {
-      return await call({ signal: bounds.signal, timeoutMs: left === undefined ? undefined : Math.max(left, 1) });
+      return await call({ signal, timeoutMs: left === undefined ? undefined : Math.max(left, 1) });
     } catch (err) {
-      if (!isTransient(err) || bounds.signal?.aborted) {
+      if (!isTransient(err) || signal?.aborted) {
         throw err;
       }
-      if (bounds.deadline === undefined && attempt >= p.maxAttempts) {
+      if (until === undefined && attempt >= p.maxAttempts) {
         throw err;
       }
-      const wait = backoff(p, attempt - 1, err);
-      if (bounds.deadline !== undefined && Date.now() + wait >= bounds.deadline) {
+      let wait = backoff(p, attempt - 1, err);
+      if (until !== undefined) {
+        const remaining = until - Date.now();
+        if (remaining <= 0) {
+          throw err;
+        }
+        wait = Math.min(wait, remaining); // one last try at until
+      }
+      if (deadline !== undefined && Date.now() + wait >= deadline) {
         throw err;
       }
       bounds.onRetry?.(err, wait);
-      if (!(await sleep(wait, bounds.signal))) {
+      if (!(await sleep(wait, signal))) {
         throw err;
       }
     }

@@ -10,6 +10,7 @@ import { describe, it } from "node:test";
 import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
 import {
   canonicalJSON,
+  CompletionUnknownError,
   ErrorReason,
   errorReason,
   IdemClient,
@@ -29,7 +30,7 @@ import {
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { IdempotencyService, Outcome } from "../src/gen/idem/v1/idem_pb.js";
 import { durationMs, durationOf } from "../src/record.js";
-import { backoff, delay, sleep, withDefaults } from "../src/retry.js";
+import { backoff, delay, retry, sleep, withDefaults } from "../src/retry.js";
 import { sha256 } from "../src/sha256.js";
 import { REPO } from "./harness.js";
 import { grpcTransport } from "../src/node.js";
@@ -155,6 +156,110 @@ describe("backoff", () => {
       const slept = performance.now() - start;
       assert.ok(slept >= 10.5, `sleep(10.5) returned after ${slept.toFixed(3)} ms`);
     }
+  });
+});
+
+describe("retry with until", () => {
+  it("makes one last try at until, each try timed by the deadline", async () => {
+    const p = withDefaults({ baseDelayMs: 400, maxDelayMs: 400 }); // each backoff 200 to 400 ms
+    const until = Date.now() + 100;
+    const deadline = Date.now() + 5000;
+    const tries: { at: number; timeoutMs?: number }[] = [];
+    const unavailable = RpcError.from(rpcFailure(Code.Unavailable, "STORE_UNAVAILABLE"));
+    await assert.rejects(
+      retry(
+        p,
+        async (b) => {
+          tries.push({ at: Date.now(), timeoutMs: b.timeoutMs });
+          throw unavailable;
+        },
+        { until, deadline },
+      ),
+      (err) => err === unavailable,
+    );
+    assert.equal(tries.length, 2, "the first try at once, the last at until, none after");
+    assert.ok(tries[1]!.at >= until - 5, `the last try went out ${until - tries[1]!.at} ms before until`);
+    for (const t of tries) {
+      assert.ok(t.timeoutMs !== undefined && t.timeoutMs > 4000, `a try got ${t.timeoutMs} ms, not what is left of the deadline`);
+    }
+  });
+
+  it("sends the first try even when until has passed", async () => {
+    let tries = 0;
+    await assert.rejects(
+      retry(
+        withDefaults(),
+        async () => {
+          tries++;
+          throw RpcError.from(rpcFailure(Code.Unavailable, "STORE_UNAVAILABLE"));
+        },
+        { until: Date.now() - 1000, deadline: Date.now() + 5000 },
+      ),
+    );
+    assert.equal(tries, 1);
+  });
+});
+
+describe("do()'s Complete", () => {
+  /**
+   * completesUntil runs do() with a lease of 1.5 s and a handler of 1 s
+   * against a fake server whose Completes fail UNAVAILABLE and whose
+   * heartbeats answer OK the first okBeats times, then fail UNAVAILABLE;
+   * it returns when the Claim and the answered beats were received and
+   * when each Complete was.
+   */
+  async function completesUntil(okBeats: number) {
+    let claimAt = 0;
+    const beatsAt: number[] = [];
+    const completesAt: number[] = [];
+    const transport = createRouterTransport(({ service }) => {
+      service(IdempotencyService, {
+        claim: () => {
+          claimAt = Date.now();
+          return { outcome: Outcome.ACQUIRED, record: { namespace: "ns", key: "k", token: 7n, attempt: 1 } };
+        },
+        heartbeat: () => {
+          if (beatsAt.length >= okBeats) {
+            throw rpcFailure(Code.Unavailable, "STORE_UNAVAILABLE");
+          }
+          beatsAt.push(Date.now());
+          return { record: { namespace: "ns", key: "k", token: 7n, attempt: 1 } };
+        },
+        complete: () => {
+          completesAt.push(Date.now());
+          throw rpcFailure(Code.Unavailable, "STORE_UNAVAILABLE");
+        },
+      });
+    });
+    const c = new IdemClient(transport, { retry: { baseDelayMs: 10, maxDelayMs: 20 } });
+    let returned = 0;
+    await assert.rejects(
+      c.do({ namespace: "ns", key: "k", leaseTtlMs: 1500 }, async () => {
+        await new Promise((r) => setTimeout(r, 1000));
+        returned = Date.now();
+        return "R";
+      }),
+      (err) => err instanceof CompletionUnknownError,
+    );
+    assert.ok(completesAt.length > 0 && completesAt[0]! >= returned);
+    return { claimAt, beatsAt, returned, lastComplete: completesAt[completesAt.length - 1]! };
+  }
+
+  it("is retried for the lease counted from the Claim when no heartbeat was answered, not from the handler's return", async () => {
+    const { claimAt, returned, lastComplete } = await completesUntil(0);
+    // The lease ran out at claim + 1.5 s; counted from the handler's
+    // return it would end at claim + 2.5 s. (The fake server sees each
+    // call a little after the client sent it.)
+    assert.ok(lastComplete >= claimAt + 1500 - 100, `the last Complete went out ${lastComplete - claimAt} ms after the Claim; want a last try at the lease's end`);
+    // The first try goes out even if the handler returned after the lease.
+    const end = Math.max(claimAt + 1500, returned);
+    assert.ok(lastComplete < end + 400, `a Complete went out ${lastComplete - end} ms after the lease (or the handler) ended`);
+  });
+
+  it("is retried for the lease counted from the last heartbeat answered", async () => {
+    const { beatsAt, lastComplete } = await completesUntil(1);
+    assert.equal(beatsAt.length, 1);
+    assert.ok(lastComplete >= beatsAt[0]! + 1500 - 100, `the last Complete went out ${lastComplete - beatsAt[0]!} ms after the beat; want a last try at the lease's end`);
   });
 });
 
