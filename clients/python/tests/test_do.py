@@ -34,7 +34,7 @@ class Script:
                 return ok({"record": record()})
             if isinstance(a, list):
                 return a.pop(0) if len(a) > 1 else a[0]
-            return a(req)
+        return a(req)  # outside the lock: a callable may hang one RPC alone
 
 
 class DoTest(unittest.TestCase):
@@ -237,6 +237,59 @@ class DoTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 15)
         self.assertEqual(res.value, b"done")
         self.assertEqual(len(s.of("Heartbeat")), 1)
+
+    def test_a_hung_heartbeat_holds_do_up_for_a_beat_not_the_clients_timeout(self):
+        # The heartbeat hangs until the test ends; the handler returns once
+        # it was sent. A beat's timeout is the beat interval (at least 1 s),
+        # not the client's 10 s, and stop() waits for it.
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        def hang(req):
+            release.wait(30)
+            return ok({"record": record()})
+
+        s = self.serve(Claim=[ACQUIRED], Heartbeat=hang, Complete=completed)
+
+        def work(a):
+            deadline = time.monotonic() + 60
+            while not s.of("Heartbeat") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return b"done"
+
+        c = self.client(s, retry=idem.RetryPolicy(max_attempts=1))
+        self.assertEqual(c.timeout, 10)
+        res = c.do(idem.Job("ns", "k", lease_ttl=1.5), work)
+        returned = time.monotonic()
+        self.assertEqual(res.value, b"done")
+        beat_sent = s.of("Heartbeat")[0].time
+        self.assertLess(returned - beat_sent, 5, "do() sat out the client's 10 s timeout on a hung heartbeat")
+
+    def test_the_lease_is_dated_from_when_the_heartbeat_was_sent(self):
+        # Lease 6 s: the first beat goes out 2 s in and takes 1 s to be
+        # answered; the handler returns after that answer and before the
+        # next beat. Every Complete is UNAVAILABLE. The lease that beat
+        # extended runs from when it was sent, so the Completes stop 6 s
+        # after it was sent, not 6 s after its answer.
+        def slow_beat(req):
+            time.sleep(1.0)
+            return ok({"record": record()})
+
+        s = self.serve(Claim=[ACQUIRED], Heartbeat=slow_beat, Complete=[UNAVAILABLE])
+
+        def work(a):
+            deadline = time.monotonic() + 60
+            while not s.of("Heartbeat") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(1.3)  # its answer came; the next beat is 2 s after it
+            return b"v"
+
+        with self.assertRaises(idem.CompletionUnknownError):
+            self.client(s).do(idem.Job("ns", "k", lease_ttl=6), work)
+        beats, completes = s.of("Heartbeat"), s.of("Complete")
+        self.assertEqual(len(beats), 1)
+        self.assertLess(completes[-1].time - beats[0].time, 6.5,
+                        "the Completes went on for a lease after the heartbeat's answer, not after it was sent")
 
     def test_heartbeats_send_the_jobs_lease(self):
         s = self.serve(Claim=[ACQUIRED], Complete=completed)

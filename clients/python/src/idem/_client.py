@@ -223,10 +223,12 @@ class Client:
         NotFoundError."""
         return self._retrying(lambda: self._heartbeat(namespace, key, token, lease_ttl))
 
-    def _heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None) -> Record:
+    def _heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None,
+                   timeout: Optional[float] = None) -> Record:
         body = _body(namespace=namespace, key=key, token=_token(token),
                      leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")))
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Heartbeat", body, self.timeout).get("record"))
+        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Heartbeat", body,
+                                                     self.timeout if timeout is None else timeout).get("record"))
 
     def lookup(self, namespace: str, key: str) -> Record:
         """Reads the record without changing it; NotFoundError when there is

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 from ._errors import (CompletionUnknownError, IdemError, InProgressError, JobFailedError, LeaseLostError,
                       Permanent, Replayed, ResolvedByOperatorError)
 from ._retry import retry
-from ._types import MAX_WAIT, Outcome, Record, Seconds, seconds
+from ._types import MAX_WAIT, ClaimResult, Outcome, Record, Seconds, seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -169,8 +169,9 @@ def _encode(value: Any) -> bytes:
 def _acquire(client: "Client", job: Job, wait: Optional[Seconds]) -> Union[Result, Tuple[Record, float]]:
     """Claims the job under a fresh claimant id (reused on every retry, so a
     Claim whose answer was lost still acquires). Returns the replay of a
-    COMPLETED job, or the record acquired and when the answer came
-    (time.monotonic()); raises for every other outcome."""
+    COMPLETED job, or the record acquired and when the Claim that acquired
+    it was sent (time.monotonic()): the lease runs from after then. Raises
+    for every other outcome."""
     total = seconds(wait, "wait") or 0.0
     claimant = str(uuid.uuid4())
     until = time.monotonic() + total
@@ -179,10 +180,15 @@ def _acquire(client: "Client", job: Job, wait: Optional[Seconds]) -> Union[Resul
         # The server waits for the holder, for what is left of the wait.
         w = math.floor(min(max(until - time.monotonic(), 0.0), MAX_WAIT) * 1000) / 1000
         asked = time.monotonic()
+        sent = [asked]
+
+        def claim(w: float = w) -> ClaimResult:
+            sent[0] = time.monotonic()
+            return client._claim(job.namespace, job.key, fingerprint=job.fingerprint, lease_ttl=job.lease_ttl,
+                                 claimant=claimant, retention=job.retention, wait=w or None)
+
         try:
-            res = retry(client.retry, lambda: client._claim(
-                job.namespace, job.key, fingerprint=job.fingerprint, lease_ttl=job.lease_ttl, claimant=claimant,
-                retention=job.retention, wait=w or None))
+            res = retry(client.retry, claim)
         except InProgressError as busy:
             remaining = until - time.monotonic()
             if remaining <= 0:
@@ -199,7 +205,7 @@ def _acquire(client: "Client", job: Job, wait: Optional[Seconds]) -> Union[Resul
             return Result(value=res.record.result, replayed=True, record=res.record)
         if res.outcome == Outcome.FAILED:
             raise JobFailedError(res.record)
-        return res.record, time.monotonic()
+        return res.record, sent[0]
 
 
 # ---------------------------------------------------------------------------
@@ -210,7 +216,7 @@ class _Lease:
     """The lease of one acquisition: heartbeats in a thread every third of
     it, and the Complete or Fail that ends it."""
 
-    def __init__(self, client: "Client", job: Job, record: Record, acquired_at: float):
+    def __init__(self, client: "Client", job: Job, record: Record, claim_sent: float):
         self.client = client
         self.job = job
         lease = seconds(job.lease_ttl, "lease_ttl")
@@ -220,9 +226,10 @@ class _Lease:
         self.lease = lease if lease and lease > 0 else _DEFAULT_LEASE_TTL
         self.attempt = Attempt(token=record.token, number=record.attempt, takeover=record.attempt > 1,
                                record=record)
-        # When the lease was last extended, on this machine's clock: the
-        # answer that extended it came after the server did.
-        self._extended = acquired_at
+        # When the lease was last extended, on this machine's clock: when
+        # the Claim or heartbeat that the server last answered was sent,
+        # which is before the server extended it.
+        self._extended = claim_sent
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._keep, name=f"idem-heartbeat {job.namespace}/{job.key}",
                                         daemon=True)
@@ -236,11 +243,21 @@ class _Lease:
         takes it over). The first error that is not transient (LEASE_LOST,
         NOT_FOUND, ALREADY_TERMINAL, …) ends the lease: attempt.lost is set."""
         a, job = self.attempt, self.job
-        while not self._done.wait(self.lease / 3):
+        interval = self.lease / 3
+        # A beat that takes longer than the interval is of no use, and one
+        # hung on a dead connection must hold up neither the beats after it
+        # nor stop().
+        timeout = min(self.client.timeout, max(interval, 1.0))
+        sent = [0.0]
+
+        def beat() -> Record:
+            sent[0] = time.monotonic()
+            return self.client._heartbeat(job.namespace, job.key, a.token, job.lease_ttl, timeout=timeout)
+
+        while not self._done.wait(interval):
             try:
-                retry(self.client.retry, lambda: self.client._heartbeat(job.namespace, job.key, a.token, job.lease_ttl),
-                      stop=self._done)
-                self._extended = time.monotonic()
+                retry(self.client.retry, beat, stop=self._done)
+                self._extended = sent[0]
             except IdemError as err:
                 if self._done.is_set():
                     return
