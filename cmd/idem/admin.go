@@ -41,6 +41,7 @@ type listCmd struct {
 	Namespace string        `short:"n" placeholder:"NS" help:"Only records of this namespace (all when unset)."`
 	State     string        `placeholder:"STATE" help:"Only records in this state: processing, completed, failed, released, expired or unresolved (all when unset)."`
 	OlderThan time.Duration `placeholder:"DURATION" help:"Only records unchanged for at least this long (with --state processing: claims that stopped heartbeating)."`
+	KeyPrefix string        `placeholder:"PREFIX" help:"Only records whose key starts with this (compared bytewise; all when unset)."`
 	PageSize  int32         `placeholder:"N" help:"Records per page, 1 to 1000 (idemd's default, 100, when unset)."`
 	PageToken string        `placeholder:"TOKEN" help:"Start at this page: the nextPageToken of an earlier list."`
 	All       bool          `help:"Follow the page tokens and list every matching record."`
@@ -55,6 +56,8 @@ Example:
     # claims that have not heartbeated for ten minutes: stuck workers
     idem list --state processing --older-than 10m --all
     idem list -n process_payment --state failed -o json | jq -r '.records[].key'
+    # the records of one customer's orders, keyed order-<customer>-<n>
+    idem list -n process_payment --key-prefix order-c42- --all
     # an operator: stuck claims of every tenant
     idem list --all-tenants --state processing --older-than 10m --all`
 }
@@ -72,6 +75,7 @@ func (c *listCmd) Run(a *app) error {
 		Namespace:  c.Namespace,
 		State:      state,
 		OlderThan:  durationProto(c.OlderThan),
+		KeyPrefix:  c.KeyPrefix,
 		PageSize:   c.PageSize,
 		PageToken:  c.PageToken,
 		Tenant:     c.Tenant,

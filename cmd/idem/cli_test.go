@@ -474,6 +474,9 @@ func TestListDeleteStats(t *testing.T) {
 		{[]string{"--state", "completed"}, 1},
 		{[]string{"--state", "PROCESSING", "-n", "alpha"}, 5},
 		{[]string{"--older-than", "1h"}, 0},
+		{[]string{"--key-prefix", "k"}, 5},
+		{[]string{"--key-prefix", "b", "-n", "beta"}, 2},
+		{[]string{"--key-prefix", "b1"}, 1},
 	} {
 		r := f.idem(append([]string{"-o", "json", "list", "--all"}, tc.args...)...).must(t, 0, "list "+strings.Join(tc.args, " "))
 		var page idemv1.ListRecordsResponse

@@ -2,6 +2,7 @@
 @idempotent and once(), against a real idemd (the SQLite harness); and TLS
 with a bearer token against an idemd serving TLS."""
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -118,8 +119,21 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([r.key for r in op.admin.iter_records(ns, page_size=2, tenant="worker")], keys)
         self.assertEqual([r.key for r in op.admin.iter_records(ns, state=idem.State.COMPLETED, tenant="worker")], [])
         self.assertEqual(op.admin.list_records(ns, state=idem.State.PROCESSING, older_than=3600, tenant="worker").records, [])
-        self.assertEqual(op.admin.stats(ns, tenant="worker"), [idem.StatsRow(ns, idem.State.PROCESSING, 3, "worker")])
-        self.assertIn(idem.StatsRow(ns, idem.State.PROCESSING, 3, "worker"), op.admin.stats(ns, all_tenants=True))
+        other = fresh("other")
+        self.c.claim(ns, other, lease_ttl=30)
+        self.assertEqual([r.key for r in op.admin.iter_records(ns, key_prefix="k", tenant="worker")], keys)
+        self.assertEqual([r.key for r in op.admin.list_records(ns, key_prefix="other-", tenant="worker").records], [other])
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            op.admin.list_records(ns, key_prefix="k\n", tenant="worker")
+        self.assertIn("key_prefix", cm.exception.message)
+        op.admin.delete_record(ns, other, tenant="worker")
+        rows = op.admin.stats(ns, tenant="worker")
+        self.assertEqual([dataclasses.replace(r, oldest_updated_at=None) for r in rows],
+                         [idem.StatsRow(ns, idem.State.PROCESSING, 3, "worker")])
+        first = op.admin.list_records(ns, tenant="worker").records[0]
+        self.assertEqual(rows[0].oldest_updated_at, first.updated_at, "the oldest is the first key's claim")
+        self.assertIn(idem.StatsRow(ns, idem.State.PROCESSING, 3, "worker", rows[0].oldest_updated_at),
+                      op.admin.stats(ns, all_tenants=True))
         gone = op.admin.delete_record(ns, keys[0], tenant="worker")
         self.assertEqual((gone.key, gone.tenant), (keys[0], "worker"))
         with self.assertRaises(idem.NotFoundError):

@@ -1,5 +1,6 @@
 import { type CallOptions, type Client, createClient, type Transport } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { AdminService, type ResolveRecordRequestSchema, type StatsRow as StatsRowPb } from "./gen/idem/v1/admin_pb.js";
 import { IdempotencyService, Outcome, State } from "./gen/idem/v1/idem_pb.js";
 import { IdemError, InProgressError, RpcError, UnresolvedError } from "./errors.js";
@@ -304,6 +305,12 @@ export interface ListRecordsRequest {
   tenant?: string;
   /** allTenants lists every tenant's records (operators only; not with tenant). */
   allTenants?: boolean;
+  /**
+   * keyPrefix limits it to records whose key starts with it (compared
+   * bytewise); all by default. At most 256 bytes, without control
+   * characters, as a key.
+   */
+  keyPrefix?: string;
 }
 
 /** ListRecordsPage is one page of a listing. */
@@ -346,6 +353,12 @@ export interface StatsRow {
   state: State;
   count: bigint;
   tenant: string;
+  /**
+   * oldestUpdatedAt is the earliest updatedAt of these records: with
+   * PROCESSING, the claim that has gone longest without a Claim or
+   * Heartbeat renewing its lease; with UNRESOLVED, the record held longest.
+   */
+  oldestUpdatedAt?: Date;
 }
 
 /** AdminClient has the typed AdminService calls; see {@link IdemClient.admin}. */
@@ -368,6 +381,7 @@ export class AdminClient {
           pageToken: req.pageToken,
           tenant: req.tenant,
           allTenants: req.allTenants,
+          keyPrefix: req.keyPrefix,
         },
         options,
       ),
@@ -387,7 +401,13 @@ export class AdminClient {
   /** stats counts the records per namespace and state. */
   async stats(req: StatsRequest = {}, options?: CallOptions): Promise<StatsRow[]> {
     const resp = await call(() => this.#raw.stats({ namespace: req.namespace, tenant: req.tenant, allTenants: req.allTenants }, options));
-    return resp.rows.map((r: StatsRowPb) => ({ namespace: r.namespace, state: r.state, count: r.count, tenant: r.tenant }));
+    return resp.rows.map((r: StatsRowPb) => ({
+      namespace: r.namespace,
+      state: r.state,
+      count: r.count,
+      tenant: r.tenant,
+      oldestUpdatedAt: r.oldestUpdatedAt ? timestampDate(r.oldestUpdatedAt) : undefined,
+    }));
   }
 
   /**

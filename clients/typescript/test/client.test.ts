@@ -184,8 +184,17 @@ describe("against idemd", { timeout: 300_000 }, () => {
         const processing = await op.admin.listRecords({ tenant: "worker", namespace: ns, state: State.PROCESSING, olderThanMs: 0 });
         assert.equal(processing.records.length, 3);
 
+        await c.claim({ namespace: ns, key: "other" });
+        const byPrefix = await op.admin.listRecords({ tenant: "worker", namespace: ns, keyPrefix: "o" });
+        assert.deepEqual(byPrefix.records.map((r) => r.key), ["other"]);
+        const badPrefix = await rejects(op.admin.listRecords({ tenant: "worker", namespace: ns, keyPrefix: "a\tb" }));
+        assert.ok(badPrefix instanceof RpcError && badPrefix.code === Code.InvalidArgument && /key_prefix/.test(badPrefix.message), String(badPrefix));
+        await op.admin.deleteRecord({ tenant: "worker", namespace: ns, key: "other" });
+
         const rows = await op.admin.stats({ tenant: "worker", namespace: ns });
-        assert.deepEqual(rows, [{ namespace: ns, state: State.PROCESSING, count: 3n, tenant: "worker" }]);
+        const oldest = (await op.admin.listRecords({ tenant: "worker", namespace: ns, pageSize: 1 })).records[0]!.updatedAt;
+        assert.ok(oldest instanceof Date);
+        assert.deepEqual(rows, [{ namespace: ns, state: State.PROCESSING, count: 3n, tenant: "worker", oldestUpdatedAt: oldest }]);
 
         const deleted = await op.admin.deleteRecord({ tenant: "worker", namespace: ns, key: "a" });
         assert.equal(deleted.key, "a");

@@ -9,7 +9,7 @@ from ._do import Attempt, Job, Once, Result, do, idempotent
 from ._errors import IdemError, InProgressError, UnresolvedError
 from ._retry import RetryPolicy, retry
 from ._types import (MAX_WAIT, ClaimResult, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
-                     duration_from_wire, duration_to_wire, int_from_wire, seconds)
+                     duration_from_wire, duration_to_wire, int_from_wire, seconds, time_from_wire)
 from ._wire import Transport
 
 __all__ = ["Client", "AdminClient", "DEFAULT_URL", "MAX_WAIT"]
@@ -275,15 +275,17 @@ class AdminClient:
 
     def list_records(self, namespace: str = "", *, state: Optional[State] = None,
                      older_than: Optional[Seconds] = None, page_size: Optional[int] = None, page_token: str = "",
-                     tenant: str = "", all_tenants: bool = False) -> RecordPage:
+                     tenant: str = "", all_tenants: bool = False, key_prefix: str = "") -> RecordPage:
         """One page of records, ordered by namespace, then key: of one
         namespace or all, in one state or all, unchanged for at least
         older_than seconds (with state PROCESSING: the claims that have not
-        heartbeated lately). page_size is 1 to 1000 (default 100); pass the
-        page's next_page_token as page_token for the next one."""
+        heartbeated lately), whose key starts with key_prefix (all when
+        empty). page_size is 1 to 1000 (default 100); pass the page's
+        next_page_token as page_token for the next one."""
         body = _body(namespace=namespace, state=State(state).wire if state else None,
                      olderThan=duration_to_wire(seconds(older_than, "older_than")) if older_than is not None else None,
-                     pageSize=page_size, pageToken=page_token, tenant=tenant, allTenants=all_tenants)
+                     pageSize=page_size, pageToken=page_token, tenant=tenant, allTenants=all_tenants,
+                     keyPrefix=key_prefix)
         if older_than is not None and "olderThan" not in body:
             body["olderThan"] = "0s"
         m = self._call("ListRecords", body)
@@ -292,12 +294,12 @@ class AdminClient:
 
     def iter_records(self, namespace: str = "", *, state: Optional[State] = None,
                      older_than: Optional[Seconds] = None, page_size: Optional[int] = None, tenant: str = "",
-                     all_tenants: bool = False) -> Iterator[Record]:
+                     all_tenants: bool = False, key_prefix: str = "") -> Iterator[Record]:
         """Every record list_records would page through, one page at a time."""
         token = ""
         while True:
             page = self.list_records(namespace, state=state, older_than=older_than, page_size=page_size,
-                                     page_token=token, tenant=tenant, all_tenants=all_tenants)
+                                     page_token=token, tenant=tenant, all_tenants=all_tenants, key_prefix=key_prefix)
             yield from page.records
             token = page.next_page_token
             if not token:
@@ -315,7 +317,8 @@ class AdminClient:
         """How many records each namespace holds in each state."""
         m = self._call("Stats", _body(namespace=namespace, tenant=tenant, allTenants=all_tenants))
         return [StatsRow(namespace=r.get("namespace") or "", state=State.from_wire(r.get("state")),
-                         count=int_from_wire(r.get("count")), tenant=r.get("tenant") or "")
+                         count=int_from_wire(r.get("count")), tenant=r.get("tenant") or "",
+                         oldest_updated_at=time_from_wire(r.get("oldestUpdatedAt")))
                 for r in m.get("rows") or []]
 
     def resolve_record(self, namespace: str, key: str, *, completed: Optional[bytes] = None,

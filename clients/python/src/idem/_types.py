@@ -206,6 +206,11 @@ class StatsRow:
     state: State
     count: int
     tenant: str = ""
+    #: The earliest updated_at of these records (UTC): with PROCESSING, the
+    #: claim that has gone longest without a Claim or heartbeat renewing its
+    #: lease; with UNRESOLVED, the record held longest. None when the server
+    #: does not say.
+    oldest_updated_at: Optional[datetime.datetime] = None
 
 
 # ---------------------------------------------------------------------------
