@@ -108,7 +108,8 @@ export interface ClientOptions {
   /**
    * retry sets how {@link IdemClient.do} retries RPCs that fail with a
    * transient error and how fast it polls while waiting. Unset fields take
-   * their defaults (see {@link RetryPolicy}).
+   * their defaults (see {@link RetryPolicy}); a field that is not a finite
+   * number, or is above 2³¹−1, is a RangeError naming it.
    */
   retry?: Partial<RetryPolicy>;
 }

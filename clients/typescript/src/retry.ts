@@ -22,16 +22,30 @@ export interface RetryPolicy {
   maxAttempts: number;
 }
 
-/** withDefaults fills in the fields of p that are unset or not positive. */
+/** MAX_RETRY_FIELD is the largest value a field takes: 2³¹−1, the longest delay a JavaScript timer holds (in ms). */
+const MAX_RETRY_FIELD = 2 ** 31 - 1;
+
+/**
+ * withDefaults fills in the fields of p that are unset or not positive. It
+ * throws a RangeError naming the field for one that is not a finite number
+ * or is above 2³¹−1: a timer takes such a delay as 1 ms, which would retry
+ * at once, over and over.
+ */
 export function withDefaults(p: Partial<RetryPolicy> = {}): RetryPolicy {
-  const baseDelayMs = positive(p.baseDelayMs) ?? 100;
-  const maxDelayMs = Math.max(positive(p.maxDelayMs) ?? 5000, baseDelayMs);
-  const maxAttempts = positive(p.maxAttempts) ?? 10;
+  const baseDelayMs = positive(p.baseDelayMs, "baseDelayMs") ?? 100;
+  const maxDelayMs = Math.max(positive(p.maxDelayMs, "maxDelayMs") ?? 5000, baseDelayMs);
+  const maxAttempts = positive(p.maxAttempts, "maxAttempts") ?? 10;
   return { baseDelayMs, maxDelayMs, maxAttempts };
 }
 
-function positive(v: number | undefined): number | undefined {
-  return typeof v === "number" && v > 0 ? v : undefined;
+function positive(v: number | undefined, field: string): number | undefined {
+  if (v === undefined) {
+    return undefined;
+  }
+  if (typeof v !== "number" || !Number.isFinite(v) || v > MAX_RETRY_FIELD) {
+    throw new RangeError(`idem: retry.${field} is ${String(v)}; it must be a finite number at most ${MAX_RETRY_FIELD} (0 or less for the default), or unset`);
+  }
+  return v > 0 ? v : undefined;
 }
 
 /**

@@ -136,6 +136,16 @@ describe("backoff", () => {
     assert.deepEqual(withDefaults({ baseDelayMs: 10_000 }), { baseDelayMs: 10_000, maxDelayMs: 10_000, maxAttempts: 10 });
   });
 
+  it("refuses a field that is not a finite number or is above 2^31-1, naming it; 0 or less is the default", () => {
+    assert.throws(() => withDefaults({ baseDelayMs: Number.POSITIVE_INFINITY }), /retry\.baseDelayMs is Infinity/);
+    assert.throws(() => withDefaults({ maxDelayMs: 2 ** 31 }), /retry\.maxDelayMs is 2147483648; it must be a finite number at most 2147483647/);
+    assert.throws(() => withDefaults({ maxAttempts: Number.NaN }), /retry\.maxAttempts is NaN/);
+    assert.throws(() => withDefaults({ maxDelayMs: "5000" as unknown as number }), /retry\.maxDelayMs is 5000/);
+    assert.throws(() => new IdemClient(createRouterTransport(() => {}), { retry: { maxDelayMs: Number.POSITIVE_INFINITY } }), /retry\.maxDelayMs is Infinity/);
+    assert.deepEqual(withDefaults({ baseDelayMs: 0, maxDelayMs: -5, maxAttempts: -1 }), withDefaults());
+    assert.deepEqual(withDefaults({ maxDelayMs: 2 ** 31 - 1 }).maxDelayMs, 2 ** 31 - 1);
+  });
+
   it("waits at least what RetryInfo says", () => {
     const err = RpcError.from(rpcFailure(Code.ResourceExhausted, "RATE_LIMITED", 1200)) as RpcError;
     assert.equal(err.retryAfterMs, 1200);
