@@ -64,7 +64,7 @@ export type ClosableTransport = Transport & { close(): void };
  * ```
  */
 export function grpcTransport(options: GrpcTransportOptions): ClosableTransport {
-  const url = parseBaseUrl(options.baseUrl);
+  const url = parseBaseUrl(options.baseUrl, { flag: "--listen", port: 7070 });
   if (options.tls !== undefined && url.protocol !== "https:") {
     throw new TypeError(`idem: tls options need an https:// baseUrl; got ${options.baseUrl}`);
   }

@@ -43,7 +43,7 @@ export interface ConnectTransportOptions {
  * ```
  */
 export function connectTransport(options: ConnectTransportOptions): Transport {
-  const url = parseBaseUrl(options.baseUrl);
+  const url = parseBaseUrl(options.baseUrl, { flag: "--json-listen", port: 7072 });
   const interceptors = [...tokenInterceptors(url, options.token), ...(options.interceptors ?? [])];
   return createTransport({
     httpClient: fetchClient(options.fetch ?? ((input, init) => globalThis.fetch(input, init))),
@@ -159,13 +159,25 @@ function describe(err: unknown): string {
   return parts.join(": ");
 }
 
-/** parseBaseUrl checks that baseUrl is an http:// or https:// URL. */
-export function parseBaseUrl(baseUrl: string): URL {
+/**
+ * Listener names the idemd listener a transport talks to, for the hint of a
+ * bad baseUrl.
+ */
+export interface Listener {
+  /** flag is idemd's flag for it: "--listen" or "--json-listen". */
+  flag: string;
+  /** port is its default port. */
+  port: number;
+}
+
+/** parseBaseUrl checks that baseUrl is an http:// or https:// URL of listener. */
+export function parseBaseUrl(baseUrl: string, listener: Listener): URL {
   let url: URL;
   try {
     url = new URL(baseUrl);
   } catch {
-    throw new TypeError(`idem: baseUrl ${JSON.stringify(baseUrl)} is not a URL; give one like "https://idem.internal:7070" (TLS) or "http://127.0.0.1:7070" (plaintext)`);
+    const { flag, port } = listener;
+    throw new TypeError(`idem: baseUrl ${JSON.stringify(baseUrl)} is not a URL; give idemd's ${flag} address, like "https://idem.internal:${port}" (TLS) or "http://127.0.0.1:${port}" (plaintext)`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw new TypeError(`idem: baseUrl ${JSON.stringify(baseUrl)} must start with https:// (TLS) or http:// (plaintext)`);

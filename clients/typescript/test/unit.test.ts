@@ -377,6 +377,9 @@ describe("transports", () => {
 
   it("refuse a base URL that is not http:// or https://", () => {
     assert.throws(() => connectTransport({ baseUrl: "idem.internal:7072" }), /must start with https:\/\/ \(TLS\) or http:\/\/ \(plaintext\)/);
+    // Each hint names the listener its transport talks to.
+    assert.throws(() => connectTransport({ baseUrl: "idem internal" }), /is not a URL; give idemd's --json-listen address, like "https:\/\/idem.internal:7072" \(TLS\) or "http:\/\/127.0.0.1:7072"/);
+    assert.throws(() => grpcTransport({ baseUrl: "idem internal" }), /is not a URL; give idemd's --listen address, like "https:\/\/idem.internal:7070" \(TLS\) or "http:\/\/127.0.0.1:7070"/);
     assert.throws(() => grpcTransport({ baseUrl: "idem" }), /is not a URL/);
     assert.throws(() => grpcTransport({ baseUrl: "http://127.0.0.1:7070", tls: {} }), /tls options need an https:\/\/ baseUrl/);
   });
