@@ -1,14 +1,24 @@
 """python -m idem: claim, complete, fail, heartbeat and lookup from a shell,
-where Python is installed and the Go ``idem`` CLI is not. The commands,
-flags and exit codes are the idem CLI's, so a shell worker written for one
-runs with the other:
+where Python is installed and the Go ``idem`` CLI is not. These five
+commands take the idem CLI's flags that a shell worker uses and exit with
+its codes, so a worker like this one runs with either:
 
     if TOKEN=$(python -m idem claim -n process_payment -k "$KEY" --lease-ttl 30s); then
       charge_card && python -m idem complete -n process_payment -k "$KEY" --lease-token "$TOKEN" --result ok
     fi
 
+The flags: -n, -k; claim's --lease-ttl, --retention, --claimant, --wait,
+--fingerprint, --fingerprint-of and --result-out; --lease-token (or
+IDEM_LEASE_TOKEN) for complete, fail and heartbeat; complete's --result and
+--result-file; fail's --error and --retryable; heartbeat's --lease-ttl;
+lookup's --result-out. It has none of the idem CLI's other flags (-o, -q,
+--tls-cert, --tls-key, --tls-server-name, ...), and lookup prints the record
+as Record.to_json() does, which is not the shape of the idem CLI's
+``lookup -o json``.
+
 It talks to idemd's HTTP/JSON listener: --url (IDEM_JSON_URL, default
-http://127.0.0.1:7072), --token (IDEM_TOKEN), --tls-ca (IDEM_TLS_CA).
+http://127.0.0.1:7072), --token (IDEM_TOKEN), --tls-ca (IDEM_TLS_CA),
+--timeout.
 """
 
 import argparse
