@@ -104,8 +104,9 @@ func (p RetryPolicy) backoff(n int, err error) time.Duration {
 type retryLimit struct {
 	// attempts is how many tries there are in all, the first included.
 	attempts int
-	// until is when retrying ends: no try starts after it, though the first
-	// one always goes out.
+	// until is when retrying ends: a wait that would outlast it ends at it,
+	// with one last try there, and no try starts later. The first try always
+	// goes out.
 	until time.Time
 }
 
@@ -126,7 +127,7 @@ func retry[T any](ctx context.Context, c *Client, lim retryLimit, call func(cont
 			}
 			d = min(d, left)
 		}
-		if !c.pause(ctx, d) || (!lim.until.IsZero() && !time.Now().Before(lim.until)) {
+		if !c.pause(ctx, d) {
 			return v, err
 		}
 	}

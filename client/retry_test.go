@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testserver"
 )
 
 // TestDoWaitsOutARateLimit: RESOURCE_EXHAUSTED with a RetryInfo (idemd's
@@ -58,5 +59,39 @@ func TestDoDoesNotRetryAnOversizedMessage(t *testing.T) {
 	_, err := c.Do(t.Context(), client.Job{Namespace: "limits", Key: "size"}, counted(&runs, value("v")))
 	if status.Code(err) != codes.ResourceExhausted || claims.Load() != 1 || runs.Load() != 0 {
 		t.Fatalf("Do = %v after %d Claims and %d runs; want RESOURCE_EXHAUSTED after one Claim, fn not run", err, claims.Load(), runs.Load())
+	}
+}
+
+// TestDoCompleteTriesOnceMoreAtTheLeaseEnd: when the backoff would outlast
+// the lease, Do's Complete waits until the lease ends and tries once more
+// there: the server still applies a Complete whose lease ran out while no one
+// took the job over, so giving up before that try would leave the effect
+// unrecorded.
+func TestDoCompleteTriesOnceMoreAtTheLeaseEnd(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartWith(t, testserver.Options{
+		ServerOptions: []grpc.ServerOption{grpc.ChainUnaryInterceptor(onMethod(idemv1.IdempotencyService_Complete_FullMethodName,
+			func(ctx context.Context, req any, n int, handler grpc.UnaryHandler) (any, error) {
+				if n == 1 {
+					return nil, errInjected
+				}
+				return handler(ctx, req)
+			}))},
+	})
+	// A first backoff far longer than the 1 s lease: the only retry left is
+	// the one at the lease's end.
+	c, err := client.New(srv.Addr, client.WithInsecure(), client.WithRetry(client.RetryPolicy{BaseDelay: 30 * time.Second, MaxDelay: 30 * time.Second}))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	job := client.Job{Namespace: "limits", Key: "last-try", LeaseTTL: time.Second}
+	var runs atomic.Int64
+	res, err := c.Do(t.Context(), job, counted(&runs, value("v")))
+	if err != nil || string(res.Value) != "v" || runs.Load() != 1 {
+		t.Fatalf("Do = %+v, %v after %d runs; want the value recorded by the Complete tried at the lease's end", res, err, runs.Load())
+	}
+	if rec := mustLookup(t, c, job); rec.State != client.StateCompleted {
+		t.Fatalf("record is %v; want COMPLETED", rec.State)
 	}
 }
