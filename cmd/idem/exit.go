@@ -49,7 +49,7 @@ var exitCodes = []struct {
 	{exitNotFound, "not found", "no such record: never claimed, purged, or deleted"},
 	{exitLeaseLost, "lease lost", "the lease token is superseded: another worker took over; stop"},
 	{exitFingerprintMismatch, "fingerprint mismatch", "the key was claimed for a request with another fingerprint"},
-	{exitAlreadyTerminal, "already terminal", "the record already ended, and not by this very call"},
+	{exitAlreadyTerminal, "already terminal", "the record already ended, and not by this very call (also when an operator resolved it)"},
 	{exitInvalidArgument, "invalid argument", "idemd rejected a value (namespace, key, duration, size); nothing changed"},
 	{exitDenied, "denied", "unauthenticated or permission denied: check --token or the tenant's rights"},
 	{exitUnavailable, "unavailable", "idemd or its database cannot be reached, or the rate limit hit; retry later"},
@@ -125,7 +125,7 @@ func classify(err error) exitCode {
 		return exitLeaseLost
 	case "FINGERPRINT_MISMATCH":
 		return exitFingerprintMismatch
-	case "ALREADY_TERMINAL":
+	case "ALREADY_TERMINAL", "RESOLVED_BY_OPERATOR":
 		return exitAlreadyTerminal
 	case "NOT_UNRESOLVED":
 		return exitNotUnresolved

@@ -27,6 +27,14 @@ def cli(*args, token=None, stdin=b"", env=None):
     return res.returncode, res.stdout.decode(), res.stderr.decode()
 
 
+class ExitCodeTest(unittest.TestCase):
+    def test_a_record_resolved_by_an_operator_is_already_terminal(self):
+        from idem.__main__ import EXIT_ALREADY_TERMINAL, exit_code
+        err = idem.ResolvedByOperatorError("your result was not stored: the record was resolved by an operator",
+                                           code="FAILED_PRECONDITION", reason="RESOLVED_BY_OPERATOR")
+        self.assertEqual(exit_code(err), EXIT_ALREADY_TERMINAL)
+
+
 class CLITest(unittest.TestCase):
     def test_claim_complete_replay_lookup(self):
         ns, k = h.namespaces["plain"], fresh("cli")

@@ -31,8 +31,8 @@ from typing import Any, List, NoReturn, Optional
 from ._client import DEFAULT_URL, Client
 from ._errors import (AlreadyTerminalError, FingerprintMismatchError, IdemError, InProgressError,
                       InvalidArgumentError, LeaseLostError, NotFoundError, NotUnresolvedError,
-                      PermissionDeniedError, RateLimitedError, UnauthenticatedError, UnavailableError,
-                      UnresolvedError)
+                      PermissionDeniedError, RateLimitedError, ResolvedByOperatorError, UnauthenticatedError,
+                      UnavailableError, UnresolvedError)
 from ._fingerprint import fingerprint
 from ._retry import RetryPolicy
 from ._types import Outcome
@@ -47,7 +47,8 @@ EXIT_INTERRUPTED = 130
 _EXITS = [
     (InProgressError, EXIT_IN_PROGRESS), (UnresolvedError, EXIT_UNRESOLVED), (NotFoundError, EXIT_NOT_FOUND),
     (LeaseLostError, EXIT_LEASE_LOST), (FingerprintMismatchError, EXIT_FINGERPRINT_MISMATCH),
-    (AlreadyTerminalError, EXIT_ALREADY_TERMINAL), (InvalidArgumentError, EXIT_INVALID_ARGUMENT),
+    (AlreadyTerminalError, EXIT_ALREADY_TERMINAL), (ResolvedByOperatorError, EXIT_ALREADY_TERMINAL),
+    (InvalidArgumentError, EXIT_INVALID_ARGUMENT),
     (UnauthenticatedError, EXIT_DENIED), (PermissionDeniedError, EXIT_DENIED),
     (NotUnresolvedError, EXIT_NOT_UNRESOLVED), (UnavailableError, EXIT_UNAVAILABLE),
     (RateLimitedError, EXIT_UNAVAILABLE),
@@ -61,10 +62,19 @@ EPILOG = """exit codes:
    12  claim: the job failed permanently earlier; its error is on stderr
    13  no such record         14  lease lost: another worker took over; stop
    15  fingerprint mismatch   16  the record already ended, not by this call
+                              (also when an operator resolved it)
    17  invalid argument       18  unauthenticated or permission denied
    19  idemd or its database unreachable, or the rate limit hit; retry later
    20  claim: the record is held for resolution; park the message
 """
+
+def exit_code(err: IdemError) -> int:
+    """The idem CLI's exit code for err, by its kind (1 for any other)."""
+    for cls, code in _EXITS:
+        if isinstance(err, cls):
+            return code
+    return EXIT_ERROR
+
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -195,10 +205,7 @@ def run(argv: Optional[List[str]] = None) -> int:
             return _command(client, args)
     except IdemError as err:
         print(err, file=sys.stderr)
-        for cls, code in _EXITS:
-            if isinstance(err, cls):
-                return code
-        return EXIT_ERROR
+        return exit_code(err)
     except (OSError, ValueError) as err:
         _say(err)
         return EXIT_ERROR
