@@ -112,15 +112,8 @@ func (s *Service) waitClaim(ctx context.Context, p *store.ClaimParams, res *stor
 	s.cfg.Metrics.waiting(1)
 	defer s.cfg.Metrics.waiting(-1)
 
-	// A store that cannot announce changes is looked at again when the
-	// lease or the wait runs out; wake stays nil then.
-	watcher, _ := s.store.(store.Watcher)
-	var wake <-chan struct{}
-	if watcher != nil {
-		watch := watcher.RecordWatch(p.RecordID)
-		defer watch.Close()
-		wake = watch.C
-	}
+	watch := s.store.RecordWatch(p.RecordID)
+	defer watch.Close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var marked int64 // the token whose lease the record is marked as waited on
@@ -129,10 +122,10 @@ func (s *Service) waitClaim(ctx context.Context, p *store.ClaimParams, res *stor
 			return res, nil
 		}
 		var err error
-		if watcher != nil && res.Record.Token != marked {
+		if res.Record.Token != marked {
 			// Mark first, then look again: a change committed before the
 			// mark shows in the second look, and one after it is announced.
-			if err := watcher.RecordMarkWaited(ctx, p.RecordID, res.Record.Token); err != nil {
+			if err := s.store.RecordMarkWaited(ctx, p.RecordID, res.Record.Token); err != nil {
 				return nil, err
 			}
 			marked = res.Record.Token
@@ -149,7 +142,7 @@ func (s *Service) waitClaim(ctx context.Context, p *store.ClaimParams, res *stor
 		// sweeper may be seconds away), so look again when it does.
 		timer.Reset(min(left, max(res.RetryAfter, time.Millisecond)))
 		select {
-		case <-wake:
+		case <-watch.C:
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, ctx.Err()

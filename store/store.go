@@ -63,6 +63,9 @@ type Store interface {
 	// CountByState counts every tenant's records per state, for the sweeper's
 	// gauge.
 	CountByState(ctx context.Context) (map[State]int64, error)
+
+	// Watcher wakes Claims that wait on a record (watch.go).
+	Watcher
 }
 
 // Backend is a Store as a process owns it: the operations, plus its schema,

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// Watcher is a Store that can wake a Claim waiting on a record (the Claim's
+// Watcher is the part of a Store that can wake a Claim waiting on a record (the Claim's
 // wait) when the record changes, in this process or, where the database is
 // shared, in any other. The waiting Claim itself decides what a change means
 // by asking again (RecordClaim): a wake only says "look again", so a wake

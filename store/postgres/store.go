@@ -31,8 +31,7 @@ import (
 )
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Watcher = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
 )
 
 // Store implements store.Store on PostgreSQL: its driver's statements

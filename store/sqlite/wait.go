@@ -6,8 +6,6 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var _ store.Watcher = (*Store)(nil)
-
 // Waking waiting Claims (store.Watcher). Every write to the file goes through
 // this process (idemd keeps a second server off it), so the calls that end a
 // lease or the record (Complete, Fail, the sweeper's expiry, a held lease
