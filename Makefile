@@ -160,7 +160,7 @@ console-screenshots: ## Retake docs/console-*.png: the console of an operator on
 test-ts: ## Check clients/typescript/src/gen for drift and run the TypeScript package's tests against real idemd processes (both stores, both transports). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
 	@$(call need-node,test-ts); \
 	$(ts-deps) && $(MAKE) --no-print-directory check-generate-ts && \
-	cd $(TS_DIR) && go run ../../internal/testdb/withpg npm test
+	cd $(TS_DIR) && go run ../../internal/testsupport/testdb/withpg npm test
 
 test-node: ## Run the tests of the Node.js examples on the TypeScript package (examples/node-worker, and examples/double-charge/typescript against bin/idemd). Without node/npm they are skipped with a notice; in CI (CI=true) that is an error.
 	@$(call need-node,test-node); \
@@ -171,7 +171,7 @@ test-node: ## Run the tests of the Node.js examples on the TypeScript package (e
 	 IDEMD_BIN="$(CURDIR)/bin/idemd" npm test) && \
 	cd examples/node-worker && \
 	{ [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && \
-	go run ../../internal/testdb/withpg npm test
+	go run ../../internal/testsupport/testdb/withpg npm test
 
 test-python: ## Run the Python package's tests (clients/python: every scenario on both stores, the wheel installed offline) and the Python examples' (examples/python-worker, and examples/double-charge/python against bin/idemd). Without python3 (>= 3.8) they are skipped with a notice; in CI (CI=true) that is an error.
 	@if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then \
@@ -189,9 +189,9 @@ test-python: ## Run the Python package's tests (clients/python: every scenario o
 		exit 0; \
 	fi; \
 	cd clients/python && \
-	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v && \
+	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testsupport/testdb/withpg python3 -m unittest discover -s tests -v && \
 	cd ../../examples/python-worker && \
-	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testdb/withpg python3 -m unittest discover -s tests -v && \
+	PYTHONDONTWRITEBYTECODE=1 go run ../../internal/testsupport/testdb/withpg python3 -m unittest discover -s tests -v && \
 	cd ../.. && go build -o bin/idemd ./cmd/idemd && \
 	cd examples/double-charge/python && \
 	IDEMD_BIN="$(CURDIR)/bin/idemd" PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -v
@@ -312,10 +312,10 @@ bench-rate: ## docs/DESIGN.md §6's latency target: the service's closed-loop ma
 
 .PHONY: robustness robustness-short soak
 robustness: ## The robustness suite at full length (about 20 minutes): real idemd processes under faults, Patroni failovers and PgBouncer among them (installs Debian's patroni, etcd-server and pgbouncer where missing), every history checked for linearizability; numbers in docs/RELIABILITY.md.
-	go test -tags robustness -count=1 -timeout 45m -run TestRobustness -v ./internal/robustness -full $(ROBUSTNESS_FLAGS)
+	go test -tags robustness -count=1 -timeout 45m -run TestRobustness -v ./internal/testsupport/robustness -full $(ROBUSTNESS_FLAGS)
 
 robustness-short: ## The short robustness suite that CI runs (each scenario for a few seconds; under 90 s).
-	go test -tags robustness -count=1 -timeout 5m -run TestRobustness -v ./internal/robustness $(ROBUSTNESS_FLAGS)
+	go test -tags robustness -count=1 -timeout 5m -run TestRobustness -v ./internal/testsupport/robustness $(ROBUSTNESS_FLAGS)
 
 soak: ## 10^6 contended Claims against one idemd: double grants (must be 0), calls per second, idemd's RSS at start and end.
-	go test -tags robustness -count=1 -timeout 40m -run TestSoak -v ./internal/robustness -soak $(SOAK_FLAGS)
+	go test -tags robustness -count=1 -timeout 40m -run TestSoak -v ./internal/testsupport/robustness -soak $(SOAK_FLAGS)

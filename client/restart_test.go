@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/client"
-	"github.com/idemhq/idem/internal/fixedport"
-	"github.com/idemhq/idem/internal/testbin"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/fixedport"
+	"github.com/idemhq/idem/internal/testsupport/testbin"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // idemdBinary is cmd/idemd, built once for the tests that restart a real

@@ -26,7 +26,7 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/sdkharness/drive"
+	"github.com/idemhq/idem/internal/testsupport/sdkharness/drive"
 )
 
 // scenarioFile is the language-neutral scenario file every SDK's suite runs.

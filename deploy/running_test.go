@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // runningIdemd is the release's idemd started the way the Deployment's

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // The benchmarks below time the handlers through a real gRPC server on

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // claimAll sends n concurrent Claims of key, released together, each with a

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
 )
 

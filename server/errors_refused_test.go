@@ -18,9 +18,9 @@ import (
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/maintenance"
-	"github.com/idemhq/idem/internal/refusingpg"
-	"github.com/idemhq/idem/internal/testdb"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/refusingpg"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/sqlite"

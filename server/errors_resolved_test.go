@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"

@@ -10,7 +10,7 @@ import (
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/maintenance"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // tokenCalls are the three calls that present a token, for tables.

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // lines parses the JSON log lines written so far (syncBuffer is in

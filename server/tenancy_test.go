@@ -24,8 +24,8 @@ import (
 
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testcerts"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testcerts"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/client"
-	"github.com/idemhq/idem/internal/testbin"
-	"github.com/idemhq/idem/internal/testdb"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testbin"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // idemdBinary is idemd, built once for --start-idemd.

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testcerts"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testcerts"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // TestClaimCompleteReplay is a worker's happy path in table mode: the token

@@ -17,7 +17,7 @@ import (
 
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
 )
 

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/idemhq/idem/internal/testbin"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testbin"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // idemBinary is built once by TestMain, so that the tests run the real

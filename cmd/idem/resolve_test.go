@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/config"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
 )
 

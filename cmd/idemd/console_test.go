@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/console"
-	"github.com/idemhq/idem/internal/testcerts"
+	"github.com/idemhq/idem/internal/testsupport/testcerts"
 )
 
 func get(t *testing.T, url string) (*http.Response, string) {

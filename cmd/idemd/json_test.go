@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/config"
-	"github.com/idemhq/idem/internal/testcerts"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testcerts"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // TestJSONListenIsProtected: the JSON listener follows the gRPC listener's

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testbin"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testbin"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // idemdBinary is built once by TestMain so that the tests run the real binary.

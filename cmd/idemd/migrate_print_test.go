@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/sqlite"
 )

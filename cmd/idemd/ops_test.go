@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/faultproxy"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/faultproxy"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // opsServer is a real idemd whose database connection runs through a proxy

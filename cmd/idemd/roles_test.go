@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store/postgres"
 )
 

@@ -23,8 +23,8 @@ import (
 
 	"github.com/idemhq/idem/client"
 	"github.com/idemhq/idem/config"
-	"github.com/idemhq/idem/internal/testcerts"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testcerts"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // securityEnv are the env twins of the security flags, kept out of the

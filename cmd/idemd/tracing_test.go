@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // otlpReceiver is a trace collector for one test: it accepts OTLP/HTTP

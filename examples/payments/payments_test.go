@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 )
 
 // TestMain lets the test binary be the worker process too: the driver execs

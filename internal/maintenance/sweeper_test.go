@@ -12,8 +12,8 @@ import (
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/maintenance"
-	"github.com/idemhq/idem/internal/testdb"
-	"github.com/idemhq/idem/internal/testserver"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem/internal/faultproxy"
+	"github.com/idemhq/idem/internal/testsupport/faultproxy"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )

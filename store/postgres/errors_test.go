@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem/internal/refusingpg"
+	"github.com/idemhq/idem/internal/testsupport/refusingpg"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )

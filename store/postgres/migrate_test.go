@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store/postgres"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/storetest"

@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )

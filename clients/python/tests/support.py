@@ -6,7 +6,7 @@ are in test_package.py). IDEMD_BIN names a prebuilt idemd; without it idemd
 is built from ./cmd/idemd once per run with `go build`.
 
 An Idemd runs with the tenants of the shared scenario harness
-(internal/sdkharness): worker (admin, and namespaces held* under a hold
+(internal/testsupport/sdkharness): worker (admin, and namespaces held* under a hold
 policy), operator (operator: true) and limited (5 calls per second, burst 1).
 """
 
@@ -66,11 +66,11 @@ def idemd_bin() -> str:
 
 
 def harness_bin() -> str:
-    return build("./internal/sdkharness", "sdkharness", "SDKHARNESS_BIN")
+    return build("./internal/testsupport/sdkharness", "sdkharness", "SDKHARNESS_BIN")
 
 
 class Harness:
-    """internal/sdkharness: a real idemd on one store ("postgres" or
+    """internal/testsupport/sdkharness: a real idemd on one store ("postgres" or
     "sqlite") with the scenarios' tenants, and control endpoints that
     restart it or cut it off its store (clients/scenarios/README.md). One
     per store and test run: see harness()."""

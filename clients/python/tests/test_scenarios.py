@@ -1,5 +1,5 @@
 """Every scenario of clients/scenarios/scenarios.json, against a real idemd
-on PostgreSQL and on SQLite (internal/sdkharness). The suite fails when the
+on PostgreSQL and on SQLite (internal/testsupport/sdkharness). The suite fails when the
 file has a scenario this file does not implement, and when this file
 implements one the file no longer has."""
 

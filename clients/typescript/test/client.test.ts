@@ -3,7 +3,7 @@
 // scenarios do not pin: lost responses retried under the same claimant and
 // token, heartbeats past the lease, a Complete that cannot be confirmed, a
 // result the server refuses, cancellation, and TLS. Against the harness of
-// internal/sdkharness on SQLite, and an idemd with TLS of the test's own.
+// internal/testsupport/sdkharness on SQLite, and an idemd with TLS of the test's own.
 
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";

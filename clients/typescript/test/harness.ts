@@ -1,4 +1,4 @@
-// The scenario harness of internal/sdkharness: a real idemd on PostgreSQL
+// The scenario harness of internal/testsupport/sdkharness: a real idemd on PostgreSQL
 // (behind a fault proxy) or SQLite, with the tenants and policies the
 // scenarios name, and control endpoints that restart it or cut its store.
 // `npm test` builds it and idemd into build/ (pretest); HARNESS_BIN and

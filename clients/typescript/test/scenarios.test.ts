@@ -1,5 +1,5 @@
 // The scenarios of clients/scenarios/scenarios.json, run against the harness
-// of internal/sdkharness on both stores and over both transports (gRPC from
+// of internal/testsupport/sdkharness on both stores and over both transports (gRPC from
 // Node, and the Connect protocol over fetch). A scenario id in the file with
 // no implementation here fails the suite, and so does an implementation of
 // an id the file no longer has.

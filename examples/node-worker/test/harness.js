@@ -1,5 +1,5 @@
 // Test harness: a real idemd on a Postgres schema of its own, started by the
-// scenario harness of internal/sdkharness (tenants with tokens; the worker
+// scenario harness of internal/testsupport/sdkharness (tenants with tokens; the worker
 // tenant's token is the one the workers use), and helpers that run workers
 // (Node and Go) as separate processes.
 //
@@ -40,7 +40,7 @@ export async function startIdem() {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const harnessBin = process.env.SDKHARNESS_BIN || goBuild('./internal/sdkharness', path.join(dir, 'sdkharness'));
+    const harnessBin = process.env.SDKHARNESS_BIN || goBuild('./internal/testsupport/sdkharness', path.join(dir, 'sdkharness'));
     const idemdBin = process.env.IDEMD_BIN || goBuild('./cmd/idemd', path.join(dir, 'idemd'));
     const goOnce = process.env.GO_ONCE_BIN || goBuild('./examples/node-worker/go-once', path.join(dir, 'go-once'));
     harness = spawn(harnessBin, ['--store', 'postgres', '--idemd-bin', idemdBin], { cwd: REPO, stdio: ['pipe', 'pipe', 'pipe'] });

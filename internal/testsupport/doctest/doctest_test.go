@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // notRun lists every block that a page marks `<!-- doctest: skip REASON -->`,
@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		panic(err)
 	}

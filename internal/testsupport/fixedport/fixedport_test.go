@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/idemhq/idem/internal/fixedport"
+	"github.com/idemhq/idem/internal/testsupport/fixedport"
 )
 
 func TestAddrIsBelowTheEphemeralRangeAndFree(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/faultproxy"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/faultproxy"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // Patroni is a Patroni cluster of the suite's own: one etcd and Members

@@ -22,8 +22,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/faultproxy"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/faultproxy"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 var (

@@ -21,10 +21,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemhq/idem/config"
-	"github.com/idemhq/idem/internal/faultproxy"
-	"github.com/idemhq/idem/internal/fixedport"
-	"github.com/idemhq/idem/internal/sdkharness/buildcache"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/faultproxy"
+	"github.com/idemhq/idem/internal/testsupport/fixedport"
+	"github.com/idemhq/idem/internal/testsupport/sdkharness/buildcache"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 // The stores the harness runs idemd on.

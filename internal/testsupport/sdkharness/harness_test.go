@@ -23,9 +23,9 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/fixedport"
-	"github.com/idemhq/idem/internal/sdkharness/drive"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/fixedport"
+	"github.com/idemhq/idem/internal/testsupport/sdkharness/drive"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 var bins drive.Binaries

@@ -5,7 +5,7 @@
 // that restart idemd or cut it off its store, and cleans everything up when
 // its stdin closes or it is told to stop.
 //
-//	go build -o /tmp/sdkharness ./internal/sdkharness
+//	go build -o /tmp/sdkharness ./internal/testsupport/sdkharness
 //	/tmp/sdkharness --store postgres [--idemd-bin PATH]
 //
 // clients/scenarios/README.md describes the line and the endpoints.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/sdkharness/buildcache"
+	"github.com/idemhq/idem/internal/testsupport/sdkharness/buildcache"
 )
 
 // Info is the JSON line the harness prints.
@@ -58,7 +58,7 @@ func build(harness string, flags ...string) (Binaries, error) {
 		return Binaries{}, err
 	}
 	var b Binaries
-	if b.Harness, err = buildcache.Binary(root, "./internal/sdkharness", harness, flags...); err != nil {
+	if b.Harness, err = buildcache.Binary(root, "./internal/testsupport/sdkharness", harness, flags...); err != nil {
 		return Binaries{}, err
 	}
 	if b.Idemd, err = buildcache.Binary(root, "./cmd/idemd", "idemd"); err != nil {
@@ -67,14 +67,14 @@ func build(harness string, flags ...string) (Binaries, error) {
 	return b, nil
 }
 
-// moduleRoot is the directory of the module's go.mod: two levels above this
+// moduleRoot is the directory of the module's go.mod: four levels above this
 // file's directory.
 func moduleRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("drive: cannot find its own source file")
 	}
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		return "", fmt.Errorf("drive: no go.mod at %s: %w", root, err)
 	}

@@ -5,7 +5,7 @@
 // test-python` run the Node and Python workers' tests under it, so they too
 // need no Postgres running.
 //
-//	go run ./internal/testdb/withpg npm test
+//	go run ./internal/testsupport/testdb/withpg npm test
 package main
 
 import (
@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
 )
 
 func main() {
