@@ -144,6 +144,10 @@ const (
 	// the call's result or error was not stored. Do not retry; look the
 	// record up to see how it was resolved.
 	ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR ErrorReason = 33
+	// INVALID_ARGUMENT (the batch calls, for the request as a whole): it
+	// holds no items, or more than the server's --batch-max-items. The
+	// message gives the count and the bound. Nothing was read or written.
+	ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE ErrorReason = 34
 )
 
 // Enum value maps for ErrorReason.
@@ -183,6 +187,7 @@ var (
 		31: "ERROR_REASON_UNKNOWN_FIELD",
 		32: "ERROR_REASON_REQUEST_TOO_LARGE",
 		33: "ERROR_REASON_RESOLVED_BY_OPERATOR",
+		34: "ERROR_REASON_INVALID_BATCH_SIZE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -219,6 +224,7 @@ var (
 		"ERROR_REASON_UNKNOWN_FIELD":         31,
 		"ERROR_REASON_REQUEST_TOO_LARGE":     32,
 		"ERROR_REASON_RESOLVED_BY_OPERATOR":  33,
+		"ERROR_REASON_INVALID_BATCH_SIZE":    34,
 	}
 )
 
@@ -253,7 +259,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\x85\t\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xaa\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -289,7 +295,8 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1eERROR_REASON_MALFORMED_REQUEST\x10\x1e\x12\x1e\n" +
 	"\x1aERROR_REASON_UNKNOWN_FIELD\x10\x1f\x12\"\n" +
 	"\x1eERROR_REASON_REQUEST_TOO_LARGE\x10 \x12%\n" +
-	"!ERROR_REASON_RESOLVED_BY_OPERATOR\x10!B\x87\x01\n" +
+	"!ERROR_REASON_RESOLVED_BY_OPERATOR\x10!\x12#\n" +
+	"\x1fERROR_REASON_INVALID_BATCH_SIZE\x10\"B\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

@@ -57,6 +57,10 @@
 //     is not in idemd's config, or tenant and all_tenants are both set.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
+//     In a batch call it is counted per item: the items over the limit get
+//     it, each in its own result.
+//   - INVALID_ARGUMENT    / INVALID_BATCH_SIZE (the batch calls): the
+//     request holds no items or more than the server allows.
 //   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
 //     UNKNOWN_FIELD, a body field or query parameter the request does not
 //     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
@@ -89,6 +93,7 @@ package idemv1
 
 import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -1135,11 +1140,907 @@ func (x *LookupResponse) GetRecord() *Record {
 	return nil
 }
 
+// BatchClaimRequest claims many jobs (IdempotencyService.BatchClaim).
+type BatchClaimRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Claims, each as Claim takes it.
+	Requests      []*ClaimRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchClaimRequest) Reset() {
+	*x = BatchClaimRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchClaimRequest) ProtoMessage() {}
+
+func (x *BatchClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchClaimRequest.ProtoReflect.Descriptor instead.
+func (*BatchClaimRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BatchClaimRequest) GetRequests() []*ClaimRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BatchClaimResponse answers each Claim of a BatchClaimRequest.
+type BatchClaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request, in the order of the requests.
+	Results       []*BatchClaimResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchClaimResponse) Reset() {
+	*x = BatchClaimResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchClaimResponse) ProtoMessage() {}
+
+func (x *BatchClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchClaimResponse.ProtoReflect.Descriptor instead.
+func (*BatchClaimResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BatchClaimResponse) GetResults() []*BatchClaimResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchClaimResult is one Claim's answer in a batch.
+type BatchClaimResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Claim's response, or its error.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchClaimResult_Response
+	//	*BatchClaimResult_Error
+	Result        isBatchClaimResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchClaimResult) Reset() {
+	*x = BatchClaimResult{}
+	mi := &file_idem_v1_idem_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchClaimResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchClaimResult) ProtoMessage() {}
+
+func (x *BatchClaimResult) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchClaimResult.ProtoReflect.Descriptor instead.
+func (*BatchClaimResult) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BatchClaimResult) GetResult() isBatchClaimResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchClaimResult) GetResponse() *ClaimResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchClaimResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *BatchClaimResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*BatchClaimResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchClaimResult_Result interface {
+	isBatchClaimResult_Result()
+}
+
+type BatchClaimResult_Response struct {
+	// What Claim would have answered.
+	Response *ClaimResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type BatchClaimResult_Error struct {
+	// The error Claim would have returned, with its ErrorInfo.
+	Error *status.Status `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchClaimResult_Response) isBatchClaimResult_Result() {}
+
+func (*BatchClaimResult_Error) isBatchClaimResult_Result() {}
+
+// BatchCompleteRequest completes many jobs (IdempotencyService.BatchComplete).
+type BatchCompleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Completes, each as Complete takes it.
+	Requests      []*CompleteRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCompleteRequest) Reset() {
+	*x = BatchCompleteRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCompleteRequest) ProtoMessage() {}
+
+func (x *BatchCompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCompleteRequest.ProtoReflect.Descriptor instead.
+func (*BatchCompleteRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BatchCompleteRequest) GetRequests() []*CompleteRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BatchCompleteResponse answers each Complete of a BatchCompleteRequest.
+type BatchCompleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request, in the order of the requests.
+	Results       []*BatchCompleteResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCompleteResponse) Reset() {
+	*x = BatchCompleteResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCompleteResponse) ProtoMessage() {}
+
+func (x *BatchCompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCompleteResponse.ProtoReflect.Descriptor instead.
+func (*BatchCompleteResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BatchCompleteResponse) GetResults() []*BatchCompleteResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchCompleteResult is one Complete's answer in a batch.
+type BatchCompleteResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Complete's response, or its error.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchCompleteResult_Response
+	//	*BatchCompleteResult_Error
+	Result        isBatchCompleteResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCompleteResult) Reset() {
+	*x = BatchCompleteResult{}
+	mi := &file_idem_v1_idem_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCompleteResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCompleteResult) ProtoMessage() {}
+
+func (x *BatchCompleteResult) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCompleteResult.ProtoReflect.Descriptor instead.
+func (*BatchCompleteResult) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BatchCompleteResult) GetResult() isBatchCompleteResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchCompleteResult) GetResponse() *CompleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchCompleteResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *BatchCompleteResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*BatchCompleteResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchCompleteResult_Result interface {
+	isBatchCompleteResult_Result()
+}
+
+type BatchCompleteResult_Response struct {
+	// What Complete would have answered.
+	Response *CompleteResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type BatchCompleteResult_Error struct {
+	// The error Complete would have returned, with its ErrorInfo.
+	Error *status.Status `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchCompleteResult_Response) isBatchCompleteResult_Result() {}
+
+func (*BatchCompleteResult_Error) isBatchCompleteResult_Result() {}
+
+// BatchFailRequest fails many jobs (IdempotencyService.BatchFail).
+type BatchFailRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Fails, each as Fail takes it.
+	Requests      []*FailRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchFailRequest) Reset() {
+	*x = BatchFailRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchFailRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchFailRequest) ProtoMessage() {}
+
+func (x *BatchFailRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchFailRequest.ProtoReflect.Descriptor instead.
+func (*BatchFailRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BatchFailRequest) GetRequests() []*FailRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BatchFailResponse answers each Fail of a BatchFailRequest.
+type BatchFailResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request, in the order of the requests.
+	Results       []*BatchFailResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchFailResponse) Reset() {
+	*x = BatchFailResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchFailResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchFailResponse) ProtoMessage() {}
+
+func (x *BatchFailResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchFailResponse.ProtoReflect.Descriptor instead.
+func (*BatchFailResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BatchFailResponse) GetResults() []*BatchFailResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchFailResult is one Fail's answer in a batch.
+type BatchFailResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Fail's response, or its error.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchFailResult_Response
+	//	*BatchFailResult_Error
+	Result        isBatchFailResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchFailResult) Reset() {
+	*x = BatchFailResult{}
+	mi := &file_idem_v1_idem_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchFailResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchFailResult) ProtoMessage() {}
+
+func (x *BatchFailResult) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchFailResult.ProtoReflect.Descriptor instead.
+func (*BatchFailResult) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BatchFailResult) GetResult() isBatchFailResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchFailResult) GetResponse() *FailResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchFailResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *BatchFailResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*BatchFailResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchFailResult_Result interface {
+	isBatchFailResult_Result()
+}
+
+type BatchFailResult_Response struct {
+	// What Fail would have answered.
+	Response *FailResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type BatchFailResult_Error struct {
+	// The error Fail would have returned, with its ErrorInfo.
+	Error *status.Status `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchFailResult_Response) isBatchFailResult_Result() {}
+
+func (*BatchFailResult_Error) isBatchFailResult_Result() {}
+
+// BatchHeartbeatRequest extends many leases (IdempotencyService.BatchHeartbeat).
+type BatchHeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Heartbeats, each as Heartbeat takes it.
+	Requests      []*HeartbeatRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchHeartbeatRequest) Reset() {
+	*x = BatchHeartbeatRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchHeartbeatRequest) ProtoMessage() {}
+
+func (x *BatchHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*BatchHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BatchHeartbeatRequest) GetRequests() []*HeartbeatRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BatchHeartbeatResponse answers each Heartbeat of a BatchHeartbeatRequest.
+type BatchHeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request, in the order of the requests.
+	Results       []*BatchHeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchHeartbeatResponse) Reset() {
+	*x = BatchHeartbeatResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchHeartbeatResponse) ProtoMessage() {}
+
+func (x *BatchHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*BatchHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BatchHeartbeatResponse) GetResults() []*BatchHeartbeatResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchHeartbeatResult is one Heartbeat's answer in a batch.
+type BatchHeartbeatResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Heartbeat's response, or its error.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchHeartbeatResult_Response
+	//	*BatchHeartbeatResult_Error
+	Result        isBatchHeartbeatResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchHeartbeatResult) Reset() {
+	*x = BatchHeartbeatResult{}
+	mi := &file_idem_v1_idem_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchHeartbeatResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchHeartbeatResult) ProtoMessage() {}
+
+func (x *BatchHeartbeatResult) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchHeartbeatResult.ProtoReflect.Descriptor instead.
+func (*BatchHeartbeatResult) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BatchHeartbeatResult) GetResult() isBatchHeartbeatResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchHeartbeatResult) GetResponse() *HeartbeatResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchHeartbeatResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *BatchHeartbeatResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*BatchHeartbeatResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchHeartbeatResult_Result interface {
+	isBatchHeartbeatResult_Result()
+}
+
+type BatchHeartbeatResult_Response struct {
+	// What Heartbeat would have answered.
+	Response *HeartbeatResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type BatchHeartbeatResult_Error struct {
+	// The error Heartbeat would have returned, with its ErrorInfo.
+	Error *status.Status `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchHeartbeatResult_Response) isBatchHeartbeatResult_Result() {}
+
+func (*BatchHeartbeatResult_Error) isBatchHeartbeatResult_Result() {}
+
+// BatchLookupRequest reads many records (IdempotencyService.BatchLookup).
+type BatchLookupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Lookups, each as Lookup takes it.
+	Requests      []*LookupRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLookupRequest) Reset() {
+	*x = BatchLookupRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLookupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLookupRequest) ProtoMessage() {}
+
+func (x *BatchLookupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLookupRequest.ProtoReflect.Descriptor instead.
+func (*BatchLookupRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BatchLookupRequest) GetRequests() []*LookupRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BatchLookupResponse answers each Lookup of a BatchLookupRequest.
+type BatchLookupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request, in the order of the requests.
+	Results       []*BatchLookupResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLookupResponse) Reset() {
+	*x = BatchLookupResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLookupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLookupResponse) ProtoMessage() {}
+
+func (x *BatchLookupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLookupResponse.ProtoReflect.Descriptor instead.
+func (*BatchLookupResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BatchLookupResponse) GetResults() []*BatchLookupResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchLookupResult is one Lookup's answer in a batch.
+type BatchLookupResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Lookup's response, or its error (NOT_FOUND for a record that does
+	// not exist).
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchLookupResult_Response
+	//	*BatchLookupResult_Error
+	Result        isBatchLookupResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLookupResult) Reset() {
+	*x = BatchLookupResult{}
+	mi := &file_idem_v1_idem_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLookupResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLookupResult) ProtoMessage() {}
+
+func (x *BatchLookupResult) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLookupResult.ProtoReflect.Descriptor instead.
+func (*BatchLookupResult) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *BatchLookupResult) GetResult() isBatchLookupResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchLookupResult) GetResponse() *LookupResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchLookupResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *BatchLookupResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*BatchLookupResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchLookupResult_Result interface {
+	isBatchLookupResult_Result()
+}
+
+type BatchLookupResult_Response struct {
+	// What Lookup would have answered.
+	Response *LookupResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type BatchLookupResult_Error struct {
+	// The error Lookup would have returned, with its ErrorInfo.
+	Error *status.Status `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchLookupResult_Response) isBatchLookupResult_Result() {}
+
+func (*BatchLookupResult_Error) isBatchLookupResult_Result() {}
+
 var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
-	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x04\n" +
+	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf4\x04\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
@@ -1201,7 +2102,47 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"9\n" +
 	"\x0eLookupResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record*\x98\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"F\n" +
+	"\x11BatchClaimRequest\x121\n" +
+	"\brequests\x18\x01 \x03(\v2\x15.idem.v1.ClaimRequestR\brequests\"I\n" +
+	"\x12BatchClaimResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.idem.v1.BatchClaimResultR\aresults\"~\n" +
+	"\x10BatchClaimResult\x124\n" +
+	"\bresponse\x18\x01 \x01(\v2\x16.idem.v1.ClaimResponseH\x00R\bresponse\x12*\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"L\n" +
+	"\x14BatchCompleteRequest\x124\n" +
+	"\brequests\x18\x01 \x03(\v2\x18.idem.v1.CompleteRequestR\brequests\"O\n" +
+	"\x15BatchCompleteResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.idem.v1.BatchCompleteResultR\aresults\"\x84\x01\n" +
+	"\x13BatchCompleteResult\x127\n" +
+	"\bresponse\x18\x01 \x01(\v2\x19.idem.v1.CompleteResponseH\x00R\bresponse\x12*\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"D\n" +
+	"\x10BatchFailRequest\x120\n" +
+	"\brequests\x18\x01 \x03(\v2\x14.idem.v1.FailRequestR\brequests\"G\n" +
+	"\x11BatchFailResponse\x122\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.idem.v1.BatchFailResultR\aresults\"|\n" +
+	"\x0fBatchFailResult\x123\n" +
+	"\bresponse\x18\x01 \x01(\v2\x15.idem.v1.FailResponseH\x00R\bresponse\x12*\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"N\n" +
+	"\x15BatchHeartbeatRequest\x125\n" +
+	"\brequests\x18\x01 \x03(\v2\x19.idem.v1.HeartbeatRequestR\brequests\"Q\n" +
+	"\x16BatchHeartbeatResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.idem.v1.BatchHeartbeatResultR\aresults\"\x86\x01\n" +
+	"\x14BatchHeartbeatResult\x128\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1a.idem.v1.HeartbeatResponseH\x00R\bresponse\x12*\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"H\n" +
+	"\x12BatchLookupRequest\x122\n" +
+	"\brequests\x18\x01 \x03(\v2\x16.idem.v1.LookupRequestR\brequests\"K\n" +
+	"\x13BatchLookupResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.idem.v1.BatchLookupResultR\aresults\"\x80\x01\n" +
+	"\x11BatchLookupResult\x125\n" +
+	"\bresponse\x18\x01 \x01(\v2\x17.idem.v1.LookupResponseH\x00R\bresponse\x12*\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result*\x98\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_PROCESSING\x10\x01\x12\x13\n" +
@@ -1216,13 +2157,19 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_COMPLETED\x10\x03\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x04\x12\x16\n" +
-	"\x12OUTCOME_UNRESOLVED\x10\x052\xe6\x04\n" +
+	"\x12OUTCOME_UNRESOLVED\x10\x052\x94\t\n" +
 	"\x12IdempotencyService\x12q\n" +
 	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./v1/namespaces/{namespace}/records/{key}:claim\x12}\n" +
 	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/namespaces/{namespace}/records/{key}:complete\x12m\n" +
 	"\x04Fail\x12\x14.idem.v1.FailRequest\x1a\x15.idem.v1.FailResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/namespaces/{namespace}/records/{key}:fail\x12\x81\x01\n" +
 	"\tHeartbeat\x12\x19.idem.v1.HeartbeatRequest\x1a\x1a.idem.v1.HeartbeatResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/namespaces/{namespace}/records/{key}:heartbeat\x12k\n" +
-	"\x06Lookup\x12\x16.idem.v1.LookupRequest\x1a\x17.idem.v1.LookupResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/namespaces/{namespace}/records/{key}B\x80\x01\n" +
+	"\x06Lookup\x12\x16.idem.v1.LookupRequest\x1a\x17.idem.v1.LookupResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/namespaces/{namespace}/records/{key}\x12h\n" +
+	"\n" +
+	"BatchClaim\x12\x1a.idem.v1.BatchClaimRequest\x1a\x1b.idem.v1.BatchClaimResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/v1/records:batchClaim\x12t\n" +
+	"\rBatchComplete\x12\x1d.idem.v1.BatchCompleteRequest\x1a\x1e.idem.v1.BatchCompleteResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/records:batchComplete\x12d\n" +
+	"\tBatchFail\x12\x19.idem.v1.BatchFailRequest\x1a\x1a.idem.v1.BatchFailResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/records:batchFail\x12x\n" +
+	"\x0eBatchHeartbeat\x12\x1e.idem.v1.BatchHeartbeatRequest\x1a\x1f.idem.v1.BatchHeartbeatResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/records:batchHeartbeat\x12l\n" +
+	"\vBatchLookup\x12\x1b.idem.v1.BatchLookupRequest\x1a\x1c.idem.v1.BatchLookupResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/records:batchLookupB\x80\x01\n" +
 	"\vcom.idem.v1B\tIdemProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (
@@ -1238,57 +2185,103 @@ func file_idem_v1_idem_proto_rawDescGZIP() []byte {
 }
 
 var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_idem_v1_idem_proto_goTypes = []any{
-	(State)(0),                    // 0: idem.v1.State
-	(Outcome)(0),                  // 1: idem.v1.Outcome
-	(*Record)(nil),                // 2: idem.v1.Record
-	(*ClaimRequest)(nil),          // 3: idem.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 4: idem.v1.ClaimResponse
-	(*CompleteRequest)(nil),       // 5: idem.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 6: idem.v1.CompleteResponse
-	(*FailRequest)(nil),           // 7: idem.v1.FailRequest
-	(*FailResponse)(nil),          // 8: idem.v1.FailResponse
-	(*HeartbeatRequest)(nil),      // 9: idem.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 10: idem.v1.HeartbeatResponse
-	(*LookupRequest)(nil),         // 11: idem.v1.LookupRequest
-	(*LookupResponse)(nil),        // 12: idem.v1.LookupResponse
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(State)(0),                     // 0: idem.v1.State
+	(Outcome)(0),                   // 1: idem.v1.Outcome
+	(*Record)(nil),                 // 2: idem.v1.Record
+	(*ClaimRequest)(nil),           // 3: idem.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 4: idem.v1.ClaimResponse
+	(*CompleteRequest)(nil),        // 5: idem.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 6: idem.v1.CompleteResponse
+	(*FailRequest)(nil),            // 7: idem.v1.FailRequest
+	(*FailResponse)(nil),           // 8: idem.v1.FailResponse
+	(*HeartbeatRequest)(nil),       // 9: idem.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 10: idem.v1.HeartbeatResponse
+	(*LookupRequest)(nil),          // 11: idem.v1.LookupRequest
+	(*LookupResponse)(nil),         // 12: idem.v1.LookupResponse
+	(*BatchClaimRequest)(nil),      // 13: idem.v1.BatchClaimRequest
+	(*BatchClaimResponse)(nil),     // 14: idem.v1.BatchClaimResponse
+	(*BatchClaimResult)(nil),       // 15: idem.v1.BatchClaimResult
+	(*BatchCompleteRequest)(nil),   // 16: idem.v1.BatchCompleteRequest
+	(*BatchCompleteResponse)(nil),  // 17: idem.v1.BatchCompleteResponse
+	(*BatchCompleteResult)(nil),    // 18: idem.v1.BatchCompleteResult
+	(*BatchFailRequest)(nil),       // 19: idem.v1.BatchFailRequest
+	(*BatchFailResponse)(nil),      // 20: idem.v1.BatchFailResponse
+	(*BatchFailResult)(nil),        // 21: idem.v1.BatchFailResult
+	(*BatchHeartbeatRequest)(nil),  // 22: idem.v1.BatchHeartbeatRequest
+	(*BatchHeartbeatResponse)(nil), // 23: idem.v1.BatchHeartbeatResponse
+	(*BatchHeartbeatResult)(nil),   // 24: idem.v1.BatchHeartbeatResult
+	(*BatchLookupRequest)(nil),     // 25: idem.v1.BatchLookupRequest
+	(*BatchLookupResponse)(nil),    // 26: idem.v1.BatchLookupResponse
+	(*BatchLookupResult)(nil),      // 27: idem.v1.BatchLookupResult
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
+	(*status.Status)(nil),          // 30: google.rpc.Status
 }
 var file_idem_v1_idem_proto_depIdxs = []int32{
 	0,  // 0: idem.v1.Record.state:type_name -> idem.v1.State
-	13, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
-	13, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
-	13, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
-	13, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
-	13, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 6: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	14, // 7: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
-	14, // 8: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	28, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
+	28, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	28, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
+	28, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 6: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	29, // 7: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
+	29, // 8: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 9: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
 	2,  // 10: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
-	14, // 11: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	29, // 11: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
 	2,  // 12: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
 	2,  // 13: idem.v1.FailResponse.record:type_name -> idem.v1.Record
-	14, // 14: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
+	29, // 14: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
 	2,  // 15: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
 	2,  // 16: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
-	3,  // 17: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
-	5,  // 18: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
-	7,  // 19: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
-	9,  // 20: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
-	11, // 21: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
-	4,  // 22: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
-	6,  // 23: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
-	8,  // 24: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
-	10, // 25: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
-	12, // 26: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 17: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
+	15, // 18: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
+	4,  // 19: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
+	30, // 20: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
+	5,  // 21: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
+	18, // 22: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
+	6,  // 23: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
+	30, // 24: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
+	7,  // 25: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
+	21, // 26: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
+	8,  // 27: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
+	30, // 28: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
+	9,  // 29: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
+	24, // 30: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
+	10, // 31: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
+	30, // 32: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
+	11, // 33: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
+	27, // 34: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
+	12, // 35: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
+	30, // 36: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
+	3,  // 37: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
+	5,  // 38: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
+	7,  // 39: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
+	9,  // 40: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
+	11, // 41: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
+	13, // 42: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
+	16, // 43: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
+	19, // 44: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
+	22, // 45: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
+	25, // 46: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
+	4,  // 47: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
+	6,  // 48: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
+	8,  // 49: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
+	10, // 50: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
+	12, // 51: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
+	14, // 52: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
+	17, // 53: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
+	20, // 54: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
+	23, // 55: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
+	26, // 56: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
+	47, // [47:57] is the sub-list for method output_type
+	37, // [37:47] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_idem_proto_init() }
@@ -1296,13 +2289,33 @@ func file_idem_v1_idem_proto_init() {
 	if File_idem_v1_idem_proto != nil {
 		return
 	}
+	file_idem_v1_idem_proto_msgTypes[13].OneofWrappers = []any{
+		(*BatchClaimResult_Response)(nil),
+		(*BatchClaimResult_Error)(nil),
+	}
+	file_idem_v1_idem_proto_msgTypes[16].OneofWrappers = []any{
+		(*BatchCompleteResult_Response)(nil),
+		(*BatchCompleteResult_Error)(nil),
+	}
+	file_idem_v1_idem_proto_msgTypes[19].OneofWrappers = []any{
+		(*BatchFailResult_Response)(nil),
+		(*BatchFailResult_Error)(nil),
+	}
+	file_idem_v1_idem_proto_msgTypes[22].OneofWrappers = []any{
+		(*BatchHeartbeatResult_Response)(nil),
+		(*BatchHeartbeatResult_Error)(nil),
+	}
+	file_idem_v1_idem_proto_msgTypes[25].OneofWrappers = []any{
+		(*BatchLookupResult_Response)(nil),
+		(*BatchLookupResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idem_v1_idem_proto_rawDesc), len(file_idem_v1_idem_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

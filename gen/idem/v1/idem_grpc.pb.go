@@ -57,6 +57,10 @@
 //     is not in idemd's config, or tenant and all_tenants are both set.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
+//     In a batch call it is counted per item: the items over the limit get
+//     it, each in its own result.
+//   - INVALID_ARGUMENT    / INVALID_BATCH_SIZE (the batch calls): the
+//     request holds no items or more than the server allows.
 //   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
 //     UNKNOWN_FIELD, a body field or query parameter the request does not
 //     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
@@ -100,11 +104,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IdempotencyService_Claim_FullMethodName     = "/idem.v1.IdempotencyService/Claim"
-	IdempotencyService_Complete_FullMethodName  = "/idem.v1.IdempotencyService/Complete"
-	IdempotencyService_Fail_FullMethodName      = "/idem.v1.IdempotencyService/Fail"
-	IdempotencyService_Heartbeat_FullMethodName = "/idem.v1.IdempotencyService/Heartbeat"
-	IdempotencyService_Lookup_FullMethodName    = "/idem.v1.IdempotencyService/Lookup"
+	IdempotencyService_Claim_FullMethodName          = "/idem.v1.IdempotencyService/Claim"
+	IdempotencyService_Complete_FullMethodName       = "/idem.v1.IdempotencyService/Complete"
+	IdempotencyService_Fail_FullMethodName           = "/idem.v1.IdempotencyService/Fail"
+	IdempotencyService_Heartbeat_FullMethodName      = "/idem.v1.IdempotencyService/Heartbeat"
+	IdempotencyService_Lookup_FullMethodName         = "/idem.v1.IdempotencyService/Lookup"
+	IdempotencyService_BatchClaim_FullMethodName     = "/idem.v1.IdempotencyService/BatchClaim"
+	IdempotencyService_BatchComplete_FullMethodName  = "/idem.v1.IdempotencyService/BatchComplete"
+	IdempotencyService_BatchFail_FullMethodName      = "/idem.v1.IdempotencyService/BatchFail"
+	IdempotencyService_BatchHeartbeat_FullMethodName = "/idem.v1.IdempotencyService/BatchHeartbeat"
+	IdempotencyService_BatchLookup_FullMethodName    = "/idem.v1.IdempotencyService/BatchLookup"
 )
 
 // IdempotencyServiceClient is the client API for IdempotencyService service.
@@ -138,6 +147,18 @@ type IdempotencyServiceClient interface {
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// Lookup reads a record without changing it.
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
+	// BatchClaim is Claim for many jobs. An item's wait must be unset or 0
+	// (INVALID_ARGUMENT / INVALID_WAIT otherwise): a batch answers at once.
+	BatchClaim(ctx context.Context, in *BatchClaimRequest, opts ...grpc.CallOption) (*BatchClaimResponse, error)
+	// BatchComplete is Complete for many jobs.
+	BatchComplete(ctx context.Context, in *BatchCompleteRequest, opts ...grpc.CallOption) (*BatchCompleteResponse, error)
+	// BatchFail is Fail for many jobs.
+	BatchFail(ctx context.Context, in *BatchFailRequest, opts ...grpc.CallOption) (*BatchFailResponse, error)
+	// BatchHeartbeat is Heartbeat for many jobs: it keeps a whole delivery's
+	// leases alive while its jobs run.
+	BatchHeartbeat(ctx context.Context, in *BatchHeartbeatRequest, opts ...grpc.CallOption) (*BatchHeartbeatResponse, error)
+	// BatchLookup is Lookup for many records.
+	BatchLookup(ctx context.Context, in *BatchLookupRequest, opts ...grpc.CallOption) (*BatchLookupResponse, error)
 }
 
 type idempotencyServiceClient struct {
@@ -198,6 +219,56 @@ func (c *idempotencyServiceClient) Lookup(ctx context.Context, in *LookupRequest
 	return out, nil
 }
 
+func (c *idempotencyServiceClient) BatchClaim(ctx context.Context, in *BatchClaimRequest, opts ...grpc.CallOption) (*BatchClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchClaimResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_BatchClaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idempotencyServiceClient) BatchComplete(ctx context.Context, in *BatchCompleteRequest, opts ...grpc.CallOption) (*BatchCompleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchCompleteResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_BatchComplete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idempotencyServiceClient) BatchFail(ctx context.Context, in *BatchFailRequest, opts ...grpc.CallOption) (*BatchFailResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchFailResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_BatchFail_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idempotencyServiceClient) BatchHeartbeat(ctx context.Context, in *BatchHeartbeatRequest, opts ...grpc.CallOption) (*BatchHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchHeartbeatResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_BatchHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idempotencyServiceClient) BatchLookup(ctx context.Context, in *BatchLookupRequest, opts ...grpc.CallOption) (*BatchLookupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchLookupResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_BatchLookup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdempotencyServiceServer is the server API for IdempotencyService service.
 // All implementations must embed UnimplementedIdempotencyServiceServer
 // for forward compatibility.
@@ -229,6 +300,18 @@ type IdempotencyServiceServer interface {
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// Lookup reads a record without changing it.
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
+	// BatchClaim is Claim for many jobs. An item's wait must be unset or 0
+	// (INVALID_ARGUMENT / INVALID_WAIT otherwise): a batch answers at once.
+	BatchClaim(context.Context, *BatchClaimRequest) (*BatchClaimResponse, error)
+	// BatchComplete is Complete for many jobs.
+	BatchComplete(context.Context, *BatchCompleteRequest) (*BatchCompleteResponse, error)
+	// BatchFail is Fail for many jobs.
+	BatchFail(context.Context, *BatchFailRequest) (*BatchFailResponse, error)
+	// BatchHeartbeat is Heartbeat for many jobs: it keeps a whole delivery's
+	// leases alive while its jobs run.
+	BatchHeartbeat(context.Context, *BatchHeartbeatRequest) (*BatchHeartbeatResponse, error)
+	// BatchLookup is Lookup for many records.
+	BatchLookup(context.Context, *BatchLookupRequest) (*BatchLookupResponse, error)
 	mustEmbedUnimplementedIdempotencyServiceServer()
 }
 
@@ -253,6 +336,21 @@ func (UnimplementedIdempotencyServiceServer) Heartbeat(context.Context, *Heartbe
 }
 func (UnimplementedIdempotencyServiceServer) Lookup(context.Context, *LookupRequest) (*LookupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lookup not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) BatchClaim(context.Context, *BatchClaimRequest) (*BatchClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchClaim not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) BatchComplete(context.Context, *BatchCompleteRequest) (*BatchCompleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchComplete not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) BatchFail(context.Context, *BatchFailRequest) (*BatchFailResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchFail not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) BatchHeartbeat(context.Context, *BatchHeartbeatRequest) (*BatchHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchHeartbeat not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) BatchLookup(context.Context, *BatchLookupRequest) (*BatchLookupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchLookup not implemented")
 }
 func (UnimplementedIdempotencyServiceServer) mustEmbedUnimplementedIdempotencyServiceServer() {}
 func (UnimplementedIdempotencyServiceServer) testEmbeddedByValue()                            {}
@@ -365,6 +463,96 @@ func _IdempotencyService_Lookup_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdempotencyService_BatchClaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).BatchClaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_BatchClaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).BatchClaim(ctx, req.(*BatchClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdempotencyService_BatchComplete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchCompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).BatchComplete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_BatchComplete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).BatchComplete(ctx, req.(*BatchCompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdempotencyService_BatchFail_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchFailRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).BatchFail(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_BatchFail_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).BatchFail(ctx, req.(*BatchFailRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdempotencyService_BatchHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).BatchHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_BatchHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).BatchHeartbeat(ctx, req.(*BatchHeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdempotencyService_BatchLookup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchLookupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).BatchLookup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_BatchLookup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).BatchLookup(ctx, req.(*BatchLookupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdempotencyService_ServiceDesc is the grpc.ServiceDesc for IdempotencyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -391,6 +579,26 @@ var IdempotencyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lookup",
 			Handler:    _IdempotencyService_Lookup_Handler,
+		},
+		{
+			MethodName: "BatchClaim",
+			Handler:    _IdempotencyService_BatchClaim_Handler,
+		},
+		{
+			MethodName: "BatchComplete",
+			Handler:    _IdempotencyService_BatchComplete_Handler,
+		},
+		{
+			MethodName: "BatchFail",
+			Handler:    _IdempotencyService_BatchFail_Handler,
+		},
+		{
+			MethodName: "BatchHeartbeat",
+			Handler:    _IdempotencyService_BatchHeartbeat_Handler,
+		},
+		{
+			MethodName: "BatchLookup",
+			Handler:    _IdempotencyService_BatchLookup_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

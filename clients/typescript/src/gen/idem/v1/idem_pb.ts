@@ -57,6 +57,10 @@
 //     is not in idemd's config, or tenant and all_tenants are both set.
 //   - RESOURCE_EXHAUSTED / RATE_LIMITED: the tenant is over its rate limit;
 //     a google.rpc.RetryInfo says how long to wait. Nothing was written.
+//     In a batch call it is counted per item: the items over the limit get
+//     it, each in its own result.
+//   - INVALID_ARGUMENT    / INVALID_BATCH_SIZE (the batch calls): the
+//     request holds no items or more than the server allows.
 //   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
 //     UNKNOWN_FIELD, a body field or query parameter the request does not
 //     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
@@ -88,13 +92,15 @@ import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Status } from "../../google/rpc/status_pb.js";
+import { file_google_rpc_status } from "../../google/rpc/status_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file idem/v1/idem.proto.
  */
 export const file_idem_v1_idem: GenFile = /*@__PURE__*/
-  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEi0wMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCCLaAQoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSEwoLZmluZ2VycHJpbnQYAyABKAwSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGNsYWltYW50GAUgASgJEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoMBCg1DbGFpbVJlc3BvbnNlEiEKB291dGNvbWUYASABKA4yEC5pZGVtLnYxLk91dGNvbWUSHwoGcmVjb3JkGAIgASgLMg8uaWRlbS52MS5SZWNvcmQSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUAoPQ29tcGxldGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDgoGcmVzdWx0GAQgASgMIjMKEENvbXBsZXRlUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiXgoLRmFpbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxINCgVlcnJvchgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiLwoMRmFpbFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIm8KEEhlYXJ0YmVhdFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxIsCglsZWFzZV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRSGVhcnRiZWF0UmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiLwoNTG9va3VwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJIjEKDkxvb2t1cFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkKpgBCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhQKEFNUQVRFX1BST0NFU1NJTkcQARITCg9TVEFURV9DT01QTEVURUQQAhIQCgxTVEFURV9GQUlMRUQQAxISCg5TVEFURV9SRUxFQVNFRBAEEhEKDVNUQVRFX0VYUElSRUQQBRIUChBTVEFURV9VTlJFU09MVkVEEAYqlAEKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhQKEE9VVENPTUVfQUNRVUlSRUQQARIXChNPVVRDT01FX0lOX1BST0dSRVNTEAISFQoRT1VUQ09NRV9DT01QTEVURUQQAxISCg5PVVRDT01FX0ZBSUxFRBAEEhYKEk9VVENPTUVfVU5SRVNPTFZFRBAFMuYEChJJZGVtcG90ZW5jeVNlcnZpY2UScQoFQ2xhaW0SFS5pZGVtLnYxLkNsYWltUmVxdWVzdBoWLmlkZW0udjEuQ2xhaW1SZXNwb25zZSI5gtPkkwIzOgEqIi4vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmNsYWltEn0KCENvbXBsZXRlEhguaWRlbS52MS5Db21wbGV0ZVJlcXVlc3QaGS5pZGVtLnYxLkNvbXBsZXRlUmVzcG9uc2UiPILT5JMCNjoBKiIxL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjb21wbGV0ZRJtCgRGYWlsEhQuaWRlbS52MS5GYWlsUmVxdWVzdBoVLmlkZW0udjEuRmFpbFJlc3BvbnNlIjiC0+STAjI6ASoiLS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06ZmFpbBKBAQoJSGVhcnRiZWF0EhkuaWRlbS52MS5IZWFydGJlYXRSZXF1ZXN0GhouaWRlbS52MS5IZWFydGJlYXRSZXNwb25zZSI9gtPkkwI3OgEqIjIvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmhlYXJ0YmVhdBJrCgZMb29rdXASFi5pZGVtLnYxLkxvb2t1cFJlcXVlc3QaFy5pZGVtLnYxLkxvb2t1cFJlc3BvbnNlIjCC0+STAioSKC92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEi0wMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCCLaAQoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSEwoLZmluZ2VycHJpbnQYAyABKAwSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGNsYWltYW50GAUgASgJEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoMBCg1DbGFpbVJlc3BvbnNlEiEKB291dGNvbWUYASABKA4yEC5pZGVtLnYxLk91dGNvbWUSHwoGcmVjb3JkGAIgASgLMg8uaWRlbS52MS5SZWNvcmQSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUAoPQ29tcGxldGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDgoGcmVzdWx0GAQgASgMIjMKEENvbXBsZXRlUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiXgoLRmFpbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxINCgVlcnJvchgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiLwoMRmFpbFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIm8KEEhlYXJ0YmVhdFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxIsCglsZWFzZV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRSGVhcnRiZWF0UmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiLwoNTG9va3VwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJIjEKDkxvb2t1cFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIjwKEUJhdGNoQ2xhaW1SZXF1ZXN0EicKCHJlcXVlc3RzGAEgAygLMhUuaWRlbS52MS5DbGFpbVJlcXVlc3QiQAoSQmF0Y2hDbGFpbVJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5pZGVtLnYxLkJhdGNoQ2xhaW1SZXN1bHQibQoQQmF0Y2hDbGFpbVJlc3VsdBIqCghyZXNwb25zZRgBIAEoCzIWLmlkZW0udjEuQ2xhaW1SZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiQgoUQmF0Y2hDb21wbGV0ZVJlcXVlc3QSKgoIcmVxdWVzdHMYASADKAsyGC5pZGVtLnYxLkNvbXBsZXRlUmVxdWVzdCJGChVCYXRjaENvbXBsZXRlUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3VsdCJzChNCYXRjaENvbXBsZXRlUmVzdWx0Ei0KCHJlc3BvbnNlGAEgASgLMhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCI6ChBCYXRjaEZhaWxSZXF1ZXN0EiYKCHJlcXVlc3RzGAEgAygLMhQuaWRlbS52MS5GYWlsUmVxdWVzdCI+ChFCYXRjaEZhaWxSZXNwb25zZRIpCgdyZXN1bHRzGAEgAygLMhguaWRlbS52MS5CYXRjaEZhaWxSZXN1bHQiawoPQmF0Y2hGYWlsUmVzdWx0EikKCHJlc3BvbnNlGAEgASgLMhUuaWRlbS52MS5GYWlsUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkQKFUJhdGNoSGVhcnRiZWF0UmVxdWVzdBIrCghyZXF1ZXN0cxgBIAMoCzIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdCJIChZCYXRjaEhlYXJ0YmVhdFJlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVzdWx0InUKFEJhdGNoSGVhcnRiZWF0UmVzdWx0Ei4KCHJlc3BvbnNlGAEgASgLMhouaWRlbS52MS5IZWFydGJlYXRSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiPgoSQmF0Y2hMb29rdXBSZXF1ZXN0EigKCHJlcXVlc3RzGAEgAygLMhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0IkIKE0JhdGNoTG9va3VwUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLmlkZW0udjEuQmF0Y2hMb29rdXBSZXN1bHQibwoRQmF0Y2hMb29rdXBSZXN1bHQSKwoIcmVzcG9uc2UYASABKAsyFy5pZGVtLnYxLkxvb2t1cFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBTKUCQoSSWRlbXBvdGVuY3lTZXJ2aWNlEnEKBUNsYWltEhUuaWRlbS52MS5DbGFpbVJlcXVlc3QaFi5pZGVtLnYxLkNsYWltUmVzcG9uc2UiOYLT5JMCMzoBKiIuL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjbGFpbRJ9CghDb21wbGV0ZRIYLmlkZW0udjEuQ29tcGxldGVSZXF1ZXN0GhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlIjyC0+STAjY6ASoiMS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y29tcGxldGUSbQoERmFpbBIULmlkZW0udjEuRmFpbFJlcXVlc3QaFS5pZGVtLnYxLkZhaWxSZXNwb25zZSI4gtPkkwIyOgEqIi0vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmZhaWwSgQEKCUhlYXJ0YmVhdBIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdBoaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2UiPYLT5JMCNzoBKiIyL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpoZWFydGJlYXQSawoGTG9va3VwEhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0GhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZSIwgtPkkwIqEigvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9EmgKCkJhdGNoQ2xhaW0SGi5pZGVtLnYxLkJhdGNoQ2xhaW1SZXF1ZXN0GhsuaWRlbS52MS5CYXRjaENsYWltUmVzcG9uc2UiIYLT5JMCGzoBKiIWL3YxL3JlY29yZHM6YmF0Y2hDbGFpbRJ0Cg1CYXRjaENvbXBsZXRlEh0uaWRlbS52MS5CYXRjaENvbXBsZXRlUmVxdWVzdBoeLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3BvbnNlIiSC0+STAh46ASoiGS92MS9yZWNvcmRzOmJhdGNoQ29tcGxldGUSZAoJQmF0Y2hGYWlsEhkuaWRlbS52MS5CYXRjaEZhaWxSZXF1ZXN0GhouaWRlbS52MS5CYXRjaEZhaWxSZXNwb25zZSIggtPkkwIaOgEqIhUvdjEvcmVjb3JkczpiYXRjaEZhaWwSeAoOQmF0Y2hIZWFydGJlYXQSHi5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVxdWVzdBofLmlkZW0udjEuQmF0Y2hIZWFydGJlYXRSZXNwb25zZSIlgtPkkwIfOgEqIhovdjEvcmVjb3JkczpiYXRjaEhlYXJ0YmVhdBJsCgtCYXRjaExvb2t1cBIbLmlkZW0udjEuQmF0Y2hMb29rdXBSZXF1ZXN0GhwuaWRlbS52MS5CYXRjaExvb2t1cFJlc3BvbnNlIiKC0+STAhw6ASoiFy92MS9yZWNvcmRzOmJhdGNoTG9va3VwYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Record is the server's state for one (namespace, key).
@@ -625,6 +631,402 @@ export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
   messageDesc(file_idem_v1_idem, 10);
 
 /**
+ * BatchClaimRequest claims many jobs (IdempotencyService.BatchClaim).
+ *
+ * @generated from message idem.v1.BatchClaimRequest
+ */
+export type BatchClaimRequest = Message<"idem.v1.BatchClaimRequest"> & {
+  /**
+   * The Claims, each as Claim takes it.
+   *
+   * @generated from field: repeated idem.v1.ClaimRequest requests = 1;
+   */
+  requests: ClaimRequest[];
+};
+
+/**
+ * Describes the message idem.v1.BatchClaimRequest.
+ * Use `create(BatchClaimRequestSchema)` to create a new message.
+ */
+export const BatchClaimRequestSchema: GenMessage<BatchClaimRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 11);
+
+/**
+ * BatchClaimResponse answers each Claim of a BatchClaimRequest.
+ *
+ * @generated from message idem.v1.BatchClaimResponse
+ */
+export type BatchClaimResponse = Message<"idem.v1.BatchClaimResponse"> & {
+  /**
+   * One per request, in the order of the requests.
+   *
+   * @generated from field: repeated idem.v1.BatchClaimResult results = 1;
+   */
+  results: BatchClaimResult[];
+};
+
+/**
+ * Describes the message idem.v1.BatchClaimResponse.
+ * Use `create(BatchClaimResponseSchema)` to create a new message.
+ */
+export const BatchClaimResponseSchema: GenMessage<BatchClaimResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 12);
+
+/**
+ * BatchClaimResult is one Claim's answer in a batch.
+ *
+ * @generated from message idem.v1.BatchClaimResult
+ */
+export type BatchClaimResult = Message<"idem.v1.BatchClaimResult"> & {
+  /**
+   * The Claim's response, or its error.
+   *
+   * @generated from oneof idem.v1.BatchClaimResult.result
+   */
+  result: {
+    /**
+     * What Claim would have answered.
+     *
+     * @generated from field: idem.v1.ClaimResponse response = 1;
+     */
+    value: ClaimResponse;
+    case: "response";
+  } | {
+    /**
+     * The error Claim would have returned, with its ErrorInfo.
+     *
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message idem.v1.BatchClaimResult.
+ * Use `create(BatchClaimResultSchema)` to create a new message.
+ */
+export const BatchClaimResultSchema: GenMessage<BatchClaimResult> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 13);
+
+/**
+ * BatchCompleteRequest completes many jobs (IdempotencyService.BatchComplete).
+ *
+ * @generated from message idem.v1.BatchCompleteRequest
+ */
+export type BatchCompleteRequest = Message<"idem.v1.BatchCompleteRequest"> & {
+  /**
+   * The Completes, each as Complete takes it.
+   *
+   * @generated from field: repeated idem.v1.CompleteRequest requests = 1;
+   */
+  requests: CompleteRequest[];
+};
+
+/**
+ * Describes the message idem.v1.BatchCompleteRequest.
+ * Use `create(BatchCompleteRequestSchema)` to create a new message.
+ */
+export const BatchCompleteRequestSchema: GenMessage<BatchCompleteRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 14);
+
+/**
+ * BatchCompleteResponse answers each Complete of a BatchCompleteRequest.
+ *
+ * @generated from message idem.v1.BatchCompleteResponse
+ */
+export type BatchCompleteResponse = Message<"idem.v1.BatchCompleteResponse"> & {
+  /**
+   * One per request, in the order of the requests.
+   *
+   * @generated from field: repeated idem.v1.BatchCompleteResult results = 1;
+   */
+  results: BatchCompleteResult[];
+};
+
+/**
+ * Describes the message idem.v1.BatchCompleteResponse.
+ * Use `create(BatchCompleteResponseSchema)` to create a new message.
+ */
+export const BatchCompleteResponseSchema: GenMessage<BatchCompleteResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 15);
+
+/**
+ * BatchCompleteResult is one Complete's answer in a batch.
+ *
+ * @generated from message idem.v1.BatchCompleteResult
+ */
+export type BatchCompleteResult = Message<"idem.v1.BatchCompleteResult"> & {
+  /**
+   * The Complete's response, or its error.
+   *
+   * @generated from oneof idem.v1.BatchCompleteResult.result
+   */
+  result: {
+    /**
+     * What Complete would have answered.
+     *
+     * @generated from field: idem.v1.CompleteResponse response = 1;
+     */
+    value: CompleteResponse;
+    case: "response";
+  } | {
+    /**
+     * The error Complete would have returned, with its ErrorInfo.
+     *
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message idem.v1.BatchCompleteResult.
+ * Use `create(BatchCompleteResultSchema)` to create a new message.
+ */
+export const BatchCompleteResultSchema: GenMessage<BatchCompleteResult> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 16);
+
+/**
+ * BatchFailRequest fails many jobs (IdempotencyService.BatchFail).
+ *
+ * @generated from message idem.v1.BatchFailRequest
+ */
+export type BatchFailRequest = Message<"idem.v1.BatchFailRequest"> & {
+  /**
+   * The Fails, each as Fail takes it.
+   *
+   * @generated from field: repeated idem.v1.FailRequest requests = 1;
+   */
+  requests: FailRequest[];
+};
+
+/**
+ * Describes the message idem.v1.BatchFailRequest.
+ * Use `create(BatchFailRequestSchema)` to create a new message.
+ */
+export const BatchFailRequestSchema: GenMessage<BatchFailRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 17);
+
+/**
+ * BatchFailResponse answers each Fail of a BatchFailRequest.
+ *
+ * @generated from message idem.v1.BatchFailResponse
+ */
+export type BatchFailResponse = Message<"idem.v1.BatchFailResponse"> & {
+  /**
+   * One per request, in the order of the requests.
+   *
+   * @generated from field: repeated idem.v1.BatchFailResult results = 1;
+   */
+  results: BatchFailResult[];
+};
+
+/**
+ * Describes the message idem.v1.BatchFailResponse.
+ * Use `create(BatchFailResponseSchema)` to create a new message.
+ */
+export const BatchFailResponseSchema: GenMessage<BatchFailResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 18);
+
+/**
+ * BatchFailResult is one Fail's answer in a batch.
+ *
+ * @generated from message idem.v1.BatchFailResult
+ */
+export type BatchFailResult = Message<"idem.v1.BatchFailResult"> & {
+  /**
+   * The Fail's response, or its error.
+   *
+   * @generated from oneof idem.v1.BatchFailResult.result
+   */
+  result: {
+    /**
+     * What Fail would have answered.
+     *
+     * @generated from field: idem.v1.FailResponse response = 1;
+     */
+    value: FailResponse;
+    case: "response";
+  } | {
+    /**
+     * The error Fail would have returned, with its ErrorInfo.
+     *
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message idem.v1.BatchFailResult.
+ * Use `create(BatchFailResultSchema)` to create a new message.
+ */
+export const BatchFailResultSchema: GenMessage<BatchFailResult> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 19);
+
+/**
+ * BatchHeartbeatRequest extends many leases (IdempotencyService.BatchHeartbeat).
+ *
+ * @generated from message idem.v1.BatchHeartbeatRequest
+ */
+export type BatchHeartbeatRequest = Message<"idem.v1.BatchHeartbeatRequest"> & {
+  /**
+   * The Heartbeats, each as Heartbeat takes it.
+   *
+   * @generated from field: repeated idem.v1.HeartbeatRequest requests = 1;
+   */
+  requests: HeartbeatRequest[];
+};
+
+/**
+ * Describes the message idem.v1.BatchHeartbeatRequest.
+ * Use `create(BatchHeartbeatRequestSchema)` to create a new message.
+ */
+export const BatchHeartbeatRequestSchema: GenMessage<BatchHeartbeatRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 20);
+
+/**
+ * BatchHeartbeatResponse answers each Heartbeat of a BatchHeartbeatRequest.
+ *
+ * @generated from message idem.v1.BatchHeartbeatResponse
+ */
+export type BatchHeartbeatResponse = Message<"idem.v1.BatchHeartbeatResponse"> & {
+  /**
+   * One per request, in the order of the requests.
+   *
+   * @generated from field: repeated idem.v1.BatchHeartbeatResult results = 1;
+   */
+  results: BatchHeartbeatResult[];
+};
+
+/**
+ * Describes the message idem.v1.BatchHeartbeatResponse.
+ * Use `create(BatchHeartbeatResponseSchema)` to create a new message.
+ */
+export const BatchHeartbeatResponseSchema: GenMessage<BatchHeartbeatResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 21);
+
+/**
+ * BatchHeartbeatResult is one Heartbeat's answer in a batch.
+ *
+ * @generated from message idem.v1.BatchHeartbeatResult
+ */
+export type BatchHeartbeatResult = Message<"idem.v1.BatchHeartbeatResult"> & {
+  /**
+   * The Heartbeat's response, or its error.
+   *
+   * @generated from oneof idem.v1.BatchHeartbeatResult.result
+   */
+  result: {
+    /**
+     * What Heartbeat would have answered.
+     *
+     * @generated from field: idem.v1.HeartbeatResponse response = 1;
+     */
+    value: HeartbeatResponse;
+    case: "response";
+  } | {
+    /**
+     * The error Heartbeat would have returned, with its ErrorInfo.
+     *
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message idem.v1.BatchHeartbeatResult.
+ * Use `create(BatchHeartbeatResultSchema)` to create a new message.
+ */
+export const BatchHeartbeatResultSchema: GenMessage<BatchHeartbeatResult> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 22);
+
+/**
+ * BatchLookupRequest reads many records (IdempotencyService.BatchLookup).
+ *
+ * @generated from message idem.v1.BatchLookupRequest
+ */
+export type BatchLookupRequest = Message<"idem.v1.BatchLookupRequest"> & {
+  /**
+   * The Lookups, each as Lookup takes it.
+   *
+   * @generated from field: repeated idem.v1.LookupRequest requests = 1;
+   */
+  requests: LookupRequest[];
+};
+
+/**
+ * Describes the message idem.v1.BatchLookupRequest.
+ * Use `create(BatchLookupRequestSchema)` to create a new message.
+ */
+export const BatchLookupRequestSchema: GenMessage<BatchLookupRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 23);
+
+/**
+ * BatchLookupResponse answers each Lookup of a BatchLookupRequest.
+ *
+ * @generated from message idem.v1.BatchLookupResponse
+ */
+export type BatchLookupResponse = Message<"idem.v1.BatchLookupResponse"> & {
+  /**
+   * One per request, in the order of the requests.
+   *
+   * @generated from field: repeated idem.v1.BatchLookupResult results = 1;
+   */
+  results: BatchLookupResult[];
+};
+
+/**
+ * Describes the message idem.v1.BatchLookupResponse.
+ * Use `create(BatchLookupResponseSchema)` to create a new message.
+ */
+export const BatchLookupResponseSchema: GenMessage<BatchLookupResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 24);
+
+/**
+ * BatchLookupResult is one Lookup's answer in a batch.
+ *
+ * @generated from message idem.v1.BatchLookupResult
+ */
+export type BatchLookupResult = Message<"idem.v1.BatchLookupResult"> & {
+  /**
+   * The Lookup's response, or its error (NOT_FOUND for a record that does
+   * not exist).
+   *
+   * @generated from oneof idem.v1.BatchLookupResult.result
+   */
+  result: {
+    /**
+     * What Lookup would have answered.
+     *
+     * @generated from field: idem.v1.LookupResponse response = 1;
+     */
+    value: LookupResponse;
+    case: "response";
+  } | {
+    /**
+     * The error Lookup would have returned, with its ErrorInfo.
+     *
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message idem.v1.BatchLookupResult.
+ * Use `create(BatchLookupResultSchema)` to create a new message.
+ */
+export const BatchLookupResultSchema: GenMessage<BatchLookupResult> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 25);
+
+/**
  * State is where a record is in its life.
  *
  * @generated from enum idem.v1.State
@@ -834,6 +1236,58 @@ export const IdempotencyService: GenService<{
     methodKind: "unary";
     input: typeof LookupRequestSchema;
     output: typeof LookupResponseSchema;
+  },
+  /**
+   * BatchClaim is Claim for many jobs. An item's wait must be unset or 0
+   * (INVALID_ARGUMENT / INVALID_WAIT otherwise): a batch answers at once.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.BatchClaim
+   */
+  batchClaim: {
+    methodKind: "unary";
+    input: typeof BatchClaimRequestSchema;
+    output: typeof BatchClaimResponseSchema;
+  },
+  /**
+   * BatchComplete is Complete for many jobs.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.BatchComplete
+   */
+  batchComplete: {
+    methodKind: "unary";
+    input: typeof BatchCompleteRequestSchema;
+    output: typeof BatchCompleteResponseSchema;
+  },
+  /**
+   * BatchFail is Fail for many jobs.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.BatchFail
+   */
+  batchFail: {
+    methodKind: "unary";
+    input: typeof BatchFailRequestSchema;
+    output: typeof BatchFailResponseSchema;
+  },
+  /**
+   * BatchHeartbeat is Heartbeat for many jobs: it keeps a whole delivery's
+   * leases alive while its jobs run.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.BatchHeartbeat
+   */
+  batchHeartbeat: {
+    methodKind: "unary";
+    input: typeof BatchHeartbeatRequestSchema;
+    output: typeof BatchHeartbeatResponseSchema;
+  },
+  /**
+   * BatchLookup is Lookup for many records.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.BatchLookup
+   */
+  batchLookup: {
+    methodKind: "unary";
+    input: typeof BatchLookupRequestSchema;
+    output: typeof BatchLookupResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_idem_v1_idem, 0);
