@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/maintenance"
@@ -84,7 +83,7 @@ func sameItemErrors[R batchResult](results []R, err error) error {
 		switch {
 		case i == 0:
 			first = e
-		case (e == nil) != (first == nil) || (e != nil && !proto.Equal(status.Convert(e).Proto(), status.Convert(first).Proto())):
+		case (e == nil) != (first == nil) || (e != nil && !sameStatus(status.Convert(e), status.Convert(first))):
 			return fmt.Errorf("the items of one batch got different answers: item 0 %v, item %d %v", first, i, e)
 		}
 	}
