@@ -75,8 +75,14 @@ func (s *Service) checkBatch(req proto.Message, items int) error {
 		return invalid("requests", idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE,
 			"requests holds %d requests; the limit is %d (--batch-max-items): split the batch", items, s.cfg.BatchMaxItems)
 	}
-	if n := proto.Size(req); n > s.cfg.BatchMaxBytes {
-		return tooLarge("the batch is %d bytes; the limit is %d (--batch-max-bytes): split the batch", n, s.cfg.BatchMaxBytes)
+	return checkBatchBytes(proto.Size(req), s.cfg.BatchMaxBytes)
+}
+
+// checkBatchBytes refuses a batch of n bytes of protobuf over limit. The
+// HTTP/JSON API checks it too, to answer 413 as for any body too large.
+func checkBatchBytes(n, limit int) error {
+	if n > limit {
+		return tooLarge("the batch is %d bytes; the limit is %d (--batch-max-bytes): split the batch", n, limit)
 	}
 	return nil
 }
