@@ -124,9 +124,9 @@ type jsonHandler struct {
 	// batchMaxBytes bounds a batch call's request as protobuf: one over it
 	// is refused with 413, as a body over limit is.
 	batchMaxBytes int
-	methods    map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
-	routes     []*restRoute
-	verbs      map[string]bool // the custom verbs of the REST routes: "claim", …
+	methods       map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
+	routes        []*restRoute
+	verbs         map[string]bool // the custom verbs of the REST routes: "claim", …
 }
 
 func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
