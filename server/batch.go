@@ -22,9 +22,10 @@ import (
 // adds only what concerns the request as a whole (its size), the tenant's
 // rate limit counted per item, and the order of the items: items of
 // distinct keys run at once, so that the store puts them in as few
-// statements as it can (BatchClaim hands them over together,
-// store.RecordClaimMany), and items of one key run one after the other, in
-// the order of the request, as calls a client made in that order.
+// statements as it can (BatchClaim and BatchLookup hand them over
+// together, store.RecordClaimMany and RecordGetMany), and items of one key
+// run one after the other, in the order of the request, as calls a client
+// made in that order.
 
 // Defaults of the batch bounds.
 const (
@@ -313,20 +314,39 @@ func (s *Service) BatchHeartbeat(ctx context.Context, req *idemv1.BatchHeartbeat
 	return &idemv1.BatchHeartbeatResponse{Results: results}, nil
 }
 
-// BatchLookup implements idem.v1.IdempotencyService.
+// BatchLookup implements idem.v1.IdempotencyService. Its items go to the
+// store in one RecordGetMany, so that the store can read them in one
+// statement; each item runs the unary Lookup's lookupID before and
+// lookupAnswer after. (Reads change nothing, so items of one key need no
+// order among themselves; they are read together.)
 func (s *Service) BatchLookup(ctx context.Context, req *idemv1.BatchLookupRequest) (*idemv1.BatchLookupResponse, error) {
-	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+	items := req.GetRequests()
+	if err := s.checkBatch(req, len(items)); err != nil {
 		return nil, err
 	}
-	results := make([]*idemv1.BatchLookupResult, len(req.GetRequests()))
-	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchLookup_FullMethodName, req.GetRequests(),
-		func(ctx context.Context, i int, item *idemv1.LookupRequest) error {
-			resp, err := s.lookup(ctx, item)
-			if err == nil {
+	errs := s.takeTokens(ctx, len(items))
+	results := make([]*idemv1.BatchLookupResult, len(items))
+	ids := make([]store.RecordID, 0, len(items))
+	at := make([]int, 0, len(items))
+	for i, item := range items {
+		if errs[i] != nil {
+			continue
+		}
+		id, err := s.lookupID(ctx, item)
+		if errs[i] = err; err == nil {
+			ids, at = append(ids, id), append(at, i)
+		}
+	}
+	if len(ids) > 0 {
+		recs, storeErrs := s.store.RecordGetMany(ctx, ids)
+		for j, i := range at {
+			var resp *idemv1.LookupResponse
+			if resp, errs[i] = s.lookupAnswer(ctx, recs[j], storeErrs[j]); errs[i] == nil {
 				results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Response{Response: resp}}
 			}
-			return err
-		})
+		}
+	}
+	s.logItems(ctx, idemv1.IdempotencyService_BatchLookup_FullMethodName, errs)
 	for i, err := range errs {
 		if err != nil {
 			results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Error{Error: itemStatus(err)}}

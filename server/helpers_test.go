@@ -272,6 +272,26 @@ func (h *hookStore) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams
 	return res, errs
 }
 
+// RecordGetMany runs the hook for each id, as RecordGet, and reads the ids
+// it lets through together.
+func (h *hookStore) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ids)), make([]error, len(ids))
+	var through []store.RecordID
+	var at []int
+	for i, id := range ids {
+		if errs[i] = h.before(ctx, "RecordGet"); errs[i] == nil {
+			through, at = append(through, id), append(at, i)
+		}
+	}
+	if len(through) > 0 {
+		r, e := h.Store.RecordGetMany(ctx, through)
+		for j, i := range at {
+			recs[i], errs[i] = r[j], e[j]
+		}
+	}
+	return recs, errs
+}
+
 func (h *hookStore) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	if err := h.before(ctx, "RecordComplete"); err != nil {
 		return nil, err

@@ -311,15 +311,31 @@ func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv
 	return s.lookup(ctx, req)
 }
 
-// lookup is one Lookup, for Lookup and each item of BatchLookup. Its errors are statuses.
+// lookup is one Lookup, for Lookup. Its errors are statuses.
 func (s *Service) lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
-	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+	id, err := s.lookupID(ctx, req)
+	if err != nil {
 		return nil, err
+	}
+	rec, err := s.store.RecordGet(ctx, id)
+	return s.lookupAnswer(ctx, rec, err)
+}
+
+// lookupID is the record the Lookup req reads, after its validation and the
+// namespace allow-list: the part of a Lookup before the store, shared by
+// Lookup and BatchLookup's items. Its errors are statuses.
+func (s *Service) lookupID(ctx context.Context, req *idemv1.LookupRequest) (store.RecordID, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return store.RecordID{}, err
 	}
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
-		return nil, err
+		return store.RecordID{}, err
 	}
-	rec, err := s.store.RecordGet(ctx, s.id(ctx, req.GetNamespace(), req.GetKey()))
+	return s.id(ctx, req.GetNamespace(), req.GetKey()), nil
+}
+
+// lookupAnswer is a Lookup's answer from the store's, rec or err.
+func (s *Service) lookupAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}

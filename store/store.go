@@ -42,6 +42,10 @@ type Store interface {
 	RecordHeartbeat(ctx context.Context, params *HeartbeatParams) (*Record, error)
 	// RecordGet reads one record.
 	RecordGet(ctx context.Context, id RecordID) (*Record, error)
+	// RecordGetMany is RecordGet for many records at once (a batch
+	// request): each id gets what RecordGet would answer it, in the order
+	// of ids. A store may read them in one statement.
+	RecordGetMany(ctx context.Context, ids []RecordID) ([]*Record, []error)
 	// SweepExpire marks at most limit PROCESSING records whose lease ran out
 	// as EXPIRED and returns how many it marked.
 	SweepExpire(ctx context.Context, limit int) (int, error)

@@ -114,6 +114,7 @@ var tests = []struct {
 	{"SweepEmptyStore", testSweepEmptyStore},
 	{"TokensIncreaseAfterPurge", testTokensIncreaseAfterPurge},
 
+	{"GetManyAnswersEach", testGetManyAnswersEach},
 	{"ListPagesInKeyOrder", testListPagesInKeyOrder},
 	{"ListFilters", testListFilters},
 	{"ListKeyPrefix", testListKeyPrefix},
