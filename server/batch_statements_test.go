@@ -55,7 +55,8 @@ func batchStatements(t testing.TB, reg *prometheus.Registry, kind string) (state
 
 // TestBatchClaimStatements: a BatchClaim of 100 new keys on an otherwise
 // idle Postgres store goes in ceil(100/64) = 2 many-row statements (64 is
-// the coalescer's default MaxRows), not one alone and the rest after it.
+// the coalescer's default MaxRows), not one alone and the rest after it;
+// so does the BatchComplete of those jobs.
 func TestBatchClaimStatements(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -79,6 +80,24 @@ func TestBatchClaimStatements(t *testing.T) {
 		after, _ := batchStatements(t, reg, "claim")
 		if n := after - before; n != 2 {
 			t.Fatalf("round %d: the 100 Claims went in %d statements; want 2", round, n)
+		}
+		// And the same for the Completes of the jobs.
+		done := &idemv1.BatchCompleteRequest{}
+		for _, r := range resp.GetResults() {
+			rec := r.GetResponse().GetRecord()
+			done.Requests = append(done.Requests, &idemv1.CompleteRequest{Namespace: ns, Key: rec.GetKey(), Token: rec.GetToken()})
+		}
+		before, _ = batchStatements(t, reg, "complete")
+		completed, err := c.BatchComplete(testContext(t), done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range completed.GetResults() {
+			wantItem(t, "BatchComplete", i, r, codes.OK, "")
+		}
+		after, _ = batchStatements(t, reg, "complete")
+		if n := after - before; n != 2 {
+			t.Fatalf("round %d: the 100 Completes went in %d statements; want 2", round, n)
 		}
 	}
 }

@@ -100,6 +100,7 @@ var tests = []struct {
 	{"TokenCallsUnknownKey", testTokenCallsUnknownKey},
 	{"Fencing", testFencing},
 	{"CompleteStoresBinaryResult", testCompleteStoresBinaryResult},
+	{"TokenCallsManyAnswerEachAsAlone", testTokenCallsManyAnswerEachAsAlone},
 
 	{"ClaimConcurrentNewKey", testClaimConcurrentNewKey},
 	{"ClaimConcurrentManyKeys", testClaimConcurrentManyKeys},
