@@ -30,7 +30,7 @@ func startStrict(t *testing.T) *strictServer {
 	s := &strictServer{metrics: server.NewMetrics(), log: &syncBuffer{}}
 	logger := slog.New(slog.NewJSONHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s.Server = testserver.StartWith(t, testserver.Options{JSON: true, Logger: logger,
-		Config: server.Config{Metrics: s.metrics, MaxResultBytes: 1024}})
+		Config: server.Config{Metrics: s.metrics, MaxResultBytes: 1024, BatchMaxBytes: 1024, BatchMaxItems: 10}})
 	return s
 }
 
@@ -409,7 +409,7 @@ func TestJSONRefusalAfterAuthentication(t *testing.T) {
 		{"connect", connectRaw("Claim", `{"namespace":"jobs","key":"k","leaseTTL":"30s"}`)},
 		{"rest", rawCall{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:claim", body: []byte(`{"leaseTTL":"30s"}`)}},
 		{"too large", rawCall{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:complete",
-			body: []byte(`{"token":"1","result":"` + strings.Repeat("A", int(server.JSONBodyLimit(1024))) + `"}`)}},
+			body: []byte(`{"token":"1","result":"` + strings.Repeat("A", int(server.JSONBodyLimit(jsonTenancyConfig))) + `"}`)}},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()

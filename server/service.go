@@ -59,6 +59,13 @@ type Config struct {
 	// (without tenants, of the one default tenant). It defaults to
 	// DefaultMaxWaitersPerTenant (1000).
 	MaxWaitersPerTenant int
+	// BatchMaxItems bounds the items of one batch call (BatchClaim, …). It
+	// defaults to DefaultBatchMaxItems (500).
+	BatchMaxItems int
+	// BatchMaxBytes bounds the encoded size of one batch call's request; the
+	// gRPC server and the HTTP/JSON API read requests that large. It
+	// defaults to DefaultBatchMaxBytes (4 MiB).
+	BatchMaxBytes int
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
@@ -69,6 +76,8 @@ func DefaultConfig() Config {
 		MaxResultBytes:      limits.DefaultMaxResultBytes,
 		MaxWaiters:          DefaultMaxWaiters,
 		MaxWaitersPerTenant: DefaultMaxWaitersPerTenant,
+		BatchMaxItems:       DefaultBatchMaxItems,
+		BatchMaxBytes:       DefaultBatchMaxBytes,
 	}
 }
 
@@ -88,6 +97,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaitersPerTenant == 0 {
 		c.MaxWaitersPerTenant = d.MaxWaitersPerTenant
+	}
+	if c.BatchMaxItems == 0 {
+		c.BatchMaxItems = d.BatchMaxItems
+	}
+	if c.BatchMaxBytes == 0 {
+		c.BatchMaxBytes = d.BatchMaxBytes
 	}
 	return c
 }
@@ -132,6 +147,22 @@ func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID 
 
 // Claim implements idem.v1.IdempotencyService.
 func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
+	params, err := s.claimParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.RecordClaim(ctx, params)
+	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {
+		res, err = s.waitClaim(ctx, params, res, req.GetWait().AsDuration())
+	}
+	return s.claimAnswer(ctx, req, res, err)
+}
+
+// claimParams is what the store is asked for the Claim req, after its
+// validation, the namespace allow-list and the namespace's policy: the part
+// of a Claim before the store, shared by Claim and BatchClaim's items. Its
+// errors are statuses.
+func (s *Service) claimParams(ctx context.Context, req *idemv1.ClaimRequest) (*store.ClaimParams, error) {
 	leaseTTL, retention, err := validateClaim(req, s.cfg)
 	if err != nil {
 		return nil, err
@@ -144,7 +175,7 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 	if leaseTTL, err = pol.lease(req.GetLeaseTtl() != nil, leaseTTL); err != nil {
 		return nil, err
 	}
-	params := &store.ClaimParams{
+	return &store.ClaimParams{
 		RecordID:    s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Fingerprint: req.GetFingerprint(),
 		Claimant:    req.GetClaimant(),
@@ -152,11 +183,12 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 		Retention:   pol.retentionOf(req.GetRetention() != nil, retention),
 		Policy:      pol.nameOf(),
 		Hold:        pol.holds(),
-	}
-	res, err := s.store.RecordClaim(ctx, params)
-	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {
-		res, err = s.waitClaim(ctx, params, res, req.GetWait().AsDuration())
-	}
+	}, nil
+}
+
+// claimAnswer is the Claim req's answer from the store's, res or err: the
+// part of a Claim after the store, shared by Claim and BatchClaim's items.
+func (s *Service) claimAnswer(ctx context.Context, req *idemv1.ClaimRequest, res *store.ClaimResult, err error) (*idemv1.ClaimResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -170,6 +202,19 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 
 // Complete implements idem.v1.IdempotencyService.
 func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*idemv1.CompleteResponse, error) {
+	p, err := s.completeParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordComplete(ctx, p)
+	return s.completeAnswer(ctx, rec, err)
+}
+
+// completeParams is what the store is asked for the Complete req, after
+// its validation, the namespace allow-list and the result limit: the part
+// of a Complete before the store, shared by Complete and BatchComplete's
+// items. Its errors are statuses.
+func (s *Service) completeParams(ctx context.Context, req *idemv1.CompleteRequest) (*store.CompleteParams, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -183,11 +228,15 @@ func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 	if err := s.checkResult(t, len(req.GetResult())); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.RecordComplete(ctx, &store.CompleteParams{
+	return &store.CompleteParams{
 		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:    req.GetToken(),
 		Result:   req.GetResult(),
-	})
+	}, nil
+}
+
+// completeAnswer is a Complete's answer from the store's, rec or err.
+func (s *Service) completeAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.CompleteResponse, error) {
 	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
@@ -197,6 +246,18 @@ func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 
 // Fail implements idem.v1.IdempotencyService.
 func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.FailResponse, error) {
+	p, err := s.failParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordFail(ctx, p)
+	return s.failAnswer(ctx, rec, err)
+}
+
+// failParams is what the store is asked for the Fail req, after its
+// validation and the namespace allow-list: the part of a Fail before the
+// store, shared by Fail and BatchFail's items. Its errors are statuses.
+func (s *Service) failParams(ctx context.Context, req *idemv1.FailRequest) (*store.FailParams, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -209,12 +270,16 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.RecordFail(ctx, &store.FailParams{
+	return &store.FailParams{
 		RecordID:  s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:     req.GetToken(),
 		Error:     req.GetError(),
 		Retryable: req.GetRetryable(),
-	})
+	}, nil
+}
+
+// failAnswer is a Fail's answer from the store's, rec or err.
+func (s *Service) failAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.FailResponse, error) {
 	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
@@ -224,6 +289,19 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 
 // Heartbeat implements idem.v1.IdempotencyService.
 func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error) {
+	p, err := s.heartbeatParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordHeartbeat(ctx, p)
+	return s.heartbeatAnswer(ctx, rec, err)
+}
+
+// heartbeatParams is what the store is asked for the Heartbeat req, after
+// its validation, the namespace allow-list and the namespace's policy: the
+// part of a Heartbeat before the store, shared by Heartbeat and
+// BatchHeartbeat's items. Its errors are statuses.
+func (s *Service) heartbeatParams(ctx context.Context, req *idemv1.HeartbeatRequest) (*store.HeartbeatParams, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -241,11 +319,15 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 	if leaseTTL, err = s.policyFor(t, req.GetNamespace()).lease(req.GetLeaseTtl() != nil, leaseTTL); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.RecordHeartbeat(ctx, &store.HeartbeatParams{
+	return &store.HeartbeatParams{
 		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:    req.GetToken(),
 		LeaseTTL: leaseTTL,
-	})
+	}, nil
+}
+
+// heartbeatAnswer is a Heartbeat's answer from the store's, rec or err.
+func (s *Service) heartbeatAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.HeartbeatResponse, error) {
 	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
@@ -255,13 +337,29 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 
 // Lookup implements idem.v1.IdempotencyService.
 func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
-	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+	id, err := s.lookupID(ctx, req)
+	if err != nil {
 		return nil, err
+	}
+	rec, err := s.store.RecordGet(ctx, id)
+	return s.lookupAnswer(ctx, rec, err)
+}
+
+// lookupID is the record the Lookup req reads, after its validation and the
+// namespace allow-list: the part of a Lookup before the store, shared by
+// Lookup and BatchLookup's items. Its errors are statuses.
+func (s *Service) lookupID(ctx context.Context, req *idemv1.LookupRequest) (store.RecordID, error) {
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return store.RecordID{}, err
 	}
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
-		return nil, err
+		return store.RecordID{}, err
 	}
-	rec, err := s.store.RecordGet(ctx, s.id(ctx, req.GetNamespace(), req.GetKey()))
+	return s.id(ctx, req.GetNamespace(), req.GetKey()), nil
+}
+
+// lookupAnswer is a Lookup's answer from the store's, rec or err.
+func (s *Service) lookupAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}

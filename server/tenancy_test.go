@@ -170,6 +170,31 @@ func TestUnauthenticatedCallsNeverReachTheStore(t *testing.T) {
 			_, err := c.Lookup(ctx, &idemv1.LookupRequest{Namespace: "process_payment", Key: "k"})
 			return err
 		}},
+		{"BatchClaim", func(ctx context.Context) error {
+			_, err := c.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: []*idemv1.ClaimRequest{{Namespace: "process_payment", Key: "k"}}})
+			return err
+		}},
+		{"BatchComplete", func(ctx context.Context) error {
+			_, err := c.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: []*idemv1.CompleteRequest{{Namespace: "process_payment", Key: "k", Token: 1}}})
+			return err
+		}},
+		{"BatchFail", func(ctx context.Context) error {
+			_, err := c.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: []*idemv1.FailRequest{{Namespace: "process_payment", Key: "k", Token: 1}}})
+			return err
+		}},
+		{"BatchHeartbeat", func(ctx context.Context) error {
+			_, err := c.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: []*idemv1.HeartbeatRequest{{Namespace: "process_payment", Key: "k", Token: 1}}})
+			return err
+		}},
+		{"BatchLookup", func(ctx context.Context) error {
+			_, err := c.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: []*idemv1.LookupRequest{{Namespace: "process_payment", Key: "k"}}})
+			return err
+		}},
+		{"BatchLookup with no items", func(ctx context.Context) error {
+			// Authentication comes before the batch's own checks too.
+			_, err := c.BatchLookup(ctx, &idemv1.BatchLookupRequest{})
+			return err
+		}},
 		{"Claim with a bad request", func(ctx context.Context) error {
 			// Authentication comes before validation: a stranger learns
 			// nothing, not even what a valid request looks like.
@@ -371,11 +396,12 @@ func TestRateLimitIsPerTenant(t *testing.T) {
 }
 
 // TestMessageOverTheLimitWritesNothing: a request larger than the server's
-// receive limit (--max-result-bytes plus headroom, not grpc-go's 4 MiB) is
-// refused by gRPC with RESOURCE_EXHAUSTED before any handler runs.
+// receive limit (the larger of --max-result-bytes and --batch-max-bytes,
+// plus headroom; not grpc-go's 4 MiB) is refused by gRPC with
+// RESOURCE_EXHAUSTED before any handler runs.
 func TestMessageOverTheLimitWritesNothing(t *testing.T) {
 	t.Parallel()
-	ts, calls := startTenancy(t, tenancyFile(), testserver.Options{Config: server.Config{MaxResultBytes: 1024}})
+	ts, calls := startTenancy(t, tenancyFile(), testserver.Options{Config: server.Config{MaxResultBytes: 1024, BatchMaxBytes: 64 << 10}})
 	c := ts.Client
 	ctx := asTenant(testContext(t), billingToken)
 	claim, err := c.Claim(ctx, &idemv1.ClaimRequest{Namespace: "jobs", Key: "big"})

@@ -88,6 +88,7 @@ var tests = []struct {
 	{"FingerprintMismatchChangesNothing", testFingerprintMismatchChangesNothing},
 	{"FingerprintEmptyIsNotMismatch", testFingerprintEmptyIsNotMismatch},
 	{"FingerprintSameIsAccepted", testFingerprintSameIsAccepted},
+	{"ClaimManyAnswersEachAsAlone", testClaimManyAnswersEachAsAlone},
 
 	{"HeartbeatExtendsLease", testHeartbeatExtendsLease},
 	{"TokenCallsOnLapsedLease", testTokenCallsOnLapsedLease},
@@ -99,11 +100,13 @@ var tests = []struct {
 	{"TokenCallsUnknownKey", testTokenCallsUnknownKey},
 	{"Fencing", testFencing},
 	{"CompleteStoresBinaryResult", testCompleteStoresBinaryResult},
+	{"TokenCallsManyAnswerEachAsAlone", testTokenCallsManyAnswerEachAsAlone},
 
 	{"ClaimConcurrentNewKey", testClaimConcurrentNewKey},
 	{"ClaimConcurrentManyKeys", testClaimConcurrentManyKeys},
 	{"ClaimConcurrentTakeover", testClaimConcurrentTakeover},
 	{"SameJobProcessedTwiceConcurrently", testSameJobProcessedTwiceConcurrently},
+	{"ClaimManyRacesClaim", testClaimManyRacesClaim},
 
 	{"SweepExpireMarksOnlyLapsedProcessing", testSweepExpireMarksOnlyLapsedProcessing},
 	{"SweepPurgeDeletesOnlyDue", testSweepPurgeDeletesOnlyDue},
@@ -112,6 +115,7 @@ var tests = []struct {
 	{"SweepEmptyStore", testSweepEmptyStore},
 	{"TokensIncreaseAfterPurge", testTokensIncreaseAfterPurge},
 
+	{"GetManyAnswersEach", testGetManyAnswersEach},
 	{"ListPagesInKeyOrder", testListPagesInKeyOrder},
 	{"ListFilters", testListFilters},
 	{"ListKeyPrefix", testListKeyPrefix},
