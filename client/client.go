@@ -54,6 +54,11 @@ type Client struct {
 	admin   idemv1.AdminServiceClient
 	conn    *grpc.ClientConn
 	retry   RetryPolicy
+
+	// The coalescers of WithCoalescing; nil without it.
+	claims    *coalescer[*idemv1.ClaimRequest, ClaimResult]
+	completes *coalescer[*idemv1.CompleteRequest, Record]
+	fails     *coalescer[*idemv1.FailRequest, Record]
 }
 
 // Option configures New.
@@ -65,6 +70,7 @@ type options struct {
 	insecure  bool
 	dialOpts  []grpc.DialOption
 	retry     RetryPolicy
+	coalesce  bool
 }
 
 // WithToken sends token as "authorization: Bearer <token>" metadata on every
@@ -135,12 +141,36 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: client for %q: %w", target, err)
 	}
-	return &Client{
+	c := &Client{
 		service: idemv1.NewIdempotencyServiceClient(conn),
 		admin:   idemv1.NewAdminServiceClient(conn),
 		conn:    conn,
 		retry:   o.retry.withDefaults(),
-	}, nil
+	}
+	if o.coalesce {
+		c.claims = newCoalescer(noOpts(c.batchClaim), func(ctx context.Context, req *idemv1.ClaimRequest) (ClaimResult, error) {
+			resp, err := c.service.Claim(ctx, req)
+			if err != nil {
+				return ClaimResult{}, decodeError(ctx, err)
+			}
+			return claimResultFromProto(resp)
+		})
+		c.completes = newCoalescer(noOpts(c.batchComplete), func(ctx context.Context, req *idemv1.CompleteRequest) (Record, error) {
+			resp, err := c.service.Complete(ctx, req)
+			if err != nil {
+				return Record{}, decodeError(ctx, err)
+			}
+			return recordFromProto(resp.GetRecord()), nil
+		})
+		c.fails = newCoalescer(noOpts(c.batchFail), func(ctx context.Context, req *idemv1.FailRequest) (Record, error) {
+			resp, err := c.service.Fail(ctx, req)
+			if err != nil {
+				return Record{}, decodeError(ctx, err)
+			}
+			return recordFromProto(resp.GetRecord()), nil
+		})
+	}
+	return c, nil
 }
 
 // Close closes the connection. Calls in flight fail with codes.Canceled.
