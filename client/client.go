@@ -5,8 +5,16 @@
 //     every worker: it claims the key, runs your function while heartbeating
 //     the lease, and records the result or the failure. Duplicate deliveries
 //     get the stored result back without running the function.
+//   - DoBatch is Do for a delivery of several jobs: one BatchClaim, one
+//     BatchHeartbeat per beat and one BatchComplete and BatchFail for all
+//     of them, each job's outcome what Do would return for it.
 //   - Claim, Complete, Fail, Heartbeat and Lookup mirror the RPCs one to one
-//     with Go types, for workers that need to drive the protocol themselves.
+//     with Go types, for workers that need to drive the protocol themselves;
+//     BatchClaim, BatchComplete, BatchFail, BatchHeartbeat and BatchLookup
+//     send many of them in one RPC and answer each on its own.
+//
+// WithCoalescing makes a Client gather its concurrent Claims, Completes and
+// Fails into the batch RPCs, each caller still getting its own answer.
 //
 // Errors the server sends are decoded from their google.rpc.ErrorInfo reason,
 // never from message text, into values that work with errors.Is and
