@@ -122,9 +122,71 @@ func batchCallOptions(opts []grpc.CallOption) []grpc.CallOption {
 	return append([]grpc.CallOption{grpc.MaxCallRecvMsgSize(batchRecvBytes)}, opts...)
 }
 
-// noOpts is a batch call for code that passes no call options.
-func noOpts[Q, T any](call func(context.Context, []Q, []grpc.CallOption) ([]BatchItem[T], error)) func(context.Context, []Q) ([]BatchItem[T], error) {
-	return func(ctx context.Context, reqs []Q) ([]BatchItem[T], error) { return call(ctx, reqs, nil) }
+// kind is the two ways to send requests of one kind: many in a batch
+// RPC, or one in the unary RPC, each without call options.
+type kind[Q, T any] struct {
+	batch func(context.Context, []Q) ([]BatchItem[T], error)
+	one   func(context.Context, Q) (T, error)
+}
+
+func (c *Client) claimKind() kind[*idemv1.ClaimRequest, ClaimResult] {
+	return kind[*idemv1.ClaimRequest, ClaimResult]{
+		batch: func(ctx context.Context, reqs []*idemv1.ClaimRequest) ([]BatchItem[ClaimResult], error) {
+			return c.batchClaim(ctx, reqs, nil)
+		},
+		one: func(ctx context.Context, req *idemv1.ClaimRequest) (ClaimResult, error) {
+			resp, err := c.service.Claim(ctx, req)
+			if err != nil {
+				return ClaimResult{}, decodeError(ctx, err)
+			}
+			return claimResultFromProto(resp)
+		},
+	}
+}
+
+func (c *Client) completeKind() kind[*idemv1.CompleteRequest, Record] {
+	return kind[*idemv1.CompleteRequest, Record]{
+		batch: func(ctx context.Context, reqs []*idemv1.CompleteRequest) ([]BatchItem[Record], error) {
+			return c.batchComplete(ctx, reqs, nil)
+		},
+		one: func(ctx context.Context, req *idemv1.CompleteRequest) (Record, error) {
+			resp, err := c.service.Complete(ctx, req)
+			if err != nil {
+				return Record{}, decodeError(ctx, err)
+			}
+			return recordFromProto(resp.GetRecord()), nil
+		},
+	}
+}
+
+func (c *Client) failKind() kind[*idemv1.FailRequest, Record] {
+	return kind[*idemv1.FailRequest, Record]{
+		batch: func(ctx context.Context, reqs []*idemv1.FailRequest) ([]BatchItem[Record], error) {
+			return c.batchFail(ctx, reqs, nil)
+		},
+		one: func(ctx context.Context, req *idemv1.FailRequest) (Record, error) {
+			resp, err := c.service.Fail(ctx, req)
+			if err != nil {
+				return Record{}, decodeError(ctx, err)
+			}
+			return recordFromProto(resp.GetRecord()), nil
+		},
+	}
+}
+
+func (c *Client) heartbeatKind() kind[*idemv1.HeartbeatRequest, Record] {
+	return kind[*idemv1.HeartbeatRequest, Record]{
+		batch: func(ctx context.Context, reqs []*idemv1.HeartbeatRequest) ([]BatchItem[Record], error) {
+			return c.batchHeartbeat(ctx, reqs, nil)
+		},
+		one: func(ctx context.Context, req *idemv1.HeartbeatRequest) (Record, error) {
+			resp, err := c.service.Heartbeat(ctx, req)
+			if err != nil {
+				return Record{}, decodeError(ctx, err)
+			}
+			return recordFromProto(resp.GetRecord()), nil
+		},
+	}
 }
 
 func protos[R any, P any](reqs []R, conv func(R) P) []P {
@@ -174,15 +236,21 @@ func refusedForSize(err error) bool {
 	return false
 }
 
-// sendHalving sends reqs with send and answers every one of them: a batch
-// the server refuses for its size is halved and the halves sent in turn,
-// and a batch that fails as a whole gives each of its items that error.
-func sendHalving[Q, T any](ctx context.Context, reqs []Q, send func(context.Context, []Q) ([]BatchItem[T], error)) []BatchItem[T] {
-	items, err := send(ctx, reqs)
+// sendHalving sends reqs in a batch and answers every one of them: a batch
+// the server refuses for its size is halved and the halves sent in turn, a
+// single request it refuses so goes out as the unary call (which a server
+// configured with a larger result limit than batch limit takes), and a
+// batch that fails as a whole gives each of its items that error.
+func sendHalving[Q, T any](ctx context.Context, reqs []Q, send kind[Q, T]) []BatchItem[T] {
+	items, err := send.batch(ctx, reqs)
 	if err == nil {
 		return items
 	}
-	if len(reqs) > 1 && refusedForSize(err) {
+	if refusedForSize(err) {
+		if len(reqs) == 1 {
+			v, err := send.one(ctx, reqs[0])
+			return []BatchItem[T]{{Value: v, Err: err}}
+		}
 		half := len(reqs) / 2
 		return append(sendHalving(ctx, reqs[:half], send), sendHalving(ctx, reqs[half:], send)...)
 	}
@@ -193,13 +261,13 @@ func sendHalving[Q, T any](ctx context.Context, reqs []Q, send func(context.Cont
 	return items
 }
 
-// retryItems sends reqs with send until every item has an answer that is
+// retryItems sends reqs (see sendHalving) until every item has an answer that is
 // not transient or has reached its limit, limits[i] for reqs[i] (see
 // retryLimit; the attempts count the tries of that item): each retry
 // carries only the items that are still owed an answer, so an item already
 // answered is never sent again. It waits between tries as retry does. sent
 // reports when the try that gave each item its answer went out.
-func retryItems[Q, T any](ctx context.Context, c *Client, reqs []Q, limits []retryLimit, send func(context.Context, []Q) ([]BatchItem[T], error)) (items []BatchItem[T], sent []time.Time) {
+func retryItems[Q, T any](ctx context.Context, c *Client, reqs []Q, limits []retryLimit, send kind[Q, T]) (items []BatchItem[T], sent []time.Time) {
 	items = make([]BatchItem[T], len(reqs))
 	sent = make([]time.Time, len(reqs))
 	pending := make([]int, len(reqs))
@@ -215,7 +283,8 @@ func retryItems[Q, T any](ctx context.Context, c *Client, reqs []Q, limits []ret
 		answers := sendHalving(ctx, batch, send)
 		var (
 			next    []int
-			lastErr error
+			hintErr error // the error with the longest RetryInfo delay
+			hint    time.Duration
 			until   time.Time // the earliest limit of the items retried
 		)
 		for j, i := range pending {
@@ -236,12 +305,15 @@ func retryItems[Q, T any](ctx context.Context, c *Client, reqs []Q, limits []ret
 					until = lim.until
 				}
 			}
-			next, lastErr = append(next, i), err
+			next = append(next, i)
+			if d, _ := retryInfoDelay(err); hintErr == nil || d > hint {
+				hintErr, hint = err, d
+			}
 		}
 		if len(next) == 0 {
 			break
 		}
-		d := c.retry.backoff(attempt-1, lastErr)
+		d := c.retry.backoff(attempt-1, hintErr)
 		if !until.IsZero() {
 			d = min(d, time.Until(until))
 		}

@@ -737,3 +737,33 @@ func TestDoBatchRidesOutARestartOfIdemd(t *testing.T) {
 		})
 	}
 }
+
+// TestDoBatchSendsAnItemTooLargeForABatchUnary: a server whose batch byte
+// limit is below its result limit refuses a BatchComplete of even one such
+// result; DoBatch halves, then sends that Complete as the unary call.
+func TestDoBatchSendsAnItemTooLargeForABatchUnary(t *testing.T) {
+	t.Parallel()
+	var counts rpcCounts
+	c := setupWith(t, server.Config{BatchMaxBytes: 1024}, nil, counts.interceptor())
+	big := make([]byte, 2048)
+	jobs := []client.Job{{Namespace: "large", Key: "a"}, {Namespace: "large", Key: "b"}}
+	items, err := c.DoBatch(t.Context(), jobs, func(context.Context, int, client.Attempt) ([]byte, error) { return big, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range items {
+		if it.Err != nil || it.Value.Record.State != client.StateCompleted || len(it.Value.Record.Result) != len(big) {
+			t.Errorf("job %d: %v, %v; want COMPLETED with the 2 KiB result", i, it.Value.Record.State, it.Err)
+		}
+	}
+	if got := counts.batchSizes("BatchComplete"); !slices.Equal(got, []int{2, 1, 1}) || counts.count("Complete") != 2 {
+		t.Errorf("BatchComplete sizes %v and %d unary Completes; want [2 1 1] and 2", got, counts.count("Complete"))
+	}
+
+	// The coalescer does the same for one caller's Complete.
+	cc := setupWith(t, server.Config{BatchMaxBytes: 1024}, []client.Option{client.WithCoalescing()})
+	res, err := cc.Do(t.Context(), client.Job{Namespace: "large", Key: "coalesced"}, func(context.Context, client.Attempt) ([]byte, error) { return big, nil })
+	if err != nil || res.Record.State != client.StateCompleted {
+		t.Errorf("coalesced Do of a 2 KiB result: %v, %v; want COMPLETED", res.Record.State, err)
+	}
+}

@@ -176,7 +176,8 @@ type ClaimResult struct {
 // *UnresolvedError, so that code which only checks the error can never run a
 // side effect that another worker is running or that waits for a decision.
 // ErrFingerprintMismatch is returned when the key was claimed with another
-// fingerprint.
+// fingerprint. With WithCoalescing, a Claim without a Wait may go out in a
+// BatchClaim with concurrent ones; its answer is the same.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallOption) (ClaimResult, error) {
 	if c.claims != nil && req.Wait == 0 && coalescible(ctx, opts) {
 		return c.claims.do(ctx, req.proto())
@@ -233,7 +234,8 @@ type CompleteRequest struct {
 // Complete records a job's success with the acquired token, in one RPC
 // without retries. Repeating it with the same result after a lost response
 // returns the stored record. Errors: ErrLeaseLost (another worker took
-// over), ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
+// over), ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound. With
+// WithCoalescing, it may go out in a BatchComplete with concurrent ones.
 func (c *Client) Complete(ctx context.Context, req CompleteRequest, opts ...grpc.CallOption) (Record, error) {
 	if c.completes != nil && coalescible(ctx, opts) {
 		return c.completes.do(ctx, req.proto())
@@ -266,7 +268,8 @@ type FailRequest struct {
 // Fail records a job's failure with the acquired token, in one RPC without
 // retries. Repeating it with the same error and retryable after a lost
 // response returns the stored record. Errors: ErrLeaseLost,
-// ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
+// ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound. With
+// WithCoalescing, it may go out in a BatchFail with concurrent ones.
 func (c *Client) Fail(ctx context.Context, req FailRequest, opts ...grpc.CallOption) (Record, error) {
 	if c.fails != nil && coalescible(ctx, opts) {
 		return c.fails.do(ctx, req.proto())

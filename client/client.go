@@ -156,27 +156,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		retry:   o.retry.withDefaults(),
 	}
 	if o.coalesce {
-		c.claims = newCoalescer(noOpts(c.batchClaim), func(ctx context.Context, req *idemv1.ClaimRequest) (ClaimResult, error) {
-			resp, err := c.service.Claim(ctx, req)
-			if err != nil {
-				return ClaimResult{}, decodeError(ctx, err)
-			}
-			return claimResultFromProto(resp)
-		})
-		c.completes = newCoalescer(noOpts(c.batchComplete), func(ctx context.Context, req *idemv1.CompleteRequest) (Record, error) {
-			resp, err := c.service.Complete(ctx, req)
-			if err != nil {
-				return Record{}, decodeError(ctx, err)
-			}
-			return recordFromProto(resp.GetRecord()), nil
-		})
-		c.fails = newCoalescer(noOpts(c.batchFail), func(ctx context.Context, req *idemv1.FailRequest) (Record, error) {
-			resp, err := c.service.Fail(ctx, req)
-			if err != nil {
-				return Record{}, decodeError(ctx, err)
-			}
-			return recordFromProto(resp.GetRecord()), nil
-		})
+		c.claims = newCoalescer(c.claimKind())
+		c.completes = newCoalescer(c.completeKind())
+		c.fails = newCoalescer(c.failKind())
 	}
 	return c, nil
 }

@@ -33,7 +33,8 @@ import (
 // once), and a call with grpc.CallOptions or outgoing metadata on its
 // context, which would otherwise apply to its neighbours' calls too. Against
 // a server without the batch RPCs (UNIMPLEMENTED), the Client sends each
-// call unary from then on.
+// call unary from then on. Interceptors (WithDialOptions) see the batch
+// RPCs, not the calls in them.
 func WithCoalescing() Option { return func(o *options) { o.coalesce = true } }
 
 // The coalescer's batches stay within the server's default limits, so that
@@ -46,8 +47,7 @@ const (
 // coalescer gathers the concurrent calls of one kind into batch RPCs. Q is
 // the unary request message, T the unary call's answer.
 type coalescer[Q proto.Message, T any] struct {
-	batch func(context.Context, []Q) ([]BatchItem[T], error)
-	unary func(context.Context, Q) (T, error)
+	send kind[Q, T]
 	// unsupported is set once the server answered a batch UNIMPLEMENTED.
 	unsupported atomic.Bool
 
@@ -64,8 +64,8 @@ type coalescedCall[Q, T any] struct {
 	item BatchItem[T]
 }
 
-func newCoalescer[Q proto.Message, T any](batch func(context.Context, []Q) ([]BatchItem[T], error), unary func(context.Context, Q) (T, error)) *coalescer[Q, T] {
-	return &coalescer[Q, T]{batch: batch, unary: unary}
+func newCoalescer[Q proto.Message, T any](send kind[Q, T]) *coalescer[Q, T] {
+	return &coalescer[Q, T]{send: send}
 }
 
 // coalescible reports whether a call made with ctx and opts may share a
@@ -80,14 +80,15 @@ func coalescible(ctx context.Context, opts []grpc.CallOption) bool {
 
 // do makes one call, in the next batch of its kind, and returns its answer.
 func (co *coalescer[Q, T]) do(ctx context.Context, req Q) (T, error) {
-	if co.unsupported.Load() {
-		return co.unary(ctx, req)
+	size := proto.Size(req)
+	if co.unsupported.Load() || size > coalesceMaxBytes {
+		return co.send.one(ctx, req) // a batch of it alone would be refused
 	}
-	if err := ctx.Err(); err != nil {
+	if ctx.Err() != nil {
 		var zero T
 		return zero, contextError(ctx)
 	}
-	call := &coalescedCall[Q, T]{ctx: ctx, req: req, size: proto.Size(req), done: make(chan struct{})}
+	call := &coalescedCall[Q, T]{ctx: ctx, req: req, size: size, done: make(chan struct{})}
 	co.mu.Lock()
 	co.queue = append(co.queue, call)
 	if !co.busy {
@@ -121,7 +122,7 @@ func (co *coalescer[Q, T]) flush() {
 			return
 		}
 		co.mu.Unlock()
-		co.send(calls)
+		co.run(calls)
 	}
 }
 
@@ -149,15 +150,15 @@ func (co *coalescer[Q, T]) take() []*coalescedCall[Q, T] {
 	return calls
 }
 
-// send makes one batch RPC for calls and answers each of them.
-func (co *coalescer[Q, T]) send(calls []*coalescedCall[Q, T]) {
+// run makes one batch RPC for calls and answers each of them.
+func (co *coalescer[Q, T]) run(calls []*coalescedCall[Q, T]) {
 	ctx, cancel := batchContext(calls)
 	defer cancel()
 	reqs := make([]Q, len(calls))
 	for i, call := range calls {
 		reqs[i] = call.req
 	}
-	items := sendHalving(ctx, reqs, co.batch)
+	items := sendHalving(ctx, reqs, co.send)
 	if len(items) > 0 && status.Code(items[0].Err) == codes.Unimplemented {
 		// A server that predates the batch RPCs: answer these calls, and
 		// every later one, with the unary RPC.
@@ -165,7 +166,7 @@ func (co *coalescer[Q, T]) send(calls []*coalescedCall[Q, T]) {
 		var wg sync.WaitGroup
 		for _, call := range calls {
 			wg.Go(func() {
-				call.item.Value, call.item.Err = co.unary(call.ctx, call.req)
+				call.item.Value, call.item.Err = co.send.one(call.ctx, call.req)
 				close(call.done)
 			})
 		}

@@ -79,7 +79,7 @@ func (c *Client) DoBatch(ctx context.Context, jobs []Job, fn func(ctx context.Co
 		}.proto()
 		lims[i] = retryLimit{attempts: c.retry.MaxAttempts}
 	}
-	answers, sent := retryItems(ctx, c, claims, lims, noOpts(c.batchClaim))
+	answers, sent := retryItems(ctx, c, claims, lims, c.claimKind())
 	var acquired []*batchJob
 	for i, a := range answers {
 		res, err := a.Value, a.Err
@@ -226,7 +226,7 @@ func (c *Client) keepLeases(ctx context.Context, jobs []*batchJob) {
 		if len(held) == 0 {
 			return
 		}
-		items, sent := retryItems(ctx, c, reqs, lims, noOpts(c.batchHeartbeat))
+		items, sent := retryItems(ctx, c, reqs, lims, c.heartbeatKind())
 		for k, j := range held {
 			switch err := items[k].Err; {
 			case err == nil:
@@ -248,7 +248,7 @@ func (c *Client) completeBatch(ctx context.Context, jobs []*batchJob, out []Batc
 		reqs[k] = CompleteRequest{Namespace: j.job.Namespace, Key: j.job.Key, Token: j.rec.Token, Result: j.value}.proto()
 		lims[k] = retryLimit{until: j.until}
 	}
-	items, _ := retryItems(ctx, c, reqs, lims, noOpts(c.batchComplete))
+	items, _ := retryItems(ctx, c, reqs, lims, c.completeKind())
 	for k, j := range jobs {
 		switch err := items[k].Err; {
 		case err == nil:
@@ -276,7 +276,7 @@ func (c *Client) failBatch(ctx context.Context, jobs []*batchJob, out []BatchIte
 		reqs[k] = FailRequest{Namespace: j.job.Namespace, Key: j.job.Key, Token: j.rec.Token, Error: storableText(msg, limits.MaxErrorBytes), Retryable: retryable}.proto()
 		lims[k] = retryLimit{until: j.until}
 	}
-	items, _ := retryItems(ctx, c, reqs, lims, noOpts(c.batchFail))
+	items, _ := retryItems(ctx, c, reqs, lims, c.failKind())
 	for k, j := range jobs {
 		if j.panicked != nil {
 			continue // DoBatch panics
