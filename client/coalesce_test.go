@@ -131,6 +131,18 @@ func blockFirst(method string, entered chan<- struct{}, release <-chan struct{})
 	})
 }
 
+// waitQueued waits until n Claims of c wait for the next batch.
+func waitQueued(t *testing.T, c *client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.QueuedClaims() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Claims queued after 5 s; want %d", c.QueuedClaims(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestCoalescingCallerLeaves: a caller whose context ends while its call
 // waits for the batch in flight returns at once with its context's error,
 // and its call is never sent; the others get their answers.
@@ -157,7 +169,7 @@ func TestCoalescingCallerLeaves(t *testing.T) {
 		_, err := c.Claim(t.Context(), client.ClaimRequest{Namespace: "leave", Key: "stays"})
 		stays <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // both queue behind the batch in flight
+	waitQueued(t, c, 2) // both queue behind the batch in flight
 	cancel()
 	err := await(t, "the cancelled caller's return", left, 2*time.Second)
 	if !errors.Is(err, context.Canceled) || status.Code(err) != codes.Canceled {
@@ -202,7 +214,7 @@ func TestCoalescingBatchFailsForAll(t *testing.T) {
 			errs <- err
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitQueued(t, c, queued)
 	close(release)
 	for range queued {
 		if err := await(t, "a queued Claim", errs, 5*time.Second); status.Code(err) != codes.Unavailable {
