@@ -328,3 +328,42 @@ func TestCoalescingDeadline(t *testing.T) {
 		t.Errorf("the batch of a caller without a deadline had one %v away", d)
 	}
 }
+
+// TestCoalescingRawClaimsOfOneKey: concurrent raw Claims of one key under
+// claimants of their own, coalesced: exactly one is ACQUIRED, every other
+// is answered IN_PROGRESS with that holder's record.
+func TestCoalescingRawClaimsOfOneKey(t *testing.T) {
+	t.Parallel()
+	c := coalescing(t)
+	const callers = 64
+	start := make(chan struct{})
+	results := make([]client.ClaimResult, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = c.Claim(t.Context(), client.ClaimRequest{Namespace: "raw", Key: "one", Claimant: fmt.Sprint("w", i)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	acquired := -1
+	for i, err := range errs {
+		if err == nil && results[i].Outcome == client.OutcomeAcquired {
+			if acquired >= 0 {
+				t.Fatalf("callers %d and %d both acquired the key", acquired, i)
+			}
+			acquired = i
+		}
+	}
+	if acquired < 0 {
+		t.Fatal("no caller acquired the key")
+	}
+	for i, err := range errs {
+		var busy *client.InProgressError
+		if i != acquired && (!errors.As(err, &busy) || busy.Record.Claimant != fmt.Sprint("w", acquired)) {
+			t.Errorf("caller %d: %v; want IN_PROGRESS held by w%d", i, err, acquired)
+		}
+	}
+}
