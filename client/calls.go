@@ -176,9 +176,21 @@ type ClaimResult struct {
 // *UnresolvedError, so that code which only checks the error can never run a
 // side effect that another worker is running or that waits for a decision.
 // ErrFingerprintMismatch is returned when the key was claimed with another
-// fingerprint.
+// fingerprint. With WithCoalescing, a Claim without a Wait may go out in a
+// BatchClaim with concurrent ones; its answer is the same.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallOption) (ClaimResult, error) {
-	resp, err := c.service.Claim(ctx, &idemv1.ClaimRequest{
+	if c.claims != nil && req.Wait == 0 && coalescible(ctx, opts) {
+		return c.claims.do(ctx, req.proto())
+	}
+	resp, err := c.service.Claim(ctx, req.proto(), opts...)
+	if err != nil {
+		return ClaimResult{}, decodeError(ctx, err)
+	}
+	return claimResultFromProto(resp)
+}
+
+func (req ClaimRequest) proto() *idemv1.ClaimRequest {
+	return &idemv1.ClaimRequest{
 		Namespace:   req.Namespace,
 		Key:         req.Key,
 		Fingerprint: req.Fingerprint,
@@ -186,10 +198,12 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallO
 		Claimant:    req.Claimant,
 		Retention:   durationToProto(req.Retention),
 		Wait:        durationToProto(req.Wait),
-	}, opts...)
-	if err != nil {
-		return ClaimResult{}, decodeError(ctx, err)
 	}
+}
+
+// claimResultFromProto is a Claim's answer with the outcomes that must not
+// be mistaken for a go-ahead made errors (see Claim).
+func claimResultFromProto(resp *idemv1.ClaimResponse) (ClaimResult, error) {
 	res := ClaimResult{
 		Outcome:    Outcome(resp.GetOutcome()),
 		Record:     recordFromProto(resp.GetRecord()),
@@ -220,18 +234,21 @@ type CompleteRequest struct {
 // Complete records a job's success with the acquired token, in one RPC
 // without retries. Repeating it with the same result after a lost response
 // returns the stored record. Errors: ErrLeaseLost (another worker took
-// over), ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
+// over), ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound. With
+// WithCoalescing, it may go out in a BatchComplete with concurrent ones.
 func (c *Client) Complete(ctx context.Context, req CompleteRequest, opts ...grpc.CallOption) (Record, error) {
-	resp, err := c.service.Complete(ctx, &idemv1.CompleteRequest{
-		Namespace: req.Namespace,
-		Key:       req.Key,
-		Token:     req.Token,
-		Result:    req.Result,
-	}, opts...)
+	if c.completes != nil && coalescible(ctx, opts) {
+		return c.completes.do(ctx, req.proto())
+	}
+	resp, err := c.service.Complete(ctx, req.proto(), opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
 	return recordFromProto(resp.GetRecord()), nil
+}
+
+func (req CompleteRequest) proto() *idemv1.CompleteRequest {
+	return &idemv1.CompleteRequest{Namespace: req.Namespace, Key: req.Key, Token: req.Token, Result: req.Result}
 }
 
 // FailRequest records a job's failure.
@@ -251,19 +268,21 @@ type FailRequest struct {
 // Fail records a job's failure with the acquired token, in one RPC without
 // retries. Repeating it with the same error and retryable after a lost
 // response returns the stored record. Errors: ErrLeaseLost,
-// ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
+// ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound. With
+// WithCoalescing, it may go out in a BatchFail with concurrent ones.
 func (c *Client) Fail(ctx context.Context, req FailRequest, opts ...grpc.CallOption) (Record, error) {
-	resp, err := c.service.Fail(ctx, &idemv1.FailRequest{
-		Namespace: req.Namespace,
-		Key:       req.Key,
-		Token:     req.Token,
-		Error:     req.Error,
-		Retryable: req.Retryable,
-	}, opts...)
+	if c.fails != nil && coalescible(ctx, opts) {
+		return c.fails.do(ctx, req.proto())
+	}
+	resp, err := c.service.Fail(ctx, req.proto(), opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
 	return recordFromProto(resp.GetRecord()), nil
+}
+
+func (req FailRequest) proto() *idemv1.FailRequest {
+	return &idemv1.FailRequest{Namespace: req.Namespace, Key: req.Key, Token: req.Token, Error: req.Error, Retryable: req.Retryable}
 }
 
 // HeartbeatRequest extends a lease.
@@ -281,16 +300,15 @@ type HeartbeatRequest struct {
 // retries; it returns the record with its new LeaseExpiresAt. Errors:
 // ErrLeaseLost, ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound.
 func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest, opts ...grpc.CallOption) (Record, error) {
-	resp, err := c.service.Heartbeat(ctx, &idemv1.HeartbeatRequest{
-		Namespace: req.Namespace,
-		Key:       req.Key,
-		Token:     req.Token,
-		LeaseTtl:  durationToProto(req.LeaseTTL),
-	}, opts...)
+	resp, err := c.service.Heartbeat(ctx, req.proto(), opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
 	return recordFromProto(resp.GetRecord()), nil
+}
+
+func (req HeartbeatRequest) proto() *idemv1.HeartbeatRequest {
+	return &idemv1.HeartbeatRequest{Namespace: req.Namespace, Key: req.Key, Token: req.Token, LeaseTtl: durationToProto(req.LeaseTTL)}
 }
 
 // LookupRequest reads a record.
@@ -302,9 +320,13 @@ type LookupRequest struct {
 // Lookup reads a record without changing it, in one RPC without retries.
 // Errors: ErrNotFound.
 func (c *Client) Lookup(ctx context.Context, req LookupRequest, opts ...grpc.CallOption) (Record, error) {
-	resp, err := c.service.Lookup(ctx, &idemv1.LookupRequest{Namespace: req.Namespace, Key: req.Key}, opts...)
+	resp, err := c.service.Lookup(ctx, req.proto(), opts...)
 	if err != nil {
 		return Record{}, decodeError(ctx, err)
 	}
 	return recordFromProto(resp.GetRecord()), nil
+}
+
+func (req LookupRequest) proto() *idemv1.LookupRequest {
+	return &idemv1.LookupRequest{Namespace: req.Namespace, Key: req.Key}
 }

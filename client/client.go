@@ -5,8 +5,16 @@
 //     every worker: it claims the key, runs your function while heartbeating
 //     the lease, and records the result or the failure. Duplicate deliveries
 //     get the stored result back without running the function.
+//   - DoBatch is Do for a delivery of several jobs: one BatchClaim, one
+//     BatchHeartbeat per beat and one BatchComplete and BatchFail for all
+//     of them, each job's outcome what Do would return for it.
 //   - Claim, Complete, Fail, Heartbeat and Lookup mirror the RPCs one to one
-//     with Go types, for workers that need to drive the protocol themselves.
+//     with Go types, for workers that need to drive the protocol themselves;
+//     BatchClaim, BatchComplete, BatchFail, BatchHeartbeat and BatchLookup
+//     send many of them in one RPC and answer each on its own.
+//
+// WithCoalescing makes a Client gather its concurrent Claims, Completes and
+// Fails into the batch RPCs, each caller still getting its own answer.
 //
 // Errors the server sends are decoded from their google.rpc.ErrorInfo reason,
 // never from message text, into values that work with errors.Is and
@@ -54,6 +62,11 @@ type Client struct {
 	admin   idemv1.AdminServiceClient
 	conn    *grpc.ClientConn
 	retry   RetryPolicy
+
+	// The coalescers of WithCoalescing; nil without it.
+	claims    *coalescer[*idemv1.ClaimRequest, ClaimResult]
+	completes *coalescer[*idemv1.CompleteRequest, Record]
+	fails     *coalescer[*idemv1.FailRequest, Record]
 }
 
 // Option configures New.
@@ -65,6 +78,7 @@ type options struct {
 	insecure  bool
 	dialOpts  []grpc.DialOption
 	retry     RetryPolicy
+	coalesce  bool
 }
 
 // WithToken sends token as "authorization: Bearer <token>" metadata on every
@@ -135,12 +149,18 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: client for %q: %w", target, err)
 	}
-	return &Client{
+	c := &Client{
 		service: idemv1.NewIdempotencyServiceClient(conn),
 		admin:   idemv1.NewAdminServiceClient(conn),
 		conn:    conn,
 		retry:   o.retry.withDefaults(),
-	}, nil
+	}
+	if o.coalesce {
+		c.claims = newCoalescer(c.claimKind())
+		c.completes = newCoalescer(c.completeKind())
+		c.fails = newCoalescer(c.failKind())
+	}
+	return c, nil
 }
 
 // Close closes the connection. Calls in flight fail with codes.Canceled.

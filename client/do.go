@@ -62,6 +62,7 @@ type DoOption func(*doOptions)
 
 type doOptions struct {
 	wait        time.Duration
+	concurrency int
 	noHeartbeat bool // test hook: see export_test.go
 }
 
@@ -177,14 +178,7 @@ func (c *Client) Do(ctx context.Context, job Job, fn func(ctx context.Context, a
 // run calls fn under the acquired record rec, whose Claim went out at
 // claimed, and records its outcome.
 func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time, fn func(context.Context, Attempt) ([]byte, error), o doOptions) (Result, error) {
-	lease := job.LeaseTTL
-	if lease <= 0 {
-		// The server's default lease, measured on the server's clock.
-		lease = rec.LeaseExpiresAt.Sub(rec.UpdatedAt)
-	}
-	if lease <= 0 {
-		lease = limits.DefaultLeaseTTL // neither tells: assume the documented default
-	}
+	lease := leaseOf(job, rec)
 
 	fnCtx, cancelFn := context.WithCancelCause(ctx)
 	defer cancelFn(nil)
@@ -247,6 +241,19 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 		return Result{Value: value, Record: rec}, &CompletionUnknownError{Value: value, Record: rec, Err: err}
 	}
 	return Result{Value: value, Record: done}, nil
+}
+
+// leaseOf is the lease that job was acquired with, as rec says.
+func leaseOf(job Job, rec Record) time.Duration {
+	lease := job.LeaseTTL
+	if lease <= 0 {
+		// The server's default lease, measured on the server's clock.
+		lease = rec.LeaseExpiresAt.Sub(rec.UpdatedAt)
+	}
+	if lease <= 0 {
+		lease = limits.DefaultLeaseTTL // neither tells: assume the documented default
+	}
+	return lease
 }
 
 // heldLease is what keepLease knows of the lease when it returns.

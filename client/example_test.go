@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem/client"
@@ -74,4 +75,62 @@ func ExampleClient_Do() {
 	default:
 		fmt.Println("charged:", string(res.Value)) // ack
 	}
+}
+
+func ExampleClient_DoBatch() {
+	c, err := client.New("127.0.0.1:7070", client.WithInsecure())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// One delivery of a queue: three orders to charge.
+	orders := []string{"o-1", "o-2", "o-3"}
+	jobs := make([]client.Job, len(orders))
+	for i, order := range orders {
+		jobs[i] = client.Job{Namespace: "process_payment", Key: order, LeaseTTL: 30 * time.Second}
+	}
+	items, err := c.DoBatch(context.Background(), jobs, func(ctx context.Context, i int, a client.Attempt) ([]byte, error) {
+		// Charge orders[i] here, passing a.Token to systems that can fence.
+		return []byte(`{"charge":"ch_` + orders[i] + `"}`), nil
+	}, client.WithConcurrency(2))
+	if err != nil {
+		log.Fatal(err) // DoBatch could not start: nack the whole delivery
+	}
+	for i, it := range items {
+		var busy *client.InProgressError
+		switch {
+		case errors.As(it.Err, &busy):
+			fmt.Println(orders[i], "is held by another worker; redeliver in", busy.RetryAfter)
+		case errors.Is(it.Err, client.ErrCompletionUnknown):
+			fmt.Println(orders[i], "charged, but not recorded: alert a human", it.Err)
+		case it.Err != nil:
+			fmt.Println(orders[i], "failed:", it.Err) // nack this message
+		default:
+			fmt.Println(orders[i], "done:", string(it.Value.Value), "replayed:", it.Value.Replayed) // ack
+		}
+	}
+}
+
+func ExampleWithCoalescing() {
+	// Many goroutines share one Client: their Claims, Completes and Fails go
+	// out together in batch RPCs, each caller getting its own answer.
+	c, err := client.New("127.0.0.1:7070", client.WithInsecure(), client.WithCoalescing())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	var wg sync.WaitGroup
+	for _, order := range []string{"o-1", "o-2", "o-3"} {
+		wg.Go(func() {
+			_, err := c.Do(context.Background(), client.Job{Namespace: "process_payment", Key: order}, func(ctx context.Context, a client.Attempt) ([]byte, error) {
+				return []byte("charged"), nil
+			})
+			if err != nil {
+				fmt.Println(order, err)
+			}
+		})
+	}
+	wg.Wait()
 }

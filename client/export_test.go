@@ -9,3 +9,11 @@ var CanonicalJSON = canonicalJSON
 
 // StorableText exposes what Do makes of an error text before it sends it.
 var StorableText = storableText
+
+// QueuedClaims is how many Claims wait for the next BatchClaim of a
+// coalescing Client.
+func (c *Client) QueuedClaims() int {
+	c.claims.mu.Lock()
+	defer c.claims.mu.Unlock()
+	return len(c.claims.queue)
+}

@@ -35,22 +35,25 @@ const scenarioFile = "../clients/scenarios/scenarios.json"
 // scenarios are the Go SDK's implementations of the file's scenarios, by
 // id. TestScenarioFileMatches fails when the two disagree.
 var scenarios = map[string]func(t *testing.T, e *scenarioEnv){
-	"claim-complete-replay":   scenarioClaimCompleteReplay,
-	"concurrent-deliveries":   scenarioConcurrentDeliveries,
-	"in-progress-retry-after": scenarioInProgressRetryAfter,
-	"fingerprint-mismatch":    scenarioFingerprintMismatch,
-	"lease-lost-mid-job":      scenarioLeaseLostMidJob,
-	"retryable-failure":       scenarioRetryableFailure,
-	"permanent-failure":       scenarioPermanentFailure,
-	"unresolved":              scenarioUnresolved,
-	"resolved-by-operator":    scenarioResolvedByOperator,
-	"wait":                    scenarioWait,
-	"unavailable-retried":     scenarioUnavailableRetried,
-	"restart-mid-complete":    scenarioRestartMidComplete,
-	"restart-mid-claim":       scenarioRestartMidClaim,
-	"rate-limited":            scenarioRateLimited,
-	"error-text-unstorable":   scenarioErrorTextUnstorable,
-	"unknown-field-refused":   scenarioUnknownFieldRefused,
+	"claim-complete-replay":      scenarioClaimCompleteReplay,
+	"concurrent-deliveries":      scenarioConcurrentDeliveries,
+	"in-progress-retry-after":    scenarioInProgressRetryAfter,
+	"fingerprint-mismatch":       scenarioFingerprintMismatch,
+	"lease-lost-mid-job":         scenarioLeaseLostMidJob,
+	"retryable-failure":          scenarioRetryableFailure,
+	"permanent-failure":          scenarioPermanentFailure,
+	"unresolved":                 scenarioUnresolved,
+	"resolved-by-operator":       scenarioResolvedByOperator,
+	"wait":                       scenarioWait,
+	"unavailable-retried":        scenarioUnavailableRetried,
+	"restart-mid-complete":       scenarioRestartMidComplete,
+	"restart-mid-claim":          scenarioRestartMidClaim,
+	"rate-limited":               scenarioRateLimited,
+	"error-text-unstorable":      scenarioErrorTextUnstorable,
+	"unknown-field-refused":      scenarioUnknownFieldRefused,
+	"batch-claim-mixed":          scenarioBatchClaimMixed,
+	"batch-same-key-twice":       scenarioBatchSameKeyTwice,
+	"batch-restart-mid-complete": scenarioBatchRestartMidComplete,
 }
 
 type scenarioSpec struct {
@@ -752,5 +755,149 @@ func scenarioUnknownFieldRefused(t *testing.T, e *scenarioEnv) {
 	}
 	if _, err := c.Lookup(ctx, client.LookupRequest{Namespace: ns, Key: k}); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("step 2: Lookup = %v; want NOT_FOUND (nothing written)", err)
+	}
+}
+
+func scenarioBatchClaimMixed(t *testing.T, e *scenarioEnv) {
+	ctx, c := scenarioCtx(t), e.worker(t)
+	ns := e.Namespaces.Plain
+	k1, k2, k3, k4 := e.key(t, "k1"), e.key(t, "k2"), e.key(t, "k3"), e.key(t, "k4")
+	f1, f2 := client.Fingerprint([]byte("payload-1")), client.Fingerprint([]byte("payload-2"))
+	res, err := c.Do(ctx, client.Job{Namespace: ns, Key: k2}, func(context.Context, client.Attempt) ([]byte, error) { return []byte("result-2"), nil })
+	wantValue(t, "setup do(K2)", res, err, "result-2", false)
+	held, err := c.Claim(ctx, client.ClaimRequest{Namespace: ns, Key: k3, LeaseTTL: 30 * time.Second, Claimant: "holder"})
+	if err != nil || held.Outcome != client.OutcomeAcquired {
+		t.Fatalf("setup raw Claim(K3) = %v, %v; want ACQUIRED", held.Outcome, err)
+	}
+	res, err = c.Do(ctx, client.Job{Namespace: ns, Key: k4, Fingerprint: f1}, func(context.Context, client.Attempt) ([]byte, error) { return []byte("result-4"), nil })
+	wantValue(t, "setup do(K4)", res, err, "result-4", false)
+
+	items, err := c.BatchClaim(ctx, []client.ClaimRequest{
+		{Namespace: ns, Key: k1, Claimant: "batch"},
+		{Namespace: ns, Key: k2, Claimant: "batch"},
+		{Namespace: ns, Key: k3, Claimant: "batch"},
+		{Namespace: ns, Key: k4, Fingerprint: f2, Claimant: "batch"},
+	})
+	if err != nil || len(items) != 4 {
+		t.Fatalf("step 1: raw BatchClaim = %d items, %v; want 4 items", len(items), err)
+	}
+	if it := items[0]; it.Err != nil || it.Value.Outcome != client.OutcomeAcquired || it.Value.Record.Attempt != 1 {
+		t.Fatalf("step 1 item 1: %v attempt %d, %v; want ACQUIRED attempt 1", it.Value.Outcome, it.Value.Record.Attempt, it.Err)
+	}
+	if it := items[1]; it.Err != nil || it.Value.Outcome != client.OutcomeCompleted || string(it.Value.Record.Result) != "result-2" {
+		t.Fatalf("step 1 item 2: %v %q, %v; want COMPLETED result-2", it.Value.Outcome, it.Value.Record.Result, it.Err)
+	}
+	var busy *client.InProgressError
+	if it := items[2]; !errors.As(it.Err, &busy) || busy.RetryAfter <= 0 || busy.RetryAfter > 30*time.Second {
+		t.Fatalf("step 1 item 3: %v; want InProgress with 0 < retry_after <= 30s", it.Err)
+	}
+	wantCodeReason(t, "step 1 item 4", items[3].Err, codes.FailedPrecondition, "FINGERPRINT_MISMATCH")
+	if !errors.Is(items[3].Err, client.ErrFingerprintMismatch) {
+		t.Fatalf("step 1 item 4: %v; want FingerprintMismatch", items[3].Err)
+	}
+
+	done, err := c.BatchComplete(ctx, []client.CompleteRequest{{Namespace: ns, Key: k1, Token: items[0].Value.Record.Token, Result: []byte("result-1")}})
+	if err != nil || len(done) != 1 || done[0].Err != nil || done[0].Value.State != client.StateCompleted || string(done[0].Value.Result) != "result-1" {
+		t.Fatalf("step 2: raw BatchComplete = %+v, %v; want one item, COMPLETED result-1", done, err)
+	}
+	if rec := lookup(t, ctx, c, ns, k1); rec.State != client.StateCompleted || string(rec.Result) != "result-1" || rec.Attempt != 1 {
+		t.Fatalf("step 3: K1 = %v %q attempt %d; want COMPLETED result-1 attempt 1", rec.State, rec.Result, rec.Attempt)
+	}
+	if rec := lookup(t, ctx, c, ns, k3); rec.State != client.StateProcessing || rec.Token != held.Record.Token {
+		t.Fatalf("step 3: K3 = %v token %d; want PROCESSING with the holder's token %d", rec.State, rec.Token, held.Record.Token)
+	}
+}
+
+func scenarioBatchSameKeyTwice(t *testing.T, e *scenarioEnv) {
+	ctx, c := scenarioCtx(t), e.worker(t)
+	ns := e.Namespaces.Plain
+	k1, k2 := e.key(t, "k1"), e.key(t, "k2")
+
+	// Part A
+	claims, err := c.BatchClaim(ctx, []client.ClaimRequest{{Namespace: ns, Key: k1, Claimant: "a"}, {Namespace: ns, Key: k1, Claimant: "b"}})
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("part A step 1: raw BatchClaim = %d items, %v; want 2", len(claims), err)
+	}
+	var busy *client.InProgressError
+	if claims[0].Err != nil || claims[0].Value.Outcome != client.OutcomeAcquired || !errors.As(claims[1].Err, &busy) {
+		t.Fatalf("part A step 1: %v, %v / %v; want ACQUIRED, then InProgress", claims[0].Value.Outcome, claims[0].Err, claims[1].Err)
+	}
+	token := claims[0].Value.Record.Token
+	done, err := c.BatchComplete(ctx, []client.CompleteRequest{
+		{Namespace: ns, Key: k1, Token: token, Result: []byte("result")},
+		{Namespace: ns, Key: k1, Token: token, Result: []byte("other")},
+	})
+	if err != nil || len(done) != 2 {
+		t.Fatalf("part A step 2: raw BatchComplete = %d items, %v; want 2", len(done), err)
+	}
+	if done[0].Err != nil || done[0].Value.State != client.StateCompleted || string(done[0].Value.Result) != "result" {
+		t.Fatalf("part A step 2 item 1: %v %q, %v; want COMPLETED result", done[0].Value.State, done[0].Value.Result, done[0].Err)
+	}
+	wantCodeReason(t, "part A step 2 item 2", done[1].Err, codes.FailedPrecondition, "ALREADY_TERMINAL")
+	if rec := lookup(t, ctx, c, ns, k1); rec.State != client.StateCompleted || string(rec.Result) != "result" {
+		t.Fatalf("part A: K1 = %v %q; want COMPLETED result", rec.State, rec.Result)
+	}
+
+	// Part B
+	var calls atomic.Int32
+	job := client.Job{Namespace: ns, Key: k2}
+	items, err := c.DoBatch(ctx, []client.Job{job, job}, func(context.Context, int, client.Attempt) ([]byte, error) {
+		calls.Add(1)
+		return []byte("result"), nil
+	})
+	if err != nil || len(items) != 2 {
+		t.Fatalf("part B: do_batch = %d items, %v; want 2", len(items), err)
+	}
+	wantValue(t, "part B item 1", items[0].Value, items[0].Err, "result", false)
+	if !errors.As(items[1].Err, &busy) {
+		t.Fatalf("part B item 2: %v; want InProgress", items[1].Err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("part B: the handler ran %d times; want 1", n)
+	}
+	if rec := lookup(t, ctx, c, ns, k2); rec.State != client.StateCompleted || string(rec.Result) != "result" || rec.Attempt != 1 {
+		t.Fatalf("part B: K2 = %v %q attempt %d; want COMPLETED result attempt 1", rec.State, rec.Result, rec.Attempt)
+	}
+}
+
+func scenarioBatchRestartMidComplete(t *testing.T, e *scenarioEnv) {
+	ctx, c := scenarioCtx(t), e.worker(t)
+	ns := e.Namespaces.Plain
+	jobs := make([]client.Job, 3)
+	for i := range jobs {
+		jobs[i] = client.Job{Namespace: ns, Key: e.key(t, fmt.Sprint("k", i+1)), LeaseTTL: 30 * time.Second}
+	}
+	var effects [3]atomic.Int32
+	down := make(chan error, 1)
+	stopped := make(chan struct{})
+	items, err := c.DoBatch(ctx, jobs, func(_ context.Context, i int, _ client.Attempt) ([]byte, error) {
+		effects[i].Add(1)
+		if i == 0 {
+			err := e.h.Control("/restart?down_ms=1500")
+			down <- err
+			close(stopped)
+			if err != nil {
+				return nil, err
+			}
+		}
+		<-stopped
+		return []byte("result-" + jobs[i].Key), nil
+	})
+	if err := <-down; err != nil {
+		t.Fatalf("restarting idemd: %v", err)
+	}
+	if err != nil || len(items) != 3 {
+		t.Fatalf("do_batch = %d items, %v; want 3", len(items), err)
+	}
+	for i, it := range items {
+		wantValue(t, fmt.Sprint("do_batch item ", i+1), it.Value, it.Err, "result-"+jobs[i].Key, false)
+		if n := effects[i].Load(); n != 1 {
+			t.Fatalf("job %d's effect ran %d times; want 1", i+1, n)
+		}
+	}
+	for _, job := range jobs {
+		if rec := lookup(t, ctx, c, ns, job.Key); rec.State != client.StateCompleted || string(rec.Result) != "result-"+job.Key || rec.Attempt != 1 {
+			t.Fatalf("record %s = %v %q attempt %d; want COMPLETED attempt 1", job.Key, rec.State, rec.Result, rec.Attempt)
+		}
 	}
 }

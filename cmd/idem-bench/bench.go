@@ -58,7 +58,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		Concurrency: c.Concurrency, Rounds: rounds, Compare: c.Compare,
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		ResultBytes: c.ResultBytes, StartedAt: time.Now().UTC().Truncate(time.Second),
-		Rate: c.Rate,
+		Rate: c.Rate, Coalesce: c.Coalesce,
 	}
 	if c.Ops > 0 {
 		rep.OpsPerTarget = c.Ops

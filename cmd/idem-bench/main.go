@@ -47,6 +47,7 @@ type cli struct {
 	Token       string `env:"IDEM_TOKEN" placeholder:"TOKEN" help:"Bearer token of a tenant, when the idemd at --addr runs with tenants."`
 	TLS         bool   `name:"tls" env:"IDEM_TLS" help:"Connect to --addr over TLS with the system's CAs."`
 	Insecure    bool   `env:"IDEM_INSECURE" help:"Allow plaintext to an --addr that is not a loopback address."`
+	Coalesce    bool   `env:"IDEM_BENCH_COALESCE" help:"The service targets' Go SDK client gathers concurrent Claims and Completes into BatchClaim and BatchComplete RPCs (client.WithCoalescing)."`
 	DatabaseURL string `env:"IDEM_DATABASE_URL" default:"${default_database_url}" placeholder:"postgres://…" help:"Postgres for the sql target (it creates a schema of its own and drops it at the end) and for --start-idemd."`
 	RedisAddr   string `env:"IDEM_REDIS_ADDR" default:"127.0.0.1:6379" placeholder:"HOST:PORT" help:"Redis for the redis target; without one answering, the target is skipped."`
 

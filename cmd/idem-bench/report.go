@@ -36,6 +36,9 @@ type report struct {
 	ResultBytes       int     `json:"result_bytes"`
 	IdemdAddr         string  `json:"idemd,omitempty"`
 	IdemdPoolMaxConns int32   `json:"idemd_pool_max_conns,omitempty"`
+	// Coalesce is --coalesce: the service targets' client coalesces its
+	// Claims and Completes into batch RPCs.
+	Coalesce bool `json:"coalesce,omitempty"`
 	// PostgresLocal is true when Postgres's processes could be read from
 	// /proc, so that its CPU time is in the results.
 	PostgresLocal   bool      `json:"postgres_local"`
@@ -293,6 +296,9 @@ func (r *report) writeTable(w io.Writer) {
 			fmt.Fprintf(w, ", pool of %d connections", r.IdemdPoolMaxConns)
 		}
 		fmt.Fprintln(w)
+	}
+	if r.Coalesce {
+		fmt.Fprintln(w, "service targets: the SDK coalesces concurrent Claims and Completes into batch RPCs (--coalesce)")
 	}
 	if r.SQLPoolMaxConns > 0 {
 		fmt.Fprintf(w, "sql: pool of %d connections\n", r.SQLPoolMaxConns)

@@ -38,6 +38,9 @@ func (c *cli) dialService(addr string) (*client.Client, error) {
 	if c.Token != "" {
 		opts = append(opts, client.WithToken(c.Token))
 	}
+	if c.Coalesce {
+		opts = append(opts, client.WithCoalescing())
+	}
 	return client.New(addr, opts...)
 }
 
