@@ -28,14 +28,17 @@ type report struct {
 	Concurrency int `json:"concurrency"`
 	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
 	// (left out) for the closed loop.
-	Rate              float64 `json:"rate,omitempty"`
-	Rounds            int     `json:"rounds"`
-	Compare           bool    `json:"compare"`
-	DurationPerTarget string  `json:"duration_per_target,omitempty"`
-	OpsPerTarget      int64   `json:"ops_per_target,omitempty"`
-	ResultBytes       int     `json:"result_bytes"`
-	IdemdAddr         string  `json:"idemd,omitempty"`
-	IdemdPoolMaxConns int32   `json:"idemd_pool_max_conns,omitempty"`
+	Rate float64 `json:"rate,omitempty"`
+	// BatchSize is --batch-size when the batch scenario ran: its messages
+	// per delivery; 0 otherwise.
+	BatchSize         int    `json:"batch_size,omitempty"`
+	Rounds            int    `json:"rounds"`
+	Compare           bool   `json:"compare"`
+	DurationPerTarget string `json:"duration_per_target,omitempty"`
+	OpsPerTarget      int64  `json:"ops_per_target,omitempty"`
+	ResultBytes       int    `json:"result_bytes"`
+	IdemdAddr         string `json:"idemd,omitempty"`
+	IdemdPoolMaxConns int32  `json:"idemd_pool_max_conns,omitempty"`
 	// PostgresLocal is true when Postgres's processes could be read from
 	// /proc, so that its CPU time is in the results.
 	PostgresLocal   bool      `json:"postgres_local"`
@@ -284,6 +287,9 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, ", result %d bytes\n", r.ResultBytes)
 	if r.Rate > 0 {
 		fmt.Fprintf(w, "open loop at %g jobs/s per target, at most %d in flight; latencies from each job's intended start\n", r.Rate, r.Concurrency)
+	}
+	if r.BatchSize > 0 {
+		fmt.Fprintf(w, "batch: deliveries of %d messages; ops count messages, the latencies are a whole delivery's (claim: its BatchClaim, or sql's and redis's Claims one after another, added up)\n", r.BatchSize)
 	}
 	fmt.Fprintf(w, "%d CPUs (GOMAXPROCS %d); load average %s at the start, %s at the end\n",
 		r.NumCPU, r.GOMAXPROCS, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter))

@@ -36,7 +36,11 @@ func durationProto(d time.Duration) *durationpb.Duration {
 // ---- claim ----
 
 type claimCmd struct {
-	recordFlags
+	Namespace     string        `short:"n" required:"" placeholder:"NS" help:"Namespace: the job type, e.g. process_payment (a-z, 0-9, _ . -)."`
+	Key           string        `short:"k" placeholder:"KEY" help:"The job's idempotency key, chosen when the job was made. For many jobs at once pass their keys as arguments instead, or --stdin."`
+	Keys          []string      `arg:"" optional:"" name:"key" help:"Claim many jobs at once: one line per key on stdout (see below), one BatchClaim per --batch-size keys."`
+	Stdin         bool          `help:"Claim many jobs read from stdin, a JSON object a line: {\"key\": \"…\", \"fingerprint\": \"HEX\", \"claimant\": \"…\"} (only key is required)."`
+	BatchSize     int           `default:"500" placeholder:"N" help:"With many keys: the most keys sent in one BatchClaim (1 to idemd's --batch-max-items, ${default} unless configured)."`
 	Fingerprint   string        `xor:"fingerprint" placeholder:"HEX" help:"Fingerprint of the job's payload, in hex (at most 64 bytes)."`
 	FingerprintOf string        `xor:"fingerprint" placeholder:"FILE|-" help:"Use the SHA-256 of this file's bytes (- for stdin) as the fingerprint."`
 	LeaseTTL      time.Duration `name:"lease-ttl" placeholder:"DURATION" help:"How long the lease lasts without a heartbeat (1s to 24h; idemd's default, 5m, when unset)."`
@@ -68,10 +72,28 @@ Example:
 
 A duplicate that would rather have the first delivery's outcome than exit 10 waits for it:
 
-    idem claim -n process_payment -k order-1042 --wait 30s --result-out -`
+    idem claim -n process_payment -k order-1042 --wait 30s --result-out -
+
+Many jobs at once: pass their keys as arguments, or --stdin with one JSON object a line ({"key": "…", "fingerprint": "HEX", "claimant": "…"}; only key is required, --claimant is the default claimant). idem sends one BatchClaim per --batch-size keys and prints one line per key, in their order:
+
+    CODE OUTCOME TOKEN KEY
+
+CODE is the exit code a claim of that key alone would have ended with (0 ACQUIRED: run the job with TOKEN; 10, 11, 12, 15, 20, … as above); OUTCOME is ACQUIRED, IN_PROGRESS, COMPLETED, FAILED or UNRESOLVED, or for a key that got an error its code and reason (FAILED_PRECONDITION/FINGERPRINT_MISMATCH, whose message is on stderr); TOKEN is the record's lease token, - after an error. With -o json each line is one JSON object: {"key", "exitCode", "response" (the ClaimResponse) or "error" ({"code", "reason", "message"})}. Every key gets its line, also when idemd cannot be reached. idem exits with the code all the lines share (0: every key ACQUIRED), or 22 (mixed) when they differ; a bad line of --stdin ends idem with 1 before anything is sent.
+
+    idem claim -q -n emails msg-1 msg-2 msg-3 | while read -r code outcome token key; do
+      [ "$code" = 0 ] && send_email "$key" && idem complete -q -n emails -k "$key" --lease-token "$token"
+    done`
 }
 
+func (c *claimCmd) name() string { return c.Namespace + "/" + c.Key }
+
 func (c *claimCmd) Run(a *app) error {
+	if len(c.Keys) > 0 || c.Stdin {
+		return c.runMany(a)
+	}
+	if c.Key == "" {
+		return usageError("claim needs a key: -k KEY for one job, the keys as arguments or --stdin for many")
+	}
 	if err := a.checkResultOut(c.ResultOut); err != nil {
 		return err
 	}
