@@ -41,6 +41,9 @@ type batchLine struct {
 	token   int64 // the record's token; 0 for an error
 	resp    proto.Message
 	err     error // the item's error, as classify and describe take it
+	// said is true when err was said on stderr already, once for a batch
+	// that failed as a whole.
+	said bool
 }
 
 // jsonLine is a batchLine with -o json.
@@ -62,7 +65,7 @@ type jsonLineError struct {
 // one JSON object with -o json. An item's error also gets its one line on
 // stderr.
 func (a *app) printLine(op string, l batchLine) error {
-	if l.err != nil {
+	if l.err != nil && !l.said {
 		if msg := describe(l.err); msg != "" {
 			fmt.Fprintf(a.stderr, "idem: %s\n", msg)
 		}
@@ -143,8 +146,8 @@ func (t *batchTally) add(l batchLine) {
 	t.counts[name]++
 }
 
-// summary is "3 keys: 2 acquired, 1 in_progress".
-func (t *batchTally) summary() string {
+// summary is "claim of 3 keys in jobs: 2 acquired, 1 in_progress".
+func (t *batchTally) summary(verb, namespace string) string {
 	parts := make([]string, len(t.order))
 	for i, name := range t.order {
 		parts[i] = fmt.Sprintf("%d %s", t.counts[name], name)
@@ -153,7 +156,7 @@ func (t *batchTally) summary() string {
 	if t.lines == 1 {
 		keys = "key"
 	}
-	return fmt.Sprintf("%d %s: %s", t.lines, keys, strings.Join(parts, ", "))
+	return fmt.Sprintf("%s %d %s in %s: %s", verb, t.lines, keys, namespace, strings.Join(parts, ", "))
 }
 
 // exit ends the command with the tally's code.
@@ -193,7 +196,7 @@ func sendBatches[Item any](a *app, op string, items []Item, size int, keyOf func
 					failed = usageError("%s: idemd refused a batch of %d items: %s; pass a smaller --batch-size", op, len(batch), grpcStatus(err).Message())
 				}
 				if msg := describe(failed); msg != "" {
-					fmt.Fprintf(a.stderr, "idem: %s; the items from %d on were not answered\n", msg, start+1)
+					fmt.Fprintf(a.stderr, "idem: %s; the keys from item %d on got no answer\n", msg, start+1)
 				}
 			}
 		}
@@ -201,7 +204,7 @@ func sendBatches[Item any](a *app, op string, items []Item, size int, keyOf func
 			lines = make([]batchLine, len(batch))
 			for i, item := range batch {
 				l := errorLine(keyOf(item), failed)
-				l.err = nil // said once above, not once per item
+				l.said = true // once above, not once per item
 				lines[i] = l
 			}
 		}
@@ -384,7 +387,7 @@ func (c *claimCmd) runMany(a *app) error {
 			return lines, nil
 		})
 	if t.lines > 0 {
-		a.say("claimed %s in %s", t.summary(), c.Namespace)
+		a.say("%s", t.summary("claim of", c.Namespace))
 	}
 	if err != nil {
 		return err
