@@ -268,6 +268,7 @@ func readLines[T any](a *app, fields string, check func(line int, v *T) error) (
 func decodeLine[T any](n int, text []byte, fields string) (*T, error) {
 	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.DisallowUnknownFields()
+	dec.UseNumber() // a leaseToken as a number keeps all its digits
 	v := new(T)
 	if err := dec.Decode(v); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -420,4 +421,187 @@ func claimResultLine(a *app, namespace, key string, res *idemv1.BatchClaimResult
 		l.err = fmt.Errorf("claim %s/%s: idemd answered with outcome %v, which this idem does not know; upgrade idem", namespace, key, resp.GetOutcome())
 	}
 	return l
+}
+
+// ---- complete and fail ----
+
+// leaseTokenOf reads a line's leaseToken: a JSON number, or a string of
+// digits (as -o json prints int64 values).
+func leaseTokenOf(n int, v any) (int64, error) {
+	var tok int64
+	var err error
+	switch v := v.(type) {
+	case nil:
+		return 0, usageError("stdin line %d has no \"leaseToken\": the token idem claim printed for its key", n)
+	case json.Number:
+		tok, err = v.Int64()
+	case string:
+		tok, err = strconv.ParseInt(v, 10, 64)
+	default:
+		return 0, usageError("stdin line %d: \"leaseToken\" is a JSON %s; it must be a number, the token idem claim printed", n, jsonType(v))
+	}
+	if err != nil || tok <= 0 {
+		return 0, usageError("stdin line %d: \"leaseToken\" %v is not a lease token; pass the whole number idem claim printed", n, v)
+	}
+	return tok, nil
+}
+
+// jsonType names the JSON type of a decoded value.
+func jsonType(v any) string {
+	switch v.(type) {
+	case bool:
+		return "boolean"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// completeLine is one job of complete --stdin.
+type completeLine struct {
+	Key        string `json:"key"`
+	LeaseToken any    `json:"leaseToken"`
+	Result     string `json:"result"`
+	token      int64
+}
+
+const completeLineFields = `{"key": "…", "leaseToken": 17, "result": "…"} (result may be left out)`
+
+// runMany is complete --stdin.
+func (c *completeCmd) runMany(a *app) error {
+	if c.Result != "" || c.ResultFile != "" || c.ResultOut != "" {
+		return usageError("--result, --result-file and --result-out are for one job; with --stdin each line carries its result, and -o json each stored one")
+	}
+	if err := c.checkMany(); err != nil {
+		return err
+	}
+	jobs, err := readLines(a, completeLineFields, func(n int, l *completeLine) error {
+		if l.Key == "" {
+			return usageError("stdin line %d has no \"key\"; every line needs one: %s", n, completeLineFields)
+		}
+		var err error
+		l.token, err = leaseTokenOf(n, l.LeaseToken)
+		return err
+	})
+	if err != nil || len(jobs) == 0 {
+		if err == nil {
+			a.say("no jobs on stdin: nothing to complete")
+		}
+		return err
+	}
+	conn, err := a.client()
+	if err != nil {
+		return err
+	}
+	op := "complete " + c.Namespace
+	t, err := sendBatches(a, op, jobs, c.BatchSize, func(l completeLine) string { return l.Key },
+		func(ctx context.Context, batch []completeLine) ([]batchLine, error) {
+			req := &idemv1.BatchCompleteRequest{Requests: make([]*idemv1.CompleteRequest, len(batch))}
+			for i, l := range batch {
+				req.Requests[i] = &idemv1.CompleteRequest{Namespace: c.Namespace, Key: l.Key, Token: l.token, Result: []byte(l.Result)}
+			}
+			resp, err := conn.IdempotencyService().BatchComplete(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			lines := make([]batchLine, len(resp.GetResults()))
+			for i, res := range resp.GetResults() {
+				key := ""
+				if i < len(batch) {
+					key = batch[i].Key
+				}
+				if st := res.GetError(); st != nil {
+					lines[i] = errorLine(key, itemError("complete "+c.Namespace+"/"+key, a, st))
+					continue
+				}
+				rec := res.GetResponse().GetRecord()
+				lines[i] = batchLine{key: key, code: exitOK, outcome: stateName(rec.GetState()), token: rec.GetToken(), resp: res.GetResponse()}
+			}
+			return lines, nil
+		})
+	if t.lines > 0 {
+		a.say("%s", t.summary("complete of", c.Namespace))
+	}
+	if err != nil {
+		return err
+	}
+	return t.exit()
+}
+
+// failLine is one job of fail --stdin.
+type failLine struct {
+	Key        string `json:"key"`
+	LeaseToken any    `json:"leaseToken"`
+	Error      string `json:"error"`
+	Retryable  *bool  `json:"retryable"`
+	token      int64
+}
+
+const failLineFields = `{"key": "…", "leaseToken": 17, "error": "…", "retryable": true} (error and retryable default to --error and --retryable)`
+
+// runMany is fail --stdin.
+func (c *failCmd) runMany(a *app) error {
+	if err := c.checkMany(); err != nil {
+		return err
+	}
+	jobs, err := readLines(a, failLineFields, func(n int, l *failLine) error {
+		if l.Key == "" {
+			return usageError("stdin line %d has no \"key\"; every line needs one: %s", n, failLineFields)
+		}
+		var err error
+		l.token, err = leaseTokenOf(n, l.LeaseToken)
+		return err
+	})
+	if err != nil || len(jobs) == 0 {
+		if err == nil {
+			a.say("no jobs on stdin: nothing to fail")
+		}
+		return err
+	}
+	conn, err := a.client()
+	if err != nil {
+		return err
+	}
+	op := "fail " + c.Namespace
+	t, err := sendBatches(a, op, jobs, c.BatchSize, func(l failLine) string { return l.Key },
+		func(ctx context.Context, batch []failLine) ([]batchLine, error) {
+			req := &idemv1.BatchFailRequest{Requests: make([]*idemv1.FailRequest, len(batch))}
+			for i, l := range batch {
+				msg, retryable := l.Error, c.Retryable
+				if msg == "" {
+					msg = c.Error
+				}
+				if l.Retryable != nil {
+					retryable = *l.Retryable
+				}
+				req.Requests[i] = &idemv1.FailRequest{Namespace: c.Namespace, Key: l.Key, Token: l.token, Error: msg, Retryable: retryable}
+			}
+			resp, err := conn.IdempotencyService().BatchFail(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			lines := make([]batchLine, len(resp.GetResults()))
+			for i, res := range resp.GetResults() {
+				key := ""
+				if i < len(batch) {
+					key = batch[i].Key
+				}
+				if st := res.GetError(); st != nil {
+					lines[i] = errorLine(key, itemError("fail "+c.Namespace+"/"+key, a, st))
+					continue
+				}
+				rec := res.GetResponse().GetRecord()
+				lines[i] = batchLine{key: key, code: exitOK, outcome: stateName(rec.GetState()), token: rec.GetToken(), resp: res.GetResponse()}
+			}
+			return lines, nil
+		})
+	if t.lines > 0 {
+		a.say("%s", t.summary("fail of", c.Namespace))
+	}
+	if err != nil {
+		return err
+	}
+	return t.exit()
 }

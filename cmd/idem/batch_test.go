@@ -261,3 +261,106 @@ func TestClaimManyUnavailable(t *testing.T) {
 		t.Errorf("-o json line %q (%v); want u-1 with exit code 19 and the UNAVAILABLE error", r.stdout, err)
 	}
 }
+
+// TestCompleteAndFailMany finishes a claimed batch from a shell: complete
+// --stdin and fail --stdin take each job's key and lease token from its
+// line and print a line per job, as claim does.
+func TestCompleteAndFailMany(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := f.idem("claim", "-n", "jobs", "c-1", "c-2", "c-3", "c-4").must(t, 0, "claim of four keys")
+	tok := map[string]string{}
+	for _, l := range parseClaimLines(t, r.stdout) {
+		tok[l.key] = l.token
+	}
+
+	// The token as a number and as a string (claim -o json prints int64
+	// values as strings); c-2's token is not its own.
+	stdin := fmt.Sprintf(`{"key": "c-1", "leaseToken": %s, "result": "sent"}
+{"key": "c-2", "leaseToken": "%s"}
+{"key": "c-3", "leaseToken": %s}
+`, tok["c-1"], tok["c-1"], tok["c-3"])
+	r = f.idemWith(runOpts{stdin: []byte(stdin)}, "complete", "-n", "jobs", "--stdin").must(t, int(exitMixed), "complete --stdin")
+	lines := parseClaimLines(t, r.stdout)
+	want := []claimLineOut{
+		{0, "COMPLETED", tok["c-1"], "c-1"},
+		{int(exitLeaseLost), "ABORTED/LEASE_LOST", "-", "c-2"},
+		{0, "COMPLETED", tok["c-3"], "c-3"},
+	}
+	if len(lines) != 3 || lines[0] != want[0] || lines[1] != want[1] || lines[2] != want[2] {
+		t.Fatalf("lines %+v; want %+v", lines, want)
+	}
+	if !strings.Contains(r.stderr, "complete jobs/c-2: lease lost") || !strings.Contains(r.stderr, "complete of 3 keys in jobs: 2 completed, 1 aborted/lease_lost") {
+		t.Errorf("stderr %q; want c-2's error and the summary", r.stderr)
+	}
+	r = f.idem("claim", "-n", "jobs", "-k", "c-1", "--result-out", "-").must(t, int(exitCompleted), "claim of c-1 after its complete")
+	if r.stdout != "sent" {
+		t.Errorf("c-1's stored result %q; want the line's result sent", r.stdout)
+	}
+
+	// fail --stdin: the line's retryable overrides --retryable, its error
+	// --error.
+	stdin = fmt.Sprintf(`{"key": "c-2", "leaseToken": %s, "error": "smtp timeout"}
+{"key": "c-4", "leaseToken": %s, "retryable": false}
+`, tok["c-2"], tok["c-4"])
+	r = f.idemWith(runOpts{stdin: []byte(stdin)}, "-o", "json", "fail", "-n", "jobs", "--stdin", "--retryable", "--error", "default").must(t, 0, "fail --stdin")
+	var got []jsonLine
+	for line := range strings.Lines(r.stdout) {
+		var l jsonLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		got = append(got, l)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(got), r.stdout)
+	}
+	for i, c := range []struct {
+		key   string
+		state idemv1.State
+		error string
+	}{{"c-2", idemv1.State_STATE_RELEASED, "smtp timeout"}, {"c-4", idemv1.State_STATE_FAILED, "default"}} {
+		var resp idemv1.FailResponse
+		if err := protojson.Unmarshal(got[i].Response, &resp); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if got[i].Key != c.key || got[i].ExitCode != 0 || resp.GetRecord().GetState() != c.state {
+			t.Errorf("line %d = %+v, %v; want %s %v", i+1, got[i], &resp, c.key, c.state)
+		}
+	}
+	r = f.idem("claim", "-n", "jobs", "-k", "c-4").must(t, int(exitFailed), "claim of c-4 after its fail")
+	if !strings.Contains(r.stderr, "its stored error: default") {
+		t.Errorf("stderr %q; want --error's default stored", r.stderr)
+	}
+	f.claim("jobs", "c-2") // released: the next claim runs it again
+
+	for _, c := range []struct {
+		cmd, stdin, want string
+		args             []string
+	}{
+		{"complete", `{"key": "c-9"}`, `stdin line 1 has no "leaseToken"`, nil},
+		{"complete", `{"key": "c-9", "leaseToken": 1.5}`, `"leaseToken" 1.5 is not a lease token`, nil},
+		{"complete", `{"key": "c-9", "leaseToken": true}`, `"leaseToken" is a JSON boolean`, nil},
+		{"complete", `{"key": "c-9", "token": 1}`, `stdin line 1: unknown field "token"`, nil},
+		{"complete", `{"leaseToken": 1}`, `stdin line 1 has no "key"`, nil},
+		{"fail", `{"key": "c-9", "leaseToken": 1, "retryable": "yes"}`, `"retryable" is a JSON string; it must be a boolean`, nil},
+		{"complete", `{"key": "c-9", "leaseToken": 1}`, "with --stdin each line carries its result", []string{"--result", "x"}},
+		{"fail", `{"key": "c-9", "leaseToken": 1}`, "with --stdin each line names its key", []string{"-k", "c-9"}},
+		{"fail", `{"key": "c-9", "leaseToken": 1}`, "with --stdin each line carries its leaseToken", []string{"--lease-token", "3"}},
+	} {
+		args := append([]string{c.cmd, "-n", "jobs", "--stdin"}, c.args...)
+		r := f.idemWith(runOpts{stdin: []byte(c.stdin + "\n")}, args...).must(t, int(exitError), c.cmd+" --stdin of "+c.stdin)
+		if r.stdout != "" || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%s %s: stdout %q, stderr %q; want a message with %q", c.cmd, c.stdin, r.stdout, r.stderr, c.want)
+		}
+	}
+	// The form for one job still needs its key and token.
+	r = f.idem("complete", "-n", "jobs", "-k", "c-9").must(t, int(exitError), "complete without --lease-token")
+	if !strings.Contains(r.stderr, "--lease-token N is required") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	r = f.idem("fail", "-n", "jobs", "--lease-token", "1").must(t, int(exitError), "fail without -k")
+	if !strings.Contains(r.stderr, "-k KEY is required") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+}
