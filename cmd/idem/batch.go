@@ -192,12 +192,11 @@ func sendBatches[Item any](a *app, op string, items []Item, size int, keyOf func
 				if a.ctx.Err() != nil {
 					return &t, err // interrupted: run says so
 				}
+				msg := describe(failed)
 				if client.Reason(err) == "INVALID_BATCH_SIZE" {
-					failed = usageError("%s: idemd refused a batch of %d items: %s; pass a smaller --batch-size", op, len(batch), grpcStatus(err).Message())
+					msg += "; pass a smaller --batch-size"
 				}
-				if msg := describe(failed); msg != "" {
-					fmt.Fprintf(a.stderr, "idem: %s; the keys from item %d on got no answer\n", msg, start+1)
-				}
+				fmt.Fprintf(a.stderr, "idem: %s; the keys from item %d on got no answer\n", msg, start+1)
 			}
 		}
 		if failed != nil {

@@ -176,11 +176,11 @@ func TestClaimManySplits(t *testing.T) {
 
 	// --batch-size over what idemd takes: every key's line says so, and
 	// the message says what to do.
-	r = f.idemWith(runOpts{stdin: []byte(stdin.String())}, "claim", "-n", "other", "--stdin", "--batch-size", "600").must(t, int(exitError), "--batch-size 600")
-	if lines := parseClaimLines(t, r.stdout); len(lines) != n || lines[0].outcome != "ERROR" || lines[n-1].code != int(exitError) {
-		t.Errorf("%d lines, the first %+v; want %d lines of 1 ERROR", len(lines), lines[0], n)
+	r = f.idemWith(runOpts{stdin: []byte(stdin.String())}, "claim", "-n", "other", "--stdin", "--batch-size", "600").must(t, int(exitInvalidArgument), "--batch-size 600")
+	if lines := parseClaimLines(t, r.stdout); len(lines) != n || lines[0].outcome != "INVALID_ARGUMENT/INVALID_BATCH_SIZE" || lines[n-1].code != int(exitInvalidArgument) {
+		t.Errorf("%d lines, the first %+v; want %d lines of 17 INVALID_ARGUMENT/INVALID_BATCH_SIZE", len(lines), lines[0], n)
 	}
-	if !strings.Contains(r.stderr, "refused a batch of 600 items") || !strings.Contains(r.stderr, "pass a smaller --batch-size") {
+	if !strings.Contains(r.stderr, "claim other (items 1 to 600): ") || !strings.Contains(r.stderr, "(INVALID_ARGUMENT/INVALID_BATCH_SIZE); pass a smaller --batch-size") {
 		t.Errorf("stderr %q does not point at --batch-size", r.stderr)
 	}
 	// The next batches were not sent: their keys are not claimed.
