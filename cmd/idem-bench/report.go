@@ -24,21 +24,21 @@ type report struct {
 	// --purge).
 	Prefill *prefillReport `json:"prefill,omitempty"`
 	Purge   *purgeReport   `json:"purge,omitempty"`
+	// BatchSize is --batch-size when the batch scenario ran: its messages
+	// per delivery; 0 (left out) otherwise.
+	BatchSize int `json:"batch_size,omitempty"`
 
 	Concurrency int `json:"concurrency"`
 	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
 	// (left out) for the closed loop.
-	Rate float64 `json:"rate,omitempty"`
-	// BatchSize is --batch-size when the batch scenario ran: its messages
-	// per delivery; 0 otherwise.
-	BatchSize         int    `json:"batch_size,omitempty"`
-	Rounds            int    `json:"rounds"`
-	Compare           bool   `json:"compare"`
-	DurationPerTarget string `json:"duration_per_target,omitempty"`
-	OpsPerTarget      int64  `json:"ops_per_target,omitempty"`
-	ResultBytes       int    `json:"result_bytes"`
-	IdemdAddr         string `json:"idemd,omitempty"`
-	IdemdPoolMaxConns int32  `json:"idemd_pool_max_conns,omitempty"`
+	Rate              float64 `json:"rate,omitempty"`
+	Rounds            int     `json:"rounds"`
+	Compare           bool    `json:"compare"`
+	DurationPerTarget string  `json:"duration_per_target,omitempty"`
+	OpsPerTarget      int64   `json:"ops_per_target,omitempty"`
+	ResultBytes       int     `json:"result_bytes"`
+	IdemdAddr         string  `json:"idemd,omitempty"`
+	IdemdPoolMaxConns int32   `json:"idemd_pool_max_conns,omitempty"`
 	// PostgresLocal is true when Postgres's processes could be read from
 	// /proc, so that its CPU time is in the results.
 	PostgresLocal   bool      `json:"postgres_local"`
