@@ -174,6 +174,12 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 				tallies[i].pgStore = true
 			}
 			workloads[i] = newWorkload(scenario, runID+"-"+scenario, c.Concurrency)
+			if scenario == scenarioBatch {
+				workloads[i].batchSize = c.BatchSize
+			}
+		}
+		if scenario == scenarioBatch {
+			rep.BatchSize = c.BatchSize
 		}
 		for round := range rounds {
 			for i, t := range targets {

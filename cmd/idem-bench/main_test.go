@@ -223,6 +223,55 @@ func TestCPUAndWALByProcess(t *testing.T) {
 	}
 }
 
+// TestBatchScenario runs the batch scenario on idemd (Postgres and SQLite)
+// and the sql target: every message of every delivery counts as a job and is
+// acquired once, and the CPU and WAL per job are there for it as for the
+// other scenarios.
+func TestBatchScenario(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-sqlite,sql",
+		"--scenario", "batch", "--batch-size", "10", "--ops", "200", "--json"))
+	var raw struct {
+		BatchSize     int              `json:"batch_size"`
+		PostgresLocal bool             `json:"postgres_local"`
+		Results       []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if raw.BatchSize != 10 || len(raw.Results) != 3 {
+		t.Fatalf("batch_size %d and %d results, want 10 and 3:\n%s", raw.BatchSize, len(raw.Results), stdout)
+	}
+	for _, res := range raw.Results {
+		target := res["target"].(string)
+		// --ops counts messages: 100 per round, ten deliveries of ten.
+		outcomes, _ := res["outcomes"].(map[string]any)
+		if ops, _ := res["ops"].(float64); ops != 200 || outcomes["acquired"] != 200.0 {
+			t.Errorf("%s: ops %v, outcomes %v; want 200 messages, each acquired", target, res["ops"], outcomes)
+		}
+		if errs, _ := res["errors"].(float64); errs != 0 {
+			t.Errorf("%s: %v errors, the first: %v", target, errs, res["first_error"])
+		}
+		if p50, _ := res["p50_ms"].(float64); p50 <= 0 {
+			t.Errorf("%s: p50 %v ms, want the deliveries' latency", target, res["p50_ms"])
+		}
+		for _, f := range []string{"cpu_us_per_op", "total_cpu_us_per_op", "wal_bytes_per_op"} {
+			if _, ok := res[f].(float64); !ok {
+				t.Errorf("%s: %s is %v, want a number", target, f, res[f])
+			}
+		}
+		if _, ok := res["idemd_cpu_us_per_op"].(float64); ok != (target != "sql") {
+			t.Errorf("%s: idemd_cpu_us_per_op %v", target, res["idemd_cpu_us_per_op"])
+		}
+		if wal, _ := res["wal_bytes_per_op"].(float64); target != "service-sqlite" && wal <= 0 {
+			t.Errorf("%s: wal_bytes_per_op %v, want > 0: every message inserts a row", target, wal)
+		}
+		if ratio, _ := res["ratio_to_sql"].(float64); ratio <= 0 {
+			t.Errorf("%s: ratio_to_sql %v, want a positive number", target, res["ratio_to_sql"])
+		}
+	}
+}
+
 // TestFixedRate runs the open loop (--rate) against the in-process idemd and
 // the sql target and checks the JSON report's shape; nothing about timing.
 func TestFixedRate(t *testing.T) {
@@ -386,6 +435,9 @@ func TestBadFlags(t *testing.T) {
 		{"--scenario", "wait,unique"},              // wait runs alone
 		{"--scenario", "wait", "--compare"},
 		{"--scenario", "wait", "--target", "sql"},
+		{"--scenario", "batch", "--rate", "100"}, // batch runs a closed loop
+		{"--batch-size", "0"},
+		{"--batch-size", "501"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {

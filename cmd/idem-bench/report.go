@@ -24,6 +24,9 @@ type report struct {
 	// --purge).
 	Prefill *prefillReport `json:"prefill,omitempty"`
 	Purge   *purgeReport   `json:"purge,omitempty"`
+	// BatchSize is --batch-size when the batch scenario ran: its messages
+	// per delivery; 0 (left out) otherwise.
+	BatchSize int `json:"batch_size,omitempty"`
 
 	Concurrency int `json:"concurrency"`
 	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
@@ -287,6 +290,9 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, ", result %d bytes\n", r.ResultBytes)
 	if r.Rate > 0 {
 		fmt.Fprintf(w, "open loop at %g jobs/s per target, at most %d in flight; latencies from each job's intended start\n", r.Rate, r.Concurrency)
+	}
+	if r.BatchSize > 0 {
+		fmt.Fprintf(w, "batch: deliveries of %d messages; ops count messages, the latencies are a whole delivery's (claim: its BatchClaim, or sql's and redis's Claims one after another, added up)\n", r.BatchSize)
 	}
 	fmt.Fprintf(w, "%d CPUs (GOMAXPROCS %d); load average %s at the start, %s at the end\n",
 		r.NumCPU, r.GOMAXPROCS, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter))

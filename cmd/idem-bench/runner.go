@@ -22,6 +22,30 @@ type target interface {
 	close(ctx context.Context) error
 }
 
+// batchTarget is a target with a batch form of its job, for the batch
+// scenario: it claims keys together and completes together those it
+// acquired. Targets without one run a job per key, one after another.
+type batchTarget interface {
+	// jobs runs a job on each of keys, sets outs[i] or errs[i] for each,
+	// and returns how long the Claims took.
+	jobs(ctx context.Context, keys []string, outs []outcome, errs []error) time.Duration
+}
+
+// runJobs runs one delivery of the batch scenario on t: its batch form, or
+// a job per key, in which case the Claims' time is the sum of each job's.
+func runJobs(ctx context.Context, t target, keys []string, outs []outcome, errs []error) time.Duration {
+	if bt, ok := t.(batchTarget); ok {
+		return bt.jobs(ctx, keys, outs, errs)
+	}
+	var claims time.Duration
+	for i, key := range keys {
+		var took time.Duration
+		outs[i], took, errs[i] = t.job(ctx, key)
+		claims += took
+	}
+	return claims
+}
+
 // Latencies are recorded in microseconds, from 1 µs to a minute, with three
 // significant digits.
 const (
@@ -135,6 +159,10 @@ type workerSlot struct {
 	firstErr      error
 	outcomes      [numOutcomes]int64
 	late          int64 // fixed rate: jobs that started more than lateAfter after their intended start
+	// The batch scenario's delivery in flight.
+	keys []string
+	outs []outcome
+	errs []error
 }
 
 // runner runs rounds with a fixed set of workers.
@@ -190,6 +218,12 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		wg       sync.WaitGroup
 		deadline time.Time
 	)
+	// perJob is the messages of one job: a delivery of batchSize in the
+	// batch scenario, which --ops counts in messages too.
+	perJob := int64(1)
+	if wl.batchSize > 0 {
+		perJob = int64(wl.batchSize)
+	}
 	interval := 0.0 // fixed rate: nanoseconds between intended starts
 	if rate > 0 {
 		interval = float64(time.Second) / rate
@@ -247,11 +281,17 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 						time.Sleep(wait)
 					}
 				} else if ops > 0 {
-					if started.Add(1) > ops {
+					if started.Add(perJob)-perJob >= ops {
 						return
 					}
 				} else if !time.Now().Before(deadline) {
 					return
+				}
+				if wl.batchSize > 0 {
+					if !r.delivery(ctx, t, wl, i) {
+						return
+					}
+					continue
 				}
 				key := wl.key(i)
 				t0 := time.Now()
@@ -362,4 +402,49 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 	}
 	into.elapsed += elapsed
 	into.rounds = append(into.rounds, float64(roundOps)/elapsed.Seconds())
+}
+
+// delivery runs one delivery of the batch scenario on worker i: batchSize
+// new keys, claimed and completed together (runJobs). Each message counts as
+// an op, as do its outcome and error; the latencies are the delivery's, one
+// sample each. It returns false when ctx ended the delivery.
+func (r *runner) delivery(ctx context.Context, t target, wl *workload, i int) bool {
+	s := &r.slots[i]
+	n := wl.batchSize
+	if len(s.keys) != n {
+		s.keys, s.outs, s.errs = make([]string, n), make([]outcome, n), make([]error, n)
+	}
+	for j := range n {
+		s.keys[j] = wl.key(i)
+		s.errs[j] = nil
+	}
+	t0 := time.Now()
+	claimTook := runJobs(ctx, t, s.keys, s.outs, s.errs)
+	took := time.Since(t0)
+	failed := 0
+	for j, err := range s.errs {
+		if err != nil {
+			if ctx.Err() != nil {
+				return false // interrupted: not the target's fault
+			}
+			failed++
+			s.errors++
+			if s.firstErr == nil {
+				s.firstErr = err
+			}
+			continue
+		}
+		wl.finished(i, s.keys[j], s.outs[j])
+		s.ops++
+		s.outcomes[s.outs[j]]++
+	}
+	if failed < n {
+		recordLatency(s.op, took)
+		recordLatency(s.claim, claimTook)
+	}
+	r.progress.add(int64(n))
+	if failed > 0 {
+		time.Sleep(errorBackoff)
+	}
+	return true
 }

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/idemhq/idem/client"
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 )
 
 // serviceTarget does a job through idem: Claim, then Complete, with the Go
 // SDK's typed calls on one client (one HTTP/2 connection), as a worker
-// process would.
+// process would; in the batch scenario, BatchClaim then BatchComplete.
 type serviceTarget struct {
 	// label is the target's name: service (idemd on Postgres),
 	// service-sqlite (idemd on its embedded SQLite store), ….
@@ -119,4 +123,69 @@ func (t *serviceTarget) probe(ctx context.Context, addr string) error {
 		return nil
 	}
 	return fmt.Errorf("idemd at %s does not answer: %w (start one, or pass --start-idemd)", addr, err)
+}
+
+// jobs is the batch scenario's delivery through idem: one BatchClaim of
+// every key, then one BatchComplete of those it acquired, with the generated
+// client (the SDK's typed calls take one job each).
+func (t *serviceTarget) jobs(ctx context.Context, keys []string, outs []outcome, errs []error) time.Duration {
+	claims := &idemv1.BatchClaimRequest{Requests: make([]*idemv1.ClaimRequest, len(keys))}
+	for i, key := range keys {
+		claims.Requests[i] = &idemv1.ClaimRequest{Namespace: t.namespace, Key: key}
+		if t.leaseTTL > 0 {
+			claims.Requests[i].LeaseTtl = durationpb.New(t.leaseTTL)
+		}
+	}
+	start := time.Now()
+	claimed, err := t.client.IdempotencyService().BatchClaim(ctx, claims)
+	claimTook := time.Since(start)
+	if err == nil && len(claimed.GetResults()) != len(keys) {
+		err = fmt.Errorf("%d results for %d Claims", len(claimed.GetResults()), len(keys))
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("BatchClaim: %w", err)
+		}
+		return claimTook
+	}
+	completes := &idemv1.BatchCompleteRequest{}
+	var acquired []int // the index in keys of each Complete
+	for i, res := range claimed.GetResults() {
+		if st := res.GetError(); st != nil {
+			errs[i] = fmt.Errorf("BatchClaim of %s: %w", keys[i], status.FromProto(st).Err())
+			continue
+		}
+		switch o := res.GetResponse().GetOutcome(); o {
+		case idemv1.Outcome_OUTCOME_ACQUIRED:
+			// The work itself is nothing, as in the other scenarios.
+			completes.Requests = append(completes.Requests, &idemv1.CompleteRequest{
+				Namespace: t.namespace, Key: keys[i], Token: res.GetResponse().GetRecord().GetToken(), Result: t.result,
+			})
+			acquired = append(acquired, i)
+		case idemv1.Outcome_OUTCOME_IN_PROGRESS:
+			outs[i] = outcomeInProgress
+		case idemv1.Outcome_OUTCOME_COMPLETED, idemv1.Outcome_OUTCOME_FAILED:
+			outs[i] = outcomeReplayed
+		default:
+			errs[i] = fmt.Errorf("BatchClaim of %s answered %v", keys[i], o)
+		}
+	}
+	if len(acquired) == 0 {
+		return claimTook
+	}
+	completed, err := t.client.IdempotencyService().BatchComplete(ctx, completes)
+	if err == nil && len(completed.GetResults()) != len(acquired) {
+		err = fmt.Errorf("%d results for %d Completes", len(completed.GetResults()), len(acquired))
+	}
+	for k, i := range acquired {
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("BatchComplete: %w", err)
+		case completed.GetResults()[k].GetError() != nil:
+			errs[i] = fmt.Errorf("BatchComplete of %s: %w", keys[i], status.FromProto(completed.GetResults()[k].GetError()).Err())
+		default:
+			outs[i] = outcomeAcquired
+		}
+	}
+	return claimTook
 }

@@ -11,6 +11,11 @@ const (
 	scenarioUnique = "unique" // every job a new key
 	scenarioHot    = "hot"    // every worker over hotKeys keys
 	scenarioReplay = "replay" // replayShare of the Claims hit completed keys
+	// scenarioBatch is a consumer that receives --batch-size new messages
+	// at once and claims and completes them together: one BatchClaim and
+	// one BatchComplete on the service targets, a Claim and a Complete per
+	// message on the others (batchTarget).
+	scenarioBatch = "batch"
 )
 
 const (
@@ -50,6 +55,9 @@ type workload struct {
 	// (replay) or new (ACQUIRED), rather than replaying forever.
 	hotGen  [hotKeys]atomic.Int64
 	workers []workerKeys
+	// batchSize is the messages of one delivery in the batch scenario; 0
+	// in the others, whose jobs are one message each.
+	batchSize int
 }
 
 // workerKeys is one worker's state; only that worker touches it.

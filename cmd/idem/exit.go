@@ -32,6 +32,7 @@ const (
 	exitUnavailable         exitCode = 19
 	exitUnresolved          exitCode = 20
 	exitNotUnresolved       exitCode = 21
+	exitMixed               exitCode = 22
 	exitInterrupted         exitCode = 130
 )
 
@@ -55,6 +56,7 @@ var exitCodes = []struct {
 	{exitUnavailable, "unavailable", "idemd or its database cannot be reached, or the rate limit hit; retry later"},
 	{exitUnresolved, "unresolved", "claim: the record is held for resolution (its lease ran out under a hold policy); park the message"},
 	{exitNotUnresolved, "not unresolved", "resolve: the record is not UNRESOLVED, so there is nothing to resolve"},
+	{exitMixed, "mixed", "claim with many keys, complete and fail --stdin: their lines on stdout have different codes; read each line"},
 	{exitInterrupted, "interrupted", "SIGINT or SIGTERM arrived before the answer; the outcome is unknown"},
 }
 

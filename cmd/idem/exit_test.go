@@ -121,6 +121,10 @@ func TestEveryExitCode(t *testing.T) {
 			f.claim("codes", "live")
 			return f.idem("resolve", "-n", "codes", "-k", "live", "--release"), "(FAILED_PRECONDITION/NOT_UNRESOLVED)"
 		}},
+		{"mixed", exitMixed, func(t *testing.T, f *fixture) (result, string) {
+			f.claim("codes", "mixed-busy")
+			return f.idem("claim", "-n", "codes", "mixed-busy", "mixed-new"), "claim of 2 keys in codes: 1 in_progress, 1 acquired"
+		}},
 		{"interrupted", exitInterrupted, func(t *testing.T, f *fixture) (result, string) {
 			return interruptedRun(t), "interrupted before idemd answered"
 		}},

@@ -25,6 +25,40 @@ type leaseTokenFlag struct {
 	LeaseToken int64 `name:"lease-token" aliases:"fencing-token" required:"" env:"IDEM_LEASE_TOKEN" placeholder:"N" help:"The lease (fencing) token that idem claim printed; --fencing-token is another name for it."`
 }
 
+// finishFlags name the record that complete or fail finishes, with its
+// lease token; or with --stdin, many records, each line naming its own.
+type finishFlags struct {
+	Namespace  string `short:"n" required:"" placeholder:"NS" help:"Namespace: the job type, e.g. process_payment (a-z, 0-9, _ . -)."`
+	Key        string `short:"k" placeholder:"KEY" help:"The job's idempotency key (required unless --stdin)."`
+	LeaseToken int64  `name:"lease-token" aliases:"fencing-token" env:"IDEM_LEASE_TOKEN" placeholder:"N" help:"The lease (fencing) token that idem claim printed (required unless --stdin); --fencing-token is another name for it."`
+	Stdin      bool   `help:"Finish many jobs read from stdin, a JSON object a line that names its key and leaseToken (see below): one batch call per --batch-size jobs, one line per job on stdout."`
+	BatchSize  int    `default:"500" placeholder:"N" help:"With --stdin: the most jobs sent in one batch call (1 to idemd's --batch-max-items, ${default} unless configured)."`
+}
+
+func (f finishFlags) name() string { return f.Namespace + "/" + f.Key }
+
+// checkOne refuses the form for one job without its key or token.
+func (f finishFlags) checkOne() error {
+	switch {
+	case f.Key == "":
+		return usageError("-k KEY is required: the job's key (or --stdin for many jobs)")
+	case f.LeaseToken == 0:
+		return usageError("--lease-token N is required: the token idem claim printed (or --stdin for many jobs)")
+	}
+	return nil
+}
+
+// checkMany refuses what is for one job in the form for many.
+func (f finishFlags) checkMany() error {
+	switch {
+	case f.Key != "":
+		return usageError("-k and --stdin: with --stdin each line names its key; leave -k out")
+	case f.LeaseToken != 0:
+		return usageError("--lease-token (or IDEM_LEASE_TOKEN) and --stdin: with --stdin each line carries its leaseToken; leave --lease-token out")
+	}
+	return checkBatchSize(f.BatchSize)
+}
+
 // durationProto leaves zero unset, so that idemd applies its default.
 func durationProto(d time.Duration) *durationpb.Duration {
 	if d == 0 {
@@ -36,7 +70,11 @@ func durationProto(d time.Duration) *durationpb.Duration {
 // ---- claim ----
 
 type claimCmd struct {
-	recordFlags
+	Namespace     string        `short:"n" required:"" placeholder:"NS" help:"Namespace: the job type, e.g. process_payment (a-z, 0-9, _ . -)."`
+	Key           string        `short:"k" placeholder:"KEY" help:"The job's idempotency key, chosen when the job was made. For many jobs at once pass their keys as arguments instead, or --stdin."`
+	Keys          []string      `arg:"" optional:"" name:"key" help:"Claim many jobs at once: one line per key on stdout (see below), one BatchClaim per --batch-size keys."`
+	Stdin         bool          `help:"Claim many jobs read from stdin, a JSON object a line: {\"key\": \"…\", \"fingerprint\": \"HEX\", \"claimant\": \"…\"} (only key is required)."`
+	BatchSize     int           `default:"500" placeholder:"N" help:"With many keys: the most keys sent in one BatchClaim (1 to idemd's --batch-max-items, ${default} unless configured)."`
 	Fingerprint   string        `xor:"fingerprint" placeholder:"HEX" help:"Fingerprint of the job's payload, in hex (at most 64 bytes)."`
 	FingerprintOf string        `xor:"fingerprint" placeholder:"FILE|-" help:"Use the SHA-256 of this file's bytes (- for stdin) as the fingerprint."`
 	LeaseTTL      time.Duration `name:"lease-ttl" placeholder:"DURATION" help:"How long the lease lasts without a heartbeat (1s to 24h; idemd's default, 5m, when unset)."`
@@ -68,10 +106,28 @@ Example:
 
 A duplicate that would rather have the first delivery's outcome than exit 10 waits for it:
 
-    idem claim -n process_payment -k order-1042 --wait 30s --result-out -`
+    idem claim -n process_payment -k order-1042 --wait 30s --result-out -
+
+Many jobs at once: pass their keys as arguments, or --stdin with one JSON object a line ({"key": "…", "fingerprint": "HEX", "claimant": "…"}; only key is required, --claimant is the default claimant). idem sends one BatchClaim per --batch-size keys and prints one line per key, in their order:
+
+    CODE OUTCOME TOKEN KEY
+
+CODE is the exit code a claim of that key alone would have ended with (0 ACQUIRED: run the job with TOKEN; 10, 11, 12, 15, 20, … as above); OUTCOME is ACQUIRED, IN_PROGRESS, COMPLETED, FAILED or UNRESOLVED, or for a key that got an error its code and reason (FAILED_PRECONDITION/FINGERPRINT_MISMATCH, whose message is on stderr); TOKEN is the record's lease token, - after an error. With -o json each line is one JSON object: {"key", "exitCode", "response" (the ClaimResponse) or "error" ({"code", "reason", "message"})}. Every key gets its line, also when idemd cannot be reached. idem exits with the code all the lines share (0: every key ACQUIRED), or 22 (mixed) when they differ; a bad line of --stdin ends idem with 1 before anything is sent.
+
+    idem claim -q -n emails msg-1 msg-2 msg-3 | while read -r code outcome token key; do
+      [ "$code" = 0 ] && send_email "$key" && idem complete -q -n emails -k "$key" --lease-token "$token"
+    done`
 }
 
+func (c *claimCmd) name() string { return c.Namespace + "/" + c.Key }
+
 func (c *claimCmd) Run(a *app) error {
+	if len(c.Keys) > 0 || c.Stdin {
+		return c.runMany(a)
+	}
+	if c.Key == "" {
+		return usageError("claim needs a key: -k KEY for one job, the keys as arguments or --stdin for many")
+	}
 	if err := a.checkResultOut(c.ResultOut); err != nil {
 		return err
 	}
@@ -171,8 +227,7 @@ func sizeOf(b []byte) string {
 // ---- complete ----
 
 type completeCmd struct {
-	recordFlags
-	leaseTokenFlag
+	finishFlags
 	Result     string `xor:"result" placeholder:"STRING" help:"The result to store and replay to later claims."`
 	ResultFile string `xor:"result" placeholder:"FILE|-" help:"Read the result's bytes from this file (- for stdin)."`
 	ResultOut  string `placeholder:"FILE|-" help:"Write the stored result here (- for stdout): what was sent, or on a repeat, what was stored first."`
@@ -193,10 +248,18 @@ Exit codes:
 Example:
 
     charge_card > receipt.json &&
-      idem complete -n process_payment -k order-1042 --lease-token "$TOKEN" --result-file receipt.json`
+      idem complete -n process_payment -k order-1042 --lease-token "$TOKEN" --result-file receipt.json
+
+Many jobs at once: --stdin reads one JSON object a line, {"key": "…", "leaseToken": 17, "result": "…"} (leaseToken a number or a string of digits, as claim -o json prints it; result text, none when left out), and prints one line per job, "CODE STATE TOKEN KEY": CODE the exit code above for that job, STATE COMPLETED, or the error's code and reason (ABORTED/LEASE_LOST). idem exits with the code all the lines share, or 22 (mixed).`
 }
 
 func (c *completeCmd) Run(a *app) error {
+	if c.Stdin {
+		return c.runMany(a)
+	}
+	if err := c.checkOne(); err != nil {
+		return err
+	}
 	if err := a.checkResultOut(c.ResultOut); err != nil {
 		return err
 	}
@@ -233,8 +296,7 @@ func (c *completeCmd) Run(a *app) error {
 // ---- fail ----
 
 type failCmd struct {
-	recordFlags
-	leaseTokenFlag
+	finishFlags
 	Error     string `placeholder:"TEXT" help:"What went wrong (at most 4 KiB); replayed to later claims when the failure is permanent."`
 	Retryable bool   `help:"Hand the job back (RELEASED) so that the next claim runs it again, instead of failing it for good (FAILED)."`
 }
@@ -255,10 +317,18 @@ Example:
 
     if ! send_email "$TO"; then
       idem fail -n welcome_email -k "user-$ID" --lease-token "$TOKEN" --error "smtp timeout" --retryable
-    fi`
+    fi
+
+Many jobs at once: --stdin reads one JSON object a line, {"key": "…", "leaseToken": 17, "error": "…", "retryable": true} (error and retryable default to --error and --retryable), and prints one line per job, "CODE STATE TOKEN KEY": CODE the exit code above for that job, STATE FAILED or RELEASED, or the error's code and reason. idem exits with the code all the lines share, or 22 (mixed).`
 }
 
 func (c *failCmd) Run(a *app) error {
+	if c.Stdin {
+		return c.runMany(a)
+	}
+	if err := c.checkOne(); err != nil {
+		return err
+	}
 	conn, err := a.client()
 	if err != nil {
 		return err
