@@ -28,6 +28,7 @@ export {
   type StatsRequest,
   type StatsRow,
 } from "./client.js";
+export type { BatchResult } from "./batch.js";
 export type { Attempt, DoOptions, DoResult, Handler, Job } from "./do.js";
 export {
   AlreadyTerminalError,
@@ -46,6 +47,7 @@ export {
   PermanentError,
   ResolvedByOperatorError,
   RpcError,
+  statusError,
   UnresolvedError,
 } from "./errors.js";
 export { canonicalJSON, fingerprint, fingerprintJSON } from "./fingerprint.js";
