@@ -10,7 +10,8 @@ standard library alone, on Python 3.8 or newer.
   lease, and records the result or the failure; later deliveries get the
   stored result back without running fn. It returns only when the job is
   done; every other outcome raises an IdemError.
-- ``Client.claim``, ``complete``, ``fail``, ``heartbeat`` and ``lookup``, and
+- ``Client.claim``, ``complete``, ``fail``, ``heartbeat`` and ``lookup``,
+  their batch forms ``batch_claim`` … ``batch_lookup``, and
   ``Client.admin.list_records``, ``iter_records``, ``delete_record``,
   ``stats`` and ``resolve_record``, are the RPCs one to one.
 - Errors are IdemError subclasses chosen by the google.rpc.ErrorInfo reason
@@ -37,7 +38,8 @@ from ._errors import (REASON_ERRORS, AlreadyTerminalError, CompletionUnknownErro
                       UnavailableError, UnresolvedError)
 from ._fingerprint import canonical_json, fingerprint, fingerprint_json
 from ._retry import RetryPolicy
-from ._types import MAX_WAIT, ClaimResult, Outcome, Record, RecordPage, State, StatsRow
+from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
+                     LookupRequest, Outcome, Record, RecordPage, State, StatsRow)
 from ._version import __version__
 
 __all__ = [
@@ -48,6 +50,8 @@ __all__ = [
     "storable_text", "MAX_ERROR_BYTES",
     # records
     "Record", "State", "Outcome", "ClaimResult", "RecordPage", "StatsRow",
+    # the items of the batch calls
+    "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest",
     # errors
     "IdemError", "ErrorReason", "REASON_ERRORS", "InvalidArgumentError", "FingerprintMismatchError",
     "AlreadyTerminalError", "LeaseLostError", "NotFoundError", "UnavailableError", "InternalError",

@@ -2,15 +2,17 @@
 
 import os
 import ssl
+import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from ._do import Attempt, Job, Once, Result, do, idempotent
 from ._errors import IdemError, InProgressError, UnresolvedError
 from ._retry import RetryPolicy, retry
-from ._types import (MAX_WAIT, ClaimResult, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
+from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
+                     LookupRequest, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
                      duration_from_wire, duration_to_wire, int_from_wire, seconds, time_from_wire)
-from ._wire import Transport
+from ._wire import Transport, decode_status
 
 __all__ = ["Client", "AdminClient", "DEFAULT_URL", "MAX_WAIT"]
 
@@ -26,7 +28,7 @@ T = TypeVar("T")
 def _bytes(v: Any, field: str) -> bytes:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v)
-    hint = "; fingerprint a payload with idem.fingerprint_json(payload)" if field == "fingerprint" else ""
+    hint = "; fingerprint a payload with idem.fingerprint_json(payload)" if field.endswith("fingerprint") else ""
     raise TypeError(f"idem: {field} must be bytes, not {type(v).__name__}{hint}")
 
 
@@ -40,6 +42,60 @@ def _body(**fields: Any) -> Dict[str, Any]:
     """A request body without the fields left at their defaults (None, "",
     False), which the server reads as unset."""
     return {k: v for k, v in fields.items() if v is not None and v != "" and v is not False}
+
+
+# The bodies of the token-bearing calls and the Claim, for the unary call and
+# for an item of a batch; at prefixes the field an error names
+# ("requests[3].").
+
+def _claim_body(namespace: str, key: str, fingerprint: bytes, lease_ttl: Optional[Seconds], claimant: str,
+                retention: Optional[Seconds], wait: float, at: str = "") -> Dict[str, Any]:
+    fp = _bytes(fingerprint, at + "fingerprint")
+    return _body(namespace=namespace, key=key, fingerprint=bytes_to_wire(fp) if fp else None,
+                 leaseTtl=duration_to_wire(seconds(lease_ttl, at + "lease_ttl")), claimant=claimant,
+                 retention=duration_to_wire(seconds(retention, at + "retention")), wait=duration_to_wire(wait))
+
+
+def _claim_result(m: Mapping[str, Any]) -> ClaimResult:
+    """What claim() makes of a ClaimResponse: ACQUIRED, COMPLETED and FAILED
+    are returned, IN_PROGRESS and UNRESOLVED raised."""
+    res = ClaimResult(outcome=Outcome.from_wire(m.get("outcome")), record=Record.from_wire(m.get("record")),
+                      retry_after=duration_from_wire(m.get("retryAfter")))
+    if res.outcome == Outcome.IN_PROGRESS:
+        raise InProgressError(res.record, res.retry_after)
+    if res.outcome == Outcome.UNRESOLVED:
+        raise UnresolvedError(res.record)
+    if res.outcome not in (Outcome.ACQUIRED, Outcome.COMPLETED, Outcome.FAILED):
+        raise IdemError(f"Claim answered with an outcome this client does not know: {m.get('outcome')!r}",
+                        code="UNKNOWN", rpc="Claim", transient=False)
+    return res
+
+
+def _complete_body(namespace: str, key: str, token: int, result: bytes, at: str = "") -> Dict[str, Any]:
+    r = _bytes(result, at + "result")
+    return _body(namespace=namespace, key=key, token=_token(token), result=bytes_to_wire(r) if r else None)
+
+
+def _fail_body(namespace: str, key: str, token: int, error: str, retryable: bool) -> Dict[str, Any]:
+    return _body(namespace=namespace, key=key, token=_token(token), error=str(error), retryable=bool(retryable))
+
+
+def _heartbeat_body(namespace: str, key: str, token: int, lease_ttl: Optional[Seconds],
+                    at: str = "") -> Dict[str, Any]:
+    return _body(namespace=namespace, key=key, token=_token(token),
+                 leaseTtl=duration_to_wire(seconds(lease_ttl, at + "lease_ttl")))
+
+
+def _record(m: Mapping[str, Any]) -> Record:
+    return Record.from_wire(m.get("record"))
+
+
+def _items(requests: Sequence[Any], kind: type, call: str) -> List[Any]:
+    items = list(requests)
+    for i, r in enumerate(items):
+        if not isinstance(r, kind):
+            raise TypeError(f"idem: requests[{i}] is a {type(r).__name__}; {call} takes idem.{kind.__name__}s")
+    return items
 
 
 class Client:
@@ -173,22 +229,9 @@ class Client:
     def _claim(self, namespace: str, key: str, *, fingerprint: bytes = b"", lease_ttl: Optional[Seconds] = None,
                claimant: str = "", retention: Optional[Seconds] = None,
                wait: Optional[Seconds] = None) -> ClaimResult:
-        fp = _bytes(fingerprint, "fingerprint")
         w = seconds(wait, "wait") or 0.0
-        body = _body(namespace=namespace, key=key, fingerprint=bytes_to_wire(fp) if fp else None,
-                     leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")), claimant=claimant,
-                     retention=duration_to_wire(seconds(retention, "retention")), wait=duration_to_wire(w))
-        m = self._transport.call(IDEMPOTENCY, "Claim", body, self.timeout + w)
-        res = ClaimResult(outcome=Outcome.from_wire(m.get("outcome")), record=Record.from_wire(m.get("record")),
-                          retry_after=duration_from_wire(m.get("retryAfter")))
-        if res.outcome == Outcome.IN_PROGRESS:
-            raise InProgressError(res.record, res.retry_after)
-        if res.outcome == Outcome.UNRESOLVED:
-            raise UnresolvedError(res.record)
-        if res.outcome not in (Outcome.ACQUIRED, Outcome.COMPLETED, Outcome.FAILED):
-            raise IdemError(f"Claim answered with an outcome this client does not know: {m.get('outcome')!r}",
-                            code="UNKNOWN", rpc="Claim", transient=False)
-        return res
+        body = _claim_body(namespace, key, fingerprint, lease_ttl, claimant, retention, w)
+        return _claim_result(self._transport.call(IDEMPOTENCY, "Claim", body, self.timeout + w))
 
     def complete(self, namespace: str, key: str, token: int, result: bytes = b"") -> Record:
         """Records the job's success and its result (bytes, at most 64 KiB
@@ -199,9 +242,8 @@ class Client:
         return self._retrying(lambda: self._complete(namespace, key, token, result))
 
     def _complete(self, namespace: str, key: str, token: int, result: bytes = b"") -> Record:
-        r = _bytes(result, "result")
-        body = _body(namespace=namespace, key=key, token=_token(token), result=bytes_to_wire(r) if r else None)
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Complete", body, self.timeout).get("record"))
+        body = _complete_body(namespace, key, token, result)
+        return _record(self._transport.call(IDEMPOTENCY, "Complete", body, self.timeout))
 
     def fail(self, namespace: str, key: str, token: int, error: str, *, retryable: bool) -> Record:
         """Records the job's failure with the acquired token: retryable=True
@@ -213,8 +255,8 @@ class Client:
         return self._retrying(lambda: self._fail(namespace, key, token, error, retryable=retryable))
 
     def _fail(self, namespace: str, key: str, token: int, error: str, *, retryable: bool) -> Record:
-        body = _body(namespace=namespace, key=key, token=_token(token), error=str(error), retryable=bool(retryable))
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Fail", body, self.timeout).get("record"))
+        body = _fail_body(namespace, key, token, error, retryable)
+        return _record(self._transport.call(IDEMPOTENCY, "Fail", body, self.timeout))
 
     def heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None) -> Record:
         """Extends the lease held with the token to lease_ttl seconds from now
@@ -225,10 +267,9 @@ class Client:
 
     def _heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None,
                    timeout: Optional[float] = None) -> Record:
-        body = _body(namespace=namespace, key=key, token=_token(token),
-                     leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")))
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Heartbeat", body,
-                                                     self.timeout if timeout is None else timeout).get("record"))
+        body = _heartbeat_body(namespace, key, token, lease_ttl)
+        return _record(self._transport.call(IDEMPOTENCY, "Heartbeat", body,
+                                            self.timeout if timeout is None else timeout))
 
     def lookup(self, namespace: str, key: str) -> Record:
         """Reads the record without changing it; NotFoundError when there is
@@ -236,6 +277,120 @@ class Client:
         return self._retrying(lambda: Record.from_wire(
             self._transport.call(IDEMPOTENCY, "Lookup", _body(namespace=namespace, key=key),
                                  self.timeout).get("record")))
+
+    # ------------------------------------------------------------------
+    # The batch calls
+
+    def batch_claim(self, requests: Sequence[Union[ClaimRequest, Job]]) -> List[Union[ClaimResult, IdemError]]:
+        """Claims many jobs in one call (BatchClaim), for a consumer that
+        holds a delivery of many: each request a ClaimRequest, or a Job
+        (claimed with its fingerprint, lease and retention). Returns one
+        entry per request, in their order: the ClaimResult claim() would
+        return, or the exception it would raise (InProgressError,
+        UnresolvedError, FingerprintMismatchError, …), as
+        ``asyncio.gather(return_exceptions=True)`` gives them. Two requests
+        of one key are answered as two claims made in that order. A request
+        without a claimant gets a fresh UUID, kept when it is sent again.
+
+        Raises, for the batch as a whole, only what concerns it:
+        InvalidArgumentError with reason INVALID_BATCH_SIZE (no requests, or
+        more than the server's --batch-max-items, 500 by default), an
+        IdemError with REQUEST_TOO_LARGE (over its --batch-max-bytes, 4 MiB
+        by default), or a failure of the call itself (authentication, no
+        answer). Retries are claim()'s, per item: the call is sent again
+        when it fails transiently, and so are the items answered with a
+        transient error (UNAVAILABLE, a rate limit, which is counted per
+        item), in a batch of their own, until the client's RetryPolicy runs
+        out; an item then keeps its last error."""
+        items: List[ClaimRequest] = []
+        for i, r in enumerate(requests):
+            if isinstance(r, Job):
+                r = ClaimRequest(r.namespace, r.key, fingerprint=r.fingerprint, lease_ttl=r.lease_ttl,
+                                 retention=r.retention)
+            elif not isinstance(r, ClaimRequest):
+                raise TypeError(f"idem: requests[{i}] is a {type(r).__name__}; batch_claim takes idem.ClaimRequests "
+                                "or idem.Jobs")
+            items.append(r)
+        bodies = [_claim_body(r.namespace, r.key, r.fingerprint, r.lease_ttl, r.claimant or str(uuid.uuid4()),
+                              r.retention, 0.0, at=f"requests[{i}].") for i, r in enumerate(items)]
+        return self._batch("BatchClaim", "Claim", bodies, _claim_result)
+
+    def batch_complete(self, requests: Sequence[CompleteRequest]) -> List[Union[Record, IdemError]]:
+        """Completes many jobs in one call (BatchComplete): one entry per
+        request, in their order, the Record complete() would return or the
+        exception it would raise (LeaseLostError, AlreadyTerminalError,
+        ResolvedByOperatorError, …). It raises and retries as batch_claim
+        does; an item sent again carries the same token and result, which
+        is safe."""
+        bodies = [_complete_body(r.namespace, r.key, r.token, r.result, at=f"requests[{i}].")
+                  for i, r in enumerate(_items(requests, CompleteRequest, "batch_complete"))]
+        return self._batch("BatchComplete", "Complete", bodies, _record)
+
+    def batch_fail(self, requests: Sequence[FailRequest]) -> List[Union[Record, IdemError]]:
+        """Fails many jobs in one call (BatchFail): one entry per request, in
+        their order, the Record fail() would return or the exception it
+        would raise. It raises and retries as batch_complete does."""
+        bodies = [_fail_body(r.namespace, r.key, r.token, r.error, r.retryable)
+                  for r in _items(requests, FailRequest, "batch_fail")]
+        return self._batch("BatchFail", "Fail", bodies, _record)
+
+    def batch_heartbeat(self, requests: Sequence[HeartbeatRequest]) -> List[Union[Record, IdemError]]:
+        """Extends many leases in one call (BatchHeartbeat), to keep a whole
+        delivery's jobs held while they run: one entry per request, in their
+        order, the Record with its new lease_expires_at or the exception
+        heartbeat() would raise (LeaseLostError: stop that job). It raises
+        and retries as batch_claim does."""
+        bodies = [_heartbeat_body(r.namespace, r.key, r.token, r.lease_ttl, at=f"requests[{i}].")
+                  for i, r in enumerate(_items(requests, HeartbeatRequest, "batch_heartbeat"))]
+        return self._batch("BatchHeartbeat", "Heartbeat", bodies, _record)
+
+    def batch_lookup(self, requests: Sequence[LookupRequest]) -> List[Union[Record, IdemError]]:
+        """Reads many records in one call (BatchLookup): one entry per
+        request, in their order, the Record or the exception lookup() would
+        raise (NotFoundError for one that does not exist)."""
+        bodies = [_body(namespace=r.namespace, key=r.key) for r in _items(requests, LookupRequest, "batch_lookup")]
+        return self._batch("BatchLookup", "Lookup", bodies, _record)
+
+    def _batch(self, method: str, rpc: str, bodies: List[Dict[str, Any]],
+               convert: Callable[[Dict[str, Any]], T]) -> List[Union[T, IdemError]]:
+        """Sends the batch and returns its entries. Each round sends the
+        items still pending: all of them first, then those whose error was
+        transient. One count of tries covers the rounds and the call's own
+        transient failures, so a batch is tried no more often than
+        max_attempts, as a unary call is."""
+        out: List[Any] = [None] * len(bodies)
+        pending = list(range(len(bodies)))
+        attempt = 1
+        while True:
+            try:
+                m = self._transport.call(IDEMPOTENCY, method, {"requests": [bodies[i] for i in pending]},
+                                         self.timeout)
+            except IdemError as err:
+                if err.transient and attempt < self.retry.max_attempts:
+                    time.sleep(self.retry.backoff(attempt - 1, err))
+                    attempt += 1
+                    continue
+                if len(pending) == len(bodies):
+                    raise
+                # Some items were answered in an earlier round: keep their
+                # answers, and give the rest the error that stopped them.
+                for i in pending:
+                    out[i] = err
+                return out
+            results = m.get("results")
+            if not isinstance(results, list) or len(results) != len(pending):
+                raise IdemError(f"{method} answered {len(results) if isinstance(results, list) else 'no'} results "
+                                f"for {len(pending)} requests; the server and this client disagree on the API",
+                                code="UNKNOWN", rpc=method, transient=False)
+            for i, item in zip(pending, results):
+                out[i] = _answer(rpc, item, convert)
+            again = [i for i in pending if isinstance(out[i], IdemError) and out[i].transient]
+            if not again or attempt >= self.retry.max_attempts:
+                return out
+            slowest = max((out[i] for i in again), key=lambda e: e.retry_after or 0.0)
+            time.sleep(self.retry.backoff(attempt - 1, slowest))
+            pending = again
+            attempt += 1
 
     # ------------------------------------------------------------------
     # do, @idempotent, once: see _do.py
@@ -259,6 +414,22 @@ class Client:
         """A context manager that holds the job while its block runs: see
         idem.Once."""
         return Once(self, job, wait=wait)
+
+
+def _answer(rpc: str, item: Any, convert: Callable[[Dict[str, Any]], T]) -> Union[T, IdemError]:
+    """One entry of a batch: the item's response through convert (the unary
+    call's own conversion, whose IdemError is the entry, as an IN_PROGRESS
+    Claim's InProgressError), or its google.rpc.Status as the exception the
+    unary call raises."""
+    if isinstance(item, dict) and item.get("error") is not None:
+        return decode_status(rpc, item["error"])
+    if isinstance(item, dict) and item.get("response") is not None:
+        try:
+            return convert(item["response"])
+        except IdemError as err:
+            return err
+    return IdemError(f"a result with neither a response nor an error: {item!r:.200}; this client is older than "
+                     "the server", code="UNKNOWN", rpc=rpc, transient=False)
 
 
 class AdminClient:
