@@ -7,8 +7,10 @@ import { IdemError, statusError } from "./errors.js";
  * the error it throws (the same class, code and reason: a
  * {@link LeaseLostError} for a LEASE_LOST, an {@link InProgressError} for a
  * Claim answered IN_PROGRESS, …). One item's error never fails another.
+ * For {@link IdemClient.doBatch}, E is unknown: a job's error may be its
+ * handler's own.
  */
-export type BatchResult<T> = { ok: true; value: T } | { ok: false; error: IdemError };
+export type BatchResult<T, E = IdemError> = { ok: true; value: T } | { ok: false; error: E };
 
 /** ItemResult is the oneof of a generated Batch*Result message. */
 interface ItemResult<R> {

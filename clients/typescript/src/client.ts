@@ -17,6 +17,7 @@ import { IdemError, InProgressError, RpcError, UnresolvedError } from "./errors.
 import { bytesOf, durationMs, durationOf, type JobRecord, recordFromProto } from "./record.js";
 import { type RetryPolicy, withDefaults } from "./retry.js";
 import { type DoOptions, type DoResult, type Handler, type Job, MAX_WAIT_MS, runDo } from "./do.js";
+import { type BatchHandler, type DoBatchOptions, runDoBatch } from "./dobatch.js";
 
 export { MAX_WAIT_MS };
 
@@ -325,6 +326,37 @@ export class IdemClient {
    */
   do(job: Job, handler: Handler, options?: DoOptions): Promise<DoResult> {
     return runDo(this, job, handler, options ?? {});
+  }
+
+  /**
+   * doBatch is {@link IdemClient.do} for a delivery of several jobs (a
+   * batch of queue messages): it claims them all in one BatchClaim, runs
+   * handler(attempt, index) for each job it acquired (at most
+   * `concurrency` at once; all by default), keeps their leases with one
+   * BatchHeartbeat every third of the shortest lease, and records their
+   * outcomes with one BatchComplete and one BatchFail once every handler has
+   * returned. It resolves with one result per job, in the order of jobs,
+   * each what do() would have returned (`ok`) or thrown for that job alone:
+   * the value (fresh, or stored and `replayed`), or the error
+   * ({@link InProgressError}, {@link UnresolvedError},
+   * {@link JobFailedError}, {@link FingerprintMismatchError}, the handler's
+   * own, {@link LeaseLostError}, {@link ResolvedByOperatorError},
+   * {@link CompletionUnknownError}, or the Claim's). Two jobs of one key are
+   * two Claims in that order: the second finds the first's lease, an
+   * InProgressError.
+   *
+   * Each item is retried as do() retries its unary call, and a retry carries
+   * only the items still owed an answer: the Claims while they fail
+   * transiently, up to the retry policy's maxAttempts, each job under a
+   * claimant of its own that its retries reuse; the heartbeats in the same
+   * way, and a job whose heartbeat is refused (LEASE_LOST, …) has its
+   * `attempt.signal` aborted with that error; the Completes and Fails until
+   * the server confirms them or the job's lease runs out, whatever
+   * `signal` does once the handlers returned. A batch the server refuses for
+   * its size is halved and the halves sent in turn. No jobs is no RPC.
+   */
+  doBatch(jobs: readonly Job[], handler: BatchHandler, options?: DoBatchOptions): Promise<BatchResult<DoResult, unknown>[]> {
+    return runDoBatch(this, jobs, handler, options ?? {});
   }
 
   /**

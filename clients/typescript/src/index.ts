@@ -30,6 +30,7 @@ export {
 } from "./client.js";
 export type { BatchResult } from "./batch.js";
 export type { Attempt, DoOptions, DoResult, Handler, Job } from "./do.js";
+export type { BatchHandler, DoBatchOptions } from "./dobatch.js";
 export {
   AlreadyTerminalError,
   CompletionUnknownError,
