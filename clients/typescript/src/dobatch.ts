@@ -1,3 +1,4 @@
+import { Code } from "@connectrpc/connect";
 import type { BatchResult } from "./batch.js";
 import type { ClaimResult, IdemClient } from "./client.js";
 import {
@@ -50,12 +51,22 @@ interface ItemLimit {
 type BatchSend<Q, T> = (reqs: Q[], bounds: CallBounds) => Promise<BatchResult<T>[]>;
 
 /**
- * refusedForSize reports whether the server refused a batch as a whole for
- * its number of items or its bytes: nothing of it was done, and smaller
- * batches of the same items would be taken.
+ * refusedForSize reports whether a batch was refused as a whole for its
+ * number of items or its bytes: nothing of it was done, and smaller batches
+ * of the same items would be taken. That is INVALID_BATCH_SIZE and
+ * REQUEST_TOO_LARGE, and a RESOURCE_EXHAUSTED with neither a reason nor a
+ * RetryInfo: a message over a gRPC size limit, which a gRPC server (or this
+ * client, for the answer) enforces before idem sees the call.
  */
 function refusedForSize(err: unknown): boolean {
-  return err instanceof RpcError && (err.reason === ErrorReason.INVALID_BATCH_SIZE || err.reason === ErrorReason.REQUEST_TOO_LARGE);
+  if (!(err instanceof RpcError)) {
+    return false;
+  }
+  return (
+    err.reason === ErrorReason.INVALID_BATCH_SIZE ||
+    err.reason === ErrorReason.REQUEST_TOO_LARGE ||
+    (err.code === Code.ResourceExhausted && err.reasonName === "" && err.retryAfterMs === undefined)
+  );
 }
 
 /**
