@@ -2,11 +2,13 @@
 
 import os
 import ssl
+import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._do import Attempt, Job, Once, Result, do, idempotent
+from ._dobatch import do_batch
 from ._errors import IdemError, InProgressError, UnresolvedError
 from ._retry import RetryPolicy, retry
 from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
@@ -353,44 +355,87 @@ class Client:
 
     def _batch(self, method: str, rpc: str, bodies: List[Dict[str, Any]],
                convert: Callable[[Dict[str, Any]], T]) -> List[Union[T, IdemError]]:
-        """Sends the batch and returns its entries. Each round sends the
-        items still pending: all of them first, then those whose error was
-        transient. One count of tries covers the rounds and the call's own
-        transient failures, so a batch is tried no more often than
-        max_attempts, as a unary call is."""
+        return self._send_items(method, rpc, bodies, convert)[0]
+
+    def _send_items(self, method: str, rpc: str, bodies: List[Dict[str, Any]], convert: Callable[[Dict[str, Any]], T],
+                    *, until: Optional[List[float]] = None, stop: Optional[threading.Event] = None,
+                    halve: bool = False, timeout: Optional[float] = None) -> Tuple[List[Any], List[float]]:
+        """Sends the batch and returns its entries, and when the try that
+        gave each its entry was sent (time.monotonic()). Each round sends the
+        items still owed an answer: all of them first, then those whose
+        error was transient, each until its limit: until[i] when given (no
+        try starts after it, and the first always goes out), else the
+        policy's max_attempts, one count for the rounds and the call's own
+        transient failures, as a unary call counts its tries. stop, when set,
+        ends the retries.
+
+        A call that fails as a whole before any item was answered is raised,
+        unless halve: then a batch refused for its size is halved and the
+        halves sent in turn, and any other failure of the call is the error
+        of each of its items, as do_batch needs them."""
         out: List[Any] = [None] * len(bodies)
+        sent = [0.0] * len(bodies)
         pending = list(range(len(bodies)))
+        answered = False
         attempt = 1
         while True:
+            at = time.monotonic()
             try:
-                m = self._transport.call(IDEMPOTENCY, method, {"requests": [bodies[i] for i in pending]},
-                                         self.timeout)
+                answers = self._round(method, rpc, [bodies[i] for i in pending], convert,
+                                      self.timeout if timeout is None else timeout, halve)
             except IdemError as err:
-                if err.transient and attempt < self.retry.max_attempts:
-                    time.sleep(self.retry.backoff(attempt - 1, err))
-                    attempt += 1
-                    continue
-                if len(pending) == len(bodies):
+                if not answered and not (err.transient and attempt < self.retry.max_attempts):
                     raise
-                # Some items were answered in an earlier round: keep their
-                # answers, and give the rest the error that stopped them.
-                for i in pending:
-                    out[i] = err
-                return out
-            results = m.get("results")
-            if not isinstance(results, list) or len(results) != len(pending):
-                raise IdemError(f"{method} answered {len(results) if isinstance(results, list) else 'no'} results "
-                                f"for {len(pending)} requests; the server and this client disagree on the API",
-                                code="UNKNOWN", rpc=method, transient=False)
-            for i, item in zip(pending, results):
-                out[i] = _answer(rpc, item, convert)
-            again = [i for i in pending if isinstance(out[i], IdemError) and out[i].transient]
-            if not again or attempt >= self.retry.max_attempts:
-                return out
+                answers = [err] * len(pending)
+            else:
+                answered = True
+            for i, a in zip(pending, answers):
+                out[i], sent[i] = a, at
+            again, limit = [], None
+            for i in pending:
+                e = out[i]
+                if not isinstance(e, IdemError) or not e.transient:
+                    continue
+                if until is not None:
+                    if time.monotonic() >= until[i]:
+                        continue  # its last try was this one
+                    limit = until[i] if limit is None else min(limit, until[i])
+                elif attempt >= self.retry.max_attempts:
+                    continue
+                again.append(i)
+            if not again or (stop is not None and stop.is_set()):
+                return out, sent
             slowest = max((out[i] for i in again), key=lambda e: e.retry_after or 0.0)
-            time.sleep(self.retry.backoff(attempt - 1, slowest))
+            wait = self.retry.backoff(attempt - 1, slowest)
+            if limit is not None:
+                wait = min(wait, max(limit - time.monotonic(), 0.0))
+            if stop is not None:
+                if stop.wait(wait):
+                    return out, sent
+            else:
+                time.sleep(wait)
             pending = again
             attempt += 1
+
+    def _round(self, method: str, rpc: str, bodies: List[Dict[str, Any]], convert: Callable[[Dict[str, Any]], T],
+               timeout: float, halve: bool) -> List[Any]:
+        """One try of a batch: an entry per body (see _send_items)."""
+        try:
+            m = self._transport.call(IDEMPOTENCY, method, {"requests": bodies}, timeout)
+            results = m.get("results")
+            if not isinstance(results, list) or len(results) != len(bodies):
+                raise IdemError(f"{method} answered {len(results) if isinstance(results, list) else 'no'} results "
+                                f"for {len(bodies)} requests; the server and this client disagree on the API",
+                                code="UNKNOWN", rpc=method, transient=False)
+        except IdemError as err:
+            if not halve:
+                raise
+            if len(bodies) > 1 and _refused_for_size(err):
+                half = len(bodies) // 2
+                return (self._round(method, rpc, bodies[:half], convert, timeout, halve)
+                        + self._round(method, rpc, bodies[half:], convert, timeout, halve))
+            return [err] * len(bodies)
+        return [_answer(rpc, item, convert) for item in results]
 
     # ------------------------------------------------------------------
     # do, @idempotent, once: see _do.py
@@ -400,6 +445,14 @@ class Client:
         worker, and records its outcome: the counterpart of the Go SDK's
         client.Do. See idem.do for the whole contract."""
         return do(self, job, fn, wait=wait)
+
+    def do_batch(self, jobs: Sequence[Job], fn: Callable[[Attempt, int], Any], *,
+                 concurrency: Optional[int] = None) -> List[Union[Result, BaseException]]:
+        """do() for a delivery of several jobs, in batch calls: fn(attempt,
+        i) runs for each job acquired, and each entry of the list returned
+        is what do() would return or raise for jobs[i]. See idem.do_batch
+        for the whole contract."""
+        return do_batch(self, jobs, fn, concurrency=concurrency)
 
     def idempotent(self, namespace: str, *, key: Callable[..., str],
                    fingerprint: Optional[Callable[..., bytes]] = None, lease_ttl: Optional[Seconds] = None,
@@ -414,6 +467,13 @@ class Client:
         """A context manager that holds the job while its block runs: see
         idem.Once."""
         return Once(self, job, wait=wait)
+
+
+def _refused_for_size(err: IdemError) -> bool:
+    """Whether a batch was refused as a whole for its number of items or its
+    bytes, so that smaller batches of the same items would be taken."""
+    return err.reason in ("INVALID_BATCH_SIZE", "REQUEST_TOO_LARGE") or (
+        err.code == "RESOURCE_EXHAUSTED" and not err.reason and err.retry_after is None)
 
 
 def _answer(rpc: str, item: Any, convert: Callable[[Dict[str, Any]], T]) -> Union[T, IdemError]:
