@@ -139,7 +139,8 @@ interface Closable {
  * Create one per process and share it.
  *
  * Typed calls throw an {@link RpcError} (of the subclass its reason names)
- * for an error status. {@link IdemClient.claim} also throws
+ * for an error status; the batch calls (batchClaim, …) answer each item
+ * with what its unary call returns or throws. {@link IdemClient.claim} also throws
  * {@link InProgressError} and {@link UnresolvedError} for those outcomes, so
  * that code which only handles the happy path never runs a side effect that
  * another worker is running or that waits for a decision.
