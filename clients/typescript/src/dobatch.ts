@@ -15,7 +15,7 @@ import {
 import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import { Outcome } from "./gen/idem/v1/idem_pb.js";
 import { type Attempt, type DoResult, type Job, leaseOf, resultBytes } from "./do.js";
-import type { JobRecord } from "./record.js";
+import { durationOf, type JobRecord } from "./record.js";
 import { backoff, type CallBounds, sleep } from "./retry.js";
 import { MAX_ERROR_BYTES, storableText } from "./text.js";
 import { randomUUID } from "./uuid.js";
@@ -82,8 +82,10 @@ async function sendHalving<Q, T>(reqs: Q[], send: BatchSend<Q, T>, bounds: CallB
       const half = Math.floor(reqs.length / 2);
       return [...(await sendHalving(reqs.slice(0, half), send, bounds)), ...(await sendHalving(reqs.slice(half), send, bounds))];
     }
-    const error = err instanceof IdemError ? err : new IdemError(`idem: ${messageOf(err)}`, { cause: err });
-    return reqs.map(() => ({ ok: false, error }));
+    if (!(err instanceof IdemError)) {
+      throw err; // a bug, not an answer
+    }
+    return reqs.map(() => ({ ok: false, error: err }));
   }
 }
 
@@ -180,6 +182,11 @@ export async function runDoBatch(client: IdemClient, jobs: readonly Job[], handl
   if (o.concurrency !== undefined && !(Number.isInteger(o.concurrency) && o.concurrency > 0)) {
     throw new RangeError(`idem: concurrency is ${String(o.concurrency)}; it must be a whole number above 0, or unset`);
   }
+  // A bad duration is the caller's mistake, named by the job it is in.
+  jobs.forEach((job, i) => {
+    durationOf(job.leaseTtlMs, `jobs[${i}].leaseTtlMs`);
+    durationOf(job.retentionMs, `jobs[${i}].retentionMs`);
+  });
   const claims = await Promise.all(
     jobs.map(async (job) => ({
       namespace: job.namespace,

@@ -478,6 +478,8 @@ describe("batch calls", () => {
     assert.match(error(looked[1]).message, /neither a response nor an error/);
     await assert.rejects(c.batchComplete([{ namespace: "ns", key: "a", token: 1n }]), (err) => err instanceof IdemError && /answered 0 results for 1 requests/.test(err.message));
     await assert.rejects(c.batchClaim([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b", leaseTtlMs: -1 }]), /requests\[1\]\.leaseTtlMs is -1/);
+    await assert.rejects(c.doBatch([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b", retentionMs: NaN }], () => "x"), /jobs\[1\]\.retentionMs is NaN/);
+    await assert.rejects(c.doBatch([{ namespace: "ns", key: "a" }], () => "x", { concurrency: 0 }), /concurrency is 0/);
   });
 
   it("read an item's error details from JSON over connectTransport", async () => {
