@@ -252,6 +252,46 @@ func (h *hookStore) RecordClaim(ctx context.Context, p *store.ClaimParams) (*sto
 	return h.Store.RecordClaim(ctx, p)
 }
 
+// RecordClaimMany runs the hook for each call, as RecordClaim, and sends
+// the calls it lets through together.
+func (h *hookStore) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
+	var through []*store.ClaimParams
+	var at []int
+	for i, p := range ps {
+		if errs[i] = h.before(ctx, "RecordClaim"); errs[i] == nil {
+			through, at = append(through, p), append(at, i)
+		}
+	}
+	if len(through) > 0 {
+		r, e := h.Store.RecordClaimMany(ctx, through)
+		for j, i := range at {
+			res[i], errs[i] = r[j], e[j]
+		}
+	}
+	return res, errs
+}
+
+// RecordGetMany runs the hook for each id, as RecordGet, and reads the ids
+// it lets through together.
+func (h *hookStore) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ids)), make([]error, len(ids))
+	var through []store.RecordID
+	var at []int
+	for i, id := range ids {
+		if errs[i] = h.before(ctx, "RecordGet"); errs[i] == nil {
+			through, at = append(through, id), append(at, i)
+		}
+	}
+	if len(through) > 0 {
+		r, e := h.Store.RecordGetMany(ctx, through)
+		for j, i := range at {
+			recs[i], errs[i] = r[j], e[j]
+		}
+	}
+	return recs, errs
+}
+
 func (h *hookStore) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	if err := h.before(ctx, "RecordComplete"); err != nil {
 		return nil, err

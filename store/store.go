@@ -28,6 +28,11 @@ type Store interface {
 	// It returns ErrFingerprintMismatch when the stored fingerprint and
 	// params.Fingerprint are both non-empty and differ.
 	RecordClaim(ctx context.Context, params *ClaimParams) (*ClaimResult, error)
+	// RecordClaimMany is RecordClaim for calls of distinct records made at
+	// once (a batch request): each call gets what RecordClaim would answer
+	// it, in the order of params, and one call's error is its own. A store
+	// may send them in one statement.
+	RecordClaimMany(ctx context.Context, params []*ClaimParams) ([]*ClaimResult, []error)
 	// RecordComplete stores the result of the record held with params.Token.
 	RecordComplete(ctx context.Context, params *CompleteParams) (*Record, error)
 	// RecordFail stores the error of the record held with params.Token and
@@ -37,6 +42,10 @@ type Store interface {
 	RecordHeartbeat(ctx context.Context, params *HeartbeatParams) (*Record, error)
 	// RecordGet reads one record.
 	RecordGet(ctx context.Context, id RecordID) (*Record, error)
+	// RecordGetMany is RecordGet for many records at once (a batch
+	// request): each id gets what RecordGet would answer it, in the order
+	// of ids. A store may read them in one statement.
+	RecordGetMany(ctx context.Context, ids []RecordID) ([]*Record, []error)
 	// SweepExpire marks at most limit PROCESSING records whose lease ran out
 	// as EXPIRED and returns how many it marked.
 	SweepExpire(ctx context.Context, limit int) (int, error)

@@ -88,6 +88,7 @@ var tests = []struct {
 	{"FingerprintMismatchChangesNothing", testFingerprintMismatchChangesNothing},
 	{"FingerprintEmptyIsNotMismatch", testFingerprintEmptyIsNotMismatch},
 	{"FingerprintSameIsAccepted", testFingerprintSameIsAccepted},
+	{"ClaimManyAnswersEachAsAlone", testClaimManyAnswersEachAsAlone},
 
 	{"HeartbeatExtendsLease", testHeartbeatExtendsLease},
 	{"TokenCallsOnLapsedLease", testTokenCallsOnLapsedLease},
@@ -104,6 +105,7 @@ var tests = []struct {
 	{"ClaimConcurrentManyKeys", testClaimConcurrentManyKeys},
 	{"ClaimConcurrentTakeover", testClaimConcurrentTakeover},
 	{"SameJobProcessedTwiceConcurrently", testSameJobProcessedTwiceConcurrently},
+	{"ClaimManyRacesClaim", testClaimManyRacesClaim},
 
 	{"SweepExpireMarksOnlyLapsedProcessing", testSweepExpireMarksOnlyLapsedProcessing},
 	{"SweepPurgeDeletesOnlyDue", testSweepPurgeDeletesOnlyDue},
@@ -112,6 +114,7 @@ var tests = []struct {
 	{"SweepEmptyStore", testSweepEmptyStore},
 	{"TokensIncreaseAfterPurge", testTokensIncreaseAfterPurge},
 
+	{"GetManyAnswersEach", testGetManyAnswersEach},
 	{"ListPagesInKeyOrder", testListPagesInKeyOrder},
 	{"ListFilters", testListFilters},
 	{"ListKeyPrefix", testListKeyPrefix},
