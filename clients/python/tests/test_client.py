@@ -245,6 +245,15 @@ class BatchTest(unittest.TestCase):
         with self.assertRaises(idem.IdemError) as cm:
             c.batch_complete([idem.CompleteRequest(ns, keys[0], 1, bytes(64 << 10)) for _ in range(64)])
         self.assertEqual((cm.exception.code, cm.exception.reason), ("RESOURCE_EXHAUSTED", "REQUEST_TOO_LARGE"))
+        # Over what the HTTP/JSON API reads: refused before it is read, the
+        # answer sent while the body still goes out.
+        big = [idem.CompleteRequest(ns, keys[0], 1, bytes(64 << 10)) for _ in range(80)]
+        with self.assertRaises(idem.IdemError) as cm:
+            c.batch_complete(big)
+        self.assertEqual((cm.exception.code, cm.exception.reason, cm.exception.http_status),
+                         ("RESOURCE_EXHAUSTED", "REQUEST_TOO_LARGE", 413))
+        self.assertIsInstance(c.batch_lookup([idem.LookupRequest(ns, keys[0])])[0], idem.NotFoundError,
+                              "the client works on")
 
     def test_items_over_the_rate_limit_are_sent_again(self):
         # The limited tenant: 5 calls a second, burst 1, counted per item.
@@ -334,6 +343,21 @@ class BatchTest(unittest.TestCase):
         out = self.c.do_batch(jobs, lambda attempt, i: f"v{i}")
         self.assertEqual([r.value for r in out], [f"v{i}".encode() for i in range(501)])
         self.assertEqual(rpcs, [501, 250, 251], "refused whole, then sent in halves")
+
+    def test_do_batch_halves_a_complete_larger_than_the_server_reads(self):
+        rpcs = []
+        send = self.c._transport.call
+
+        def counting(service, method, body, timeout):
+            if method == "BatchComplete":
+                rpcs.append(len(body["requests"]))
+            return send(service, method, body, timeout)
+
+        self.c._transport.call = counting
+        jobs = [idem.Job(self.ns, fresh(f"do-batch-big-{i}")) for i in range(80)]
+        out = self.c.do_batch(jobs, lambda attempt, i: bytes([i]) * (64 << 10))
+        self.assertEqual([r.value[:1] for r in out], [bytes([i]) for i in range(80)])
+        self.assertEqual(rpcs, [80, 40, 40], "80 results of 64 KiB are over 4 MiB; 40 are not")
 
 
 class DecoratorAndOnceTest(unittest.TestCase):

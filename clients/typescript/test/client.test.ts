@@ -566,6 +566,23 @@ describe("against idemd", { timeout: 300_000 }, () => {
       out.forEach((r, i) => assert.equal(text(value(r).value), `v${i}`));
       assert.deepEqual(calls, [501, 250, 251], "refused whole, then sent in halves");
     });
+
+    for (const kind of ["grpc", "connect"] as const) {
+      it(`halves a BatchComplete larger than the server reads (${kind})`, async () => {
+        const calls: number[] = [];
+        const counting: Interceptor = (next) => async (req) => {
+          if (req.method.name === "BatchComplete") {
+            calls.push((req.message as unknown as { requests: unknown[] }).requests.length);
+          }
+          return next(req);
+        };
+        const c = client(kind, "worker", [counting]);
+        const jobs = Array.from({ length: 80 }, (_, i) => ({ namespace: h.namespaces.plain, key: key(`dobatch-big-${i}`) }));
+        const out = await c.doBatch(jobs, (_a, i) => new Uint8Array(64 << 10).fill(i));
+        out.forEach((r, i) => assert.equal(value(r).value[0], i));
+        assert.deepEqual(calls, [80, 40, 40], "80 results of 64 KiB are over 4 MiB; 40 are not");
+      });
+    }
   });
 
   it("connectTransport sends its calls through the fetch it is given", async () => {

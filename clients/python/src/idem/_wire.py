@@ -136,7 +136,22 @@ class Transport:
         target = path
         if self._proxy is not None and not self.https:
             target = f"http://{self.host}:{self.port}{path}"  # a plain HTTP proxy takes the absolute URI
-        conn.request("POST", target, body=data, headers=headers)
+        try:
+            conn.request("POST", target, body=data, headers=headers)
+        except OSError as err:
+            # A server that refuses a body before reading it (413, a batch
+            # over its read limit) answers and closes while the body is
+            # still going out: its answer is there to be read. A connection
+            # that was never made, or was already closed, has none, and its
+            # error stands.
+            if conn.sock is None:
+                raise
+            try:
+                resp = conn.getresponse()
+                text = resp.read()
+            except (OSError, http.client.HTTPException):
+                raise err from None
+            return resp.status, resp.headers, text, False
         resp = conn.getresponse()
         text = resp.read()
         return resp.status, resp.headers, text, not resp.will_close
