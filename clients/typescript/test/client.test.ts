@@ -567,6 +567,27 @@ describe("against idemd", { timeout: 300_000 }, () => {
       assert.deepEqual(calls, [501, 250, 251], "refused whole, then sent in halves");
     });
 
+    it("sends again only the items over the tenant's rate limit, after what RetryInfo says", async () => {
+      // The limited tenant: 5 calls a second, burst 1, counted per item.
+      const sizes: Record<string, number[]> = {};
+      const counting: Interceptor = (next) => async (req) => {
+        (sizes[req.method.name] ??= []).push((req.message as unknown as { requests: unknown[] }).requests.length);
+        return next(req);
+      };
+      const c = client("grpc", "limited", [counting]);
+      const jobs = [0, 1, 2].map((i) => ({ namespace: h.namespaces.plain, key: key(`dobatch-limited-${i}`), leaseTtlMs: 10_000 }));
+      const out = await c.doBatch(jobs, (_a, i) => `v${i}`);
+      out.forEach((r, i) => assert.equal(text(value(r).value), `v${i}`));
+      for (const method of ["BatchClaim", "BatchComplete"]) {
+        const sent = sizes[method]!;
+        assert.equal(sent[0], 3, method);
+        assert.ok(sent.length > 1, `${method} was not limited: ${sent}`);
+        // Each try carries the items still refused, never one answered.
+        assert.ok(sent.every((n, k) => k === 0 || n <= sent[k - 1]!), `${method}: ${sent}`);
+      }
+      assert.ok(sizes.BatchClaim!.at(-1)! < 3, `the Claims were let through one by one: ${sizes.BatchClaim}`);
+    });
+
     for (const kind of ["grpc", "connect"] as const) {
       it(`halves a BatchComplete larger than the server reads (${kind})`, async () => {
         const calls: number[] = [];

@@ -46,6 +46,7 @@ import { REPO } from "./harness.js";
 import { grpcTransport } from "../src/node.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+const text = (b: Uint8Array) => new TextDecoder().decode(b);
 const utf8 = new TextEncoder();
 
 describe("fingerprints", () => {
@@ -480,6 +481,40 @@ describe("batch calls", () => {
     await assert.rejects(c.batchClaim([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b", leaseTtlMs: -1 }]), /requests\[1\]\.leaseTtlMs is -1/);
     await assert.rejects(c.doBatch([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b", retentionMs: NaN }], () => "x"), /jobs\[1\]\.retentionMs is NaN/);
     await assert.rejects(c.doBatch([{ namespace: "ns", key: "a" }], () => "x", { concurrency: 0 }), /concurrency is 0/);
+  });
+
+  it("doBatch sends again only the items that failed transiently, each Claim under its first claimant", async () => {
+    const claims: { key: string; claimant: string }[][] = [];
+    const completes: string[][] = [];
+    const rec = (key: string) => ({ namespace: "ns", key, token: 5n, attempt: 1 });
+    const transport = createRouterTransport(({ service }) => {
+      service(IdempotencyService, {
+        batchClaim: (req) => {
+          claims.push(req.requests.map((r) => ({ key: r.key, claimant: r.claimant })));
+          return {
+            results: req.requests.map((r) =>
+              r.key === "b" && claims.length === 1
+                ? { result: { case: "error" as const, value: status(Code.Unavailable, "STORE_UNAVAILABLE") } }
+                : { result: { case: "response" as const, value: { outcome: Outcome.ACQUIRED, record: rec(r.key) } } },
+            ),
+          };
+        },
+        batchComplete: (req) => {
+          completes.push(req.requests.map((r) => r.key));
+          if (completes.length === 1) {
+            throw new ConnectError("restarting", Code.Unavailable);
+          }
+          return { results: req.requests.map((r) => ({ result: { case: "response" as const, value: { record: { ...rec(r.key), state: 2 } } } })) };
+        },
+      });
+    });
+    const c = new IdemClient(transport, { retry: { baseDelayMs: 1, maxDelayMs: 2 } });
+    const out = await c.doBatch([{ namespace: "ns", key: "a", leaseTtlMs: 60_000 }, { namespace: "ns", key: "b", leaseTtlMs: 60_000 }], (_a, i) => `v${i}`);
+    assert.deepEqual(out.map((r) => r.ok && text(r.value.value)), ["v0", "v1"]);
+    assert.deepEqual(claims.map((batch) => batch.map((r) => r.key)), [["a", "b"], ["b"]], "only b was claimed again");
+    assert.equal(claims[1]![0]!.claimant, claims[0]![1]!.claimant, "under the claimant it was first sent with");
+    assert.notEqual(claims[0]![0]!.claimant, claims[0]![1]!.claimant, "each job has a claimant of its own");
+    assert.deepEqual(completes, [["a", "b"], ["a", "b"]], "a batch that failed as a whole is sent again whole");
   });
 
   it("read an item's error details from JSON over connectTransport", async () => {
