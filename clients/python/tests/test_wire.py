@@ -503,6 +503,31 @@ class BatchWireTest(unittest.TestCase):
             self.client(s).batch_lookup([idem.LookupRequest("ns", "k")])
         self.assertIn("0 results for 1 requests", str(cm.exception))
 
+    def test_do_batch_sends_again_only_what_is_owed_an_answer(self):
+        completes = []
+
+        def answer(r):
+            items = r.json()["requests"]
+            if r.rpc == "BatchClaim":
+                first = len(s.of("BatchClaim")) == 1
+                return ok({"results": [status(14, "store down", "STORE_UNAVAILABLE") if first and b["key"] == "b"
+                                       else response({"outcome": "OUTCOME_ACQUIRED", "record": record(key=b["key"])})
+                                       for b in items]})
+            completes.append([b["key"] for b in items])
+            if len(completes) == 1:
+                return err("unavailable", "restarting")
+            return ok({"results": [response({"record": record(key=b["key"], state="STATE_COMPLETED")}) for b in items]})
+
+        s = self.serve(answer)
+        out = self.client(s).do_batch([idem.Job("ns", "a", lease_ttl=60), idem.Job("ns", "b", lease_ttl=60)],
+                                      lambda attempt, i: f"v{i}")
+        self.assertEqual([r.value for r in out], [b"v0", b"v1"])
+        claims = [r.json()["requests"] for r in s.of("BatchClaim")]
+        self.assertEqual([[b["key"] for b in c] for c in claims], [["a", "b"], ["b"]], "only b was claimed again")
+        self.assertEqual(claims[1][0]["claimant"], claims[0][1]["claimant"], "under the claimant it was first sent with")
+        self.assertNotEqual(claims[0][0]["claimant"], claims[0][1]["claimant"])
+        self.assertEqual(completes, [["a", "b"], ["a", "b"]], "a batch that failed as a whole is sent again whole")
+
     def test_items_are_checked_before_anything_is_sent(self):
         s = self.serve(lambda r: ok({"results": []}))
         c = self.client(s)
