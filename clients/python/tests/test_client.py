@@ -164,6 +164,202 @@ class ClientTest(unittest.TestCase):
         self.assertIsInstance(answer["record"]["token"], str, "int64 is a string in protobuf JSON")
 
 
+class BatchTest(unittest.TestCase):
+    """The batch calls and do_batch against idemd: each item answered as its
+    unary call, its neighbours unaffected, and the batch refused as a whole
+    only for its size."""
+
+    def setUp(self):
+        self.c = h.client()
+        self.ns = h.namespaces["plain"]
+        self.addCleanup(self.c.close)
+
+    def test_each_item_is_answered_as_its_unary_call(self):
+        c, ns = self.c, self.ns
+        a, b, done, never = (fresh(f"batch-{p}") for p in ("a", "b", "done", "never"))
+        holder = c.claim(ns, b, lease_ttl=30, claimant="holder")
+        earlier = c.claim(ns, done).record.token
+        c.complete(ns, done, earlier, b"earlier")
+
+        claims = c.batch_claim([idem.ClaimRequest(ns, a, lease_ttl=20, claimant="batch"),
+                                idem.ClaimRequest(ns, b, claimant="batch"), idem.Job(ns, done),
+                                idem.ClaimRequest("Not A Namespace", a), idem.ClaimRequest(ns, a, lease_ttl=0.5)])
+        self.assertEqual(len(claims), 5)
+        got = claims[0]
+        self.assertIsInstance(got, idem.ClaimResult, got)
+        self.assertEqual((got.outcome, got.record.claimant), (idem.Outcome.ACQUIRED, "batch"))
+        self.assertAlmostEqual((got.record.lease_expires_at - got.record.updated_at).total_seconds(), 20, delta=0.01)
+        self.assertIsInstance(claims[1], idem.InProgressError, claims[1])
+        self.assertTrue(0 < claims[1].retry_after <= 30)
+        self.assertEqual((claims[2].outcome, claims[2].record.result), (idem.Outcome.COMPLETED, b"earlier"))
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            c.claim("Not A Namespace", a)
+        unary = cm.exception
+        item = claims[3]
+        self.assertIs(type(item), type(unary))
+        self.assertEqual((item.code, item.reason, item.metadata, item.message, item.http_status, item.rpc),
+                         (unary.code, unary.reason, unary.metadata, unary.message, unary.http_status, unary.rpc),
+                         "the item's exception is the unary call's")
+        self.assertEqual((claims[4].reason, claims[4].field), ("INVALID_LEASE_TTL", "lease_ttl"))
+
+        token = got.record.token
+        beats = c.batch_heartbeat([idem.HeartbeatRequest(ns, a, token, lease_ttl=25),
+                                   idem.HeartbeatRequest(ns, b, holder.record.token + 1000),
+                                   idem.HeartbeatRequest(ns, never, token)])
+        self.assertGreater(beats[0].lease_expires_at, got.record.lease_expires_at)
+        self.assertIsInstance(beats[1], idem.LeaseLostError)
+        self.assertIsInstance(beats[2], idem.NotFoundError)
+
+        completes = c.batch_complete([idem.CompleteRequest(ns, b, token, b"not mine"),
+                                      idem.CompleteRequest(ns, a, token, b"ra"),
+                                      idem.CompleteRequest(ns, done, earlier, b"other bytes")])
+        self.assertIsInstance(completes[0], idem.LeaseLostError)
+        self.assertEqual((completes[0].code, completes[0].reason, completes[0].http_status), ("ABORTED", "LEASE_LOST", 409))
+        self.assertEqual((completes[1].state, completes[1].result), (idem.State.COMPLETED, b"ra"))
+        self.assertIsInstance(completes[2], idem.AlreadyTerminalError)
+
+        fails = c.batch_fail([idem.FailRequest(ns, b, holder.record.token, "give it back", retryable=True),
+                              idem.FailRequest(ns, a, token, "too late", retryable=False)])
+        self.assertEqual(fails[0].state, idem.State.RELEASED)
+        self.assertIsInstance(fails[1], idem.AlreadyTerminalError)
+
+        looked = c.batch_lookup([idem.LookupRequest(ns, a), idem.LookupRequest(ns, never), idem.LookupRequest(ns, b)])
+        self.assertEqual(looked[0], c.lookup(ns, a))
+        self.assertIsInstance(looked[1], idem.NotFoundError)
+        self.assertEqual(looked[2].state, idem.State.RELEASED)
+
+    def test_the_batch_is_refused_as_a_whole_only_for_its_size(self):
+        c, ns = self.c, self.ns
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            c.batch_claim([])
+        self.assertEqual((cm.exception.code, cm.exception.reason), ("INVALID_ARGUMENT", "INVALID_BATCH_SIZE"))
+        keys = [fresh(f"too-many-{i}") for i in range(501)]
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            c.batch_claim([idem.ClaimRequest(ns, k) for k in keys])
+        self.assertEqual(cm.exception.reason, "INVALID_BATCH_SIZE")
+        self.assertIn("501", cm.exception.message)
+        self.assertIsInstance(c.batch_lookup([idem.LookupRequest(ns, keys[0])])[0], idem.NotFoundError,
+                              "nothing was claimed")
+        # Just over the server's 4 MiB of protobuf, within what its HTTP/JSON
+        # API reads.
+        with self.assertRaises(idem.IdemError) as cm:
+            c.batch_complete([idem.CompleteRequest(ns, keys[0], 1, bytes(64 << 10)) for _ in range(64)])
+        self.assertEqual((cm.exception.code, cm.exception.reason), ("RESOURCE_EXHAUSTED", "REQUEST_TOO_LARGE"))
+        # Over what the HTTP/JSON API reads: refused before it is read, the
+        # answer sent while the body still goes out.
+        big = [idem.CompleteRequest(ns, keys[0], 1, bytes(64 << 10)) for _ in range(80)]
+        with self.assertRaises(idem.IdemError) as cm:
+            c.batch_complete(big)
+        self.assertEqual((cm.exception.code, cm.exception.reason, cm.exception.http_status),
+                         ("RESOURCE_EXHAUSTED", "REQUEST_TOO_LARGE", 413))
+        self.assertIsInstance(c.batch_lookup([idem.LookupRequest(ns, keys[0])])[0], idem.NotFoundError,
+                              "the client works on")
+
+    def test_items_over_the_rate_limit_are_sent_again(self):
+        # The limited tenant: 5 calls a second, burst 1, counted per item.
+        limited = h.client("limited")
+        self.addCleanup(limited.close)
+        keys = [fresh(f"limited-{i}") for i in range(3)]
+        sizes = []
+        send = limited._transport.call
+        limited._transport.call = lambda service, method, body, timeout: (
+            sizes.append(len(body["requests"])) or send(service, method, body, timeout))
+        got = limited.batch_claim([idem.ClaimRequest(self.ns, k) for k in keys])
+        self.assertEqual([g.outcome if isinstance(g, idem.ClaimResult) else g for g in got],
+                         [idem.Outcome.ACQUIRED] * 3, "each item got through, in time")
+        self.assertEqual(sizes[0], 3)
+        self.assertGreater(len(sizes), 1, "the items over the limit were sent again")
+        self.assertTrue(all(n < 3 for n in sizes[1:]), f"only the refused items were sent again: {sizes}")
+        with limited.__class__(h.url, token=h.tokens["limited"], retry=RAW) as raw:
+            refused = raw.batch_lookup([idem.LookupRequest(self.ns, k) for k in keys])
+        self.assertTrue(any(isinstance(r, idem.RateLimitedError) and r.retry_after is not None for r in refused),
+                        f"no item was over the limit without retries: {refused}")
+
+    def test_do_batch(self):
+        c, ns = self.c, self.ns
+        fresh_key, replayed, failed, busy, retryable, permanent = (fresh(f"do-batch-{p}") for p in (
+            "fresh", "replayed", "failed", "busy", "retryable", "permanent"))
+        c.do(idem.Job(ns, replayed), lambda a: b"stored")
+        with self.assertRaises(idem.Permanent):
+            c.do(idem.Job(ns, failed), lambda a: (_ for _ in ()).throw(idem.Permanent("declined")))
+        c.claim(ns, busy, claimant="holder", lease_ttl=30)
+        ran = []
+
+        def fn(attempt, i):
+            ran.append(i)
+            self.assertIs(idem.current_attempt(), attempt)
+            if i == 4:
+                raise RuntimeError("try later")
+            if i == 5:
+                raise idem.Permanent("never")
+            return {"i": i}
+
+        out = c.do_batch([idem.Job(ns, k, lease_ttl=10)
+                          for k in (fresh_key, replayed, failed, busy, retryable, permanent)], fn)
+        self.assertEqual(sorted(ran), [0, 4, 5], "fn ran for the acquired jobs only")
+        self.assertEqual((out[0].json(), out[0].replayed, out[0].record.state), ({"i": 0}, False, idem.State.COMPLETED))
+        self.assertEqual((out[1].value, out[1].replayed), (b"stored", True))
+        self.assertIsInstance(out[2], idem.JobFailedError)
+        self.assertEqual(out[2].message, "declined")
+        self.assertIsInstance(out[3], idem.InProgressError)
+        self.assertIsInstance(out[4], RuntimeError)
+        self.assertEqual(c.lookup(ns, retryable).state, idem.State.RELEASED)
+        self.assertIsInstance(out[5], idem.Permanent)
+        self.assertEqual(c.lookup(ns, permanent).state, idem.State.FAILED)
+        self.assertEqual(c.do_batch([], fn), [], "no jobs, no call")
+
+    def test_do_batch_stops_a_job_whose_lease_is_lost_and_completes_its_neighbours(self):
+        c, ns = self.c, self.ns
+        op = h.client("operator")
+        self.addCleanup(op.close)
+        gone, kept = fresh("do-batch-gone"), fresh("do-batch-kept")
+
+        def fn(attempt, i):
+            if i == 0:
+                op.admin.delete_record(ns, gone, tenant="worker")  # the next heartbeat finds no record
+                self.assertTrue(attempt.lost.wait(10), "the lease was not given up")
+                return b"too late"
+            time.sleep(1.2)  # past the first beats
+            return b"kept"
+
+        out = c.do_batch([idem.Job(ns, gone, lease_ttl=1.5), idem.Job(ns, kept, lease_ttl=1.5)], fn)
+        self.assertIsInstance(out[0], idem.NotFoundError, out[0])
+        self.assertEqual(out[0].value, b"too late", "the error carries fn's value")
+        with self.assertRaises(idem.NotFoundError):
+            c.lookup(ns, gone)  # nothing was recorded for it
+        self.assertEqual((out[1].value, c.lookup(ns, kept).state), (b"kept", idem.State.COMPLETED))
+
+    def test_do_batch_halves_a_delivery_larger_than_the_server_takes(self):
+        rpcs = []
+        send = self.c._transport.call
+
+        def counting(service, method, body, timeout):
+            if method == "BatchClaim":
+                rpcs.append(len(body["requests"]))
+            return send(service, method, body, timeout)
+
+        self.c._transport.call = counting
+        jobs = [idem.Job(self.ns, fresh(f"do-batch-many-{i}")) for i in range(501)]
+        out = self.c.do_batch(jobs, lambda attempt, i: f"v{i}")
+        self.assertEqual([r.value for r in out], [f"v{i}".encode() for i in range(501)])
+        self.assertEqual(rpcs, [501, 250, 251], "refused whole, then sent in halves")
+
+    def test_do_batch_halves_a_complete_larger_than_the_server_reads(self):
+        rpcs = []
+        send = self.c._transport.call
+
+        def counting(service, method, body, timeout):
+            if method == "BatchComplete":
+                rpcs.append(len(body["requests"]))
+            return send(service, method, body, timeout)
+
+        self.c._transport.call = counting
+        jobs = [idem.Job(self.ns, fresh(f"do-batch-big-{i}")) for i in range(80)]
+        out = self.c.do_batch(jobs, lambda attempt, i: bytes([i]) * (64 << 10))
+        self.assertEqual([r.value[:1] for r in out], [bytes([i]) for i in range(80)])
+        self.assertEqual(rpcs, [80, 40, 40], "80 results of 64 KiB are over 4 MiB; 40 are not")
+
+
 class DecoratorAndOnceTest(unittest.TestCase):
     def setUp(self):
         self.c = h.client()

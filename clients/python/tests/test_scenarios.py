@@ -405,6 +405,96 @@ class Scenarios:
         with t.assertRaises(idem.NotFoundError):
             raw.lookup(self.plain, k)
 
+    def batch_claim_mixed(self, sid):
+        t, raw = self.t, self.raw()
+        k1, k2, k3, k4 = (self.key(sid, p) for p in "1234")
+        t.assertEqual(self.client().do(idem.Job(self.plain, k2), lambda a: b"result-2").value, b"result-2")
+        held = raw.claim(self.plain, k3, lease_ttl=30, claimant="holder")
+        t.assertEqual(held.outcome, idem.Outcome.ACQUIRED)
+        f1, f2 = idem.fingerprint(b"payload-1"), idem.fingerprint(b"payload-2")
+        t.assertEqual(self.client().do(idem.Job(self.plain, k4, fingerprint=f1), lambda a: b"result-4").value,
+                      b"result-4")
+
+        items = raw.batch_claim([idem.ClaimRequest(self.plain, k1, claimant="batch"),
+                                 idem.ClaimRequest(self.plain, k2, claimant="batch"),
+                                 idem.ClaimRequest(self.plain, k3, claimant="batch"),
+                                 idem.ClaimRequest(self.plain, k4, claimant="batch", fingerprint=f2)])
+        t.assertEqual(len(items), 4)
+        t.assertIsInstance(items[0], idem.ClaimResult, items[0])
+        t.assertEqual((items[0].outcome, items[0].record.attempt), (idem.Outcome.ACQUIRED, 1))
+        t.assertIsInstance(items[1], idem.ClaimResult, items[1])
+        t.assertEqual((items[1].outcome, items[1].record.result), (idem.Outcome.COMPLETED, b"result-2"))
+        t.assertIsInstance(items[2], idem.InProgressError, items[2])
+        t.assertTrue(0 < items[2].retry_after <= 30, items[2].retry_after)
+        t.assertIsInstance(items[3], idem.FingerprintMismatchError, items[3])
+        t.assertEqual((items[3].code, items[3].reason), ("FAILED_PRECONDITION", "FINGERPRINT_MISMATCH"))
+
+        done = raw.batch_complete([idem.CompleteRequest(self.plain, k1, items[0].record.token, b"result-1")])
+        t.assertEqual(len(done), 1)
+        t.assertIsInstance(done[0], idem.Record, done[0])
+        t.assertEqual((done[0].state, done[0].result), (idem.State.COMPLETED, b"result-1"))
+
+        rec1, rec3 = raw.lookup(self.plain, k1), raw.lookup(self.plain, k3)
+        t.assertEqual((rec1.state, rec1.result, rec1.attempt), (idem.State.COMPLETED, b"result-1", 1))
+        t.assertEqual((rec3.state, rec3.token), (idem.State.PROCESSING, held.record.token))
+
+    def batch_same_key_twice(self, sid):
+        t, raw = self.t, self.raw()
+        k1 = self.key(sid, "1")
+        claims = raw.batch_claim([idem.ClaimRequest(self.plain, k1, claimant="a"),
+                                  idem.ClaimRequest(self.plain, k1, claimant="b")])
+        t.assertIsInstance(claims[0], idem.ClaimResult, claims[0])
+        t.assertEqual(claims[0].outcome, idem.Outcome.ACQUIRED)
+        t.assertIsInstance(claims[1], idem.InProgressError, claims[1])
+        token = claims[0].record.token
+        done = raw.batch_complete([idem.CompleteRequest(self.plain, k1, token, b"result"),
+                                   idem.CompleteRequest(self.plain, k1, token, b"other")])
+        t.assertIsInstance(done[0], idem.Record, done[0])
+        t.assertEqual((done[0].state, done[0].result), (idem.State.COMPLETED, b"result"))
+        t.assertIsInstance(done[1], idem.AlreadyTerminalError, done[1])
+        t.assertEqual((done[1].code, done[1].reason), ("FAILED_PRECONDITION", "ALREADY_TERMINAL"))
+        rec = raw.lookup(self.plain, k1)
+        t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, b"result"))
+
+        k2 = self.key(sid, "2")
+        calls = Counter()
+        out = self.client().do_batch([idem.Job(self.plain, k2), idem.Job(self.plain, k2)],
+                                     lambda attempt, i: calls.returns(b"result")(attempt))
+        t.assertEqual(calls.n, 1, "part B: the handler's calls")
+        t.assertIsInstance(out[0], idem.Result, out[0])
+        t.assertEqual((out[0].value, out[0].replayed), (b"result", False))
+        t.assertIsInstance(out[1], idem.InProgressError, out[1])
+        rec = raw.lookup(self.plain, k2)
+        t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, b"result", 1))
+
+    def batch_restart_mid_complete(self, sid):
+        t = self.t
+        keys = [self.key(sid, p) for p in "123"]
+        effects = {k: Counter() for k in keys}
+        restarted = threading.Event()
+
+        def handler(attempt, i):
+            effects[keys[i]].hit(attempt)
+            if i == 0:
+                try:
+                    self.h.control("/restart?down_ms=1500")
+                finally:
+                    restarted.set()
+            elif not restarted.wait(60):
+                raise AssertionError("the restart did not happen within 60 s")
+            return ("result-" + keys[i]).encode()
+
+        out = self.client().do_batch([idem.Job(self.plain, k, lease_ttl=30) for k in keys], handler)
+        t.assertEqual(len(out), 3)
+        for k, res in zip(keys, out):
+            t.assertIsInstance(res, idem.Result, res)
+            t.assertEqual((res.value, res.replayed), (("result-" + k).encode(), False))
+            t.assertEqual(effects[k].n, 1, f"the effects of {k}")
+        raw = self.raw()
+        for k in keys:
+            rec = raw.lookup(self.plain, k)
+            t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, ("result-" + k).encode(), 1))
+
 
 IMPLEMENTED = {name.replace("_", "-"): getattr(Scenarios, name) for name in dir(Scenarios)
                if not name.startswith("_") and name not in ("key", "client", "raw", "close")}

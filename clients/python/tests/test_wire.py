@@ -359,5 +359,188 @@ class WireTest(unittest.TestCase):
         self.assertEqual(len(s.requests), 1)
 
 
+def status(code, message="m", reason="", metadata=None, retry_delay=None):
+    """A google.rpc.Status of a batch item, in protobuf's JSON mapping, as
+    idemd's HTTP/JSON API writes it."""
+    details = []
+    if reason:
+        details.append({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "idem",
+                        **({"metadata": metadata} if metadata else {})})
+    if retry_delay is not None:
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_delay:.3f}s"})
+    return {"error": {"code": code, "message": message, **({"details": details} if details else {})}}
+
+
+def response(body):
+    return {"response": body}
+
+
+class BatchWireTest(unittest.TestCase):
+    """The batch calls on the wire: one entry per request, each the unary
+    call's answer or exception, and the unary calls' retries per item."""
+
+    serve = WireTest.serve
+    client = WireTest.client
+
+    def test_batch_claim_answers_each_item_as_claim_would(self):
+        s = self.serve(lambda r: ok({"results": [
+            response({"outcome": "OUTCOME_ACQUIRED", "record": record(key="a")}),
+            response({"outcome": "OUTCOME_IN_PROGRESS", "record": record(key="b"), "retryAfter": "12.5s"}),
+            status(9, "fingerprint differs", "FINGERPRINT_MISMATCH"),
+            response({"outcome": "OUTCOME_UNRESOLVED", "record": record(key="d", state="STATE_UNRESOLVED")}),
+        ]}))
+        got = self.client(s).batch_claim([
+            idem.ClaimRequest("ns", "a", fingerprint=b"\x01", lease_ttl=1.5, claimant="c-1", retention=60),
+            idem.Job("ns", "b", lease_ttl=30), idem.ClaimRequest("ns", "c"), idem.ClaimRequest("ns", "d")])
+        r = s.requests[0]
+        self.assertEqual(r.path, "/idem.v1.IdempotencyService/BatchClaim")
+        sent = r.json()["requests"]
+        self.assertEqual(sent[0], {"namespace": "ns", "key": "a", "fingerprint": "AQ==", "leaseTtl": "1.500s",
+                                   "claimant": "c-1", "retention": "60s"})
+        self.assertEqual(sent[1]["leaseTtl"], "30s")
+        self.assertEqual([len(b["claimant"]) for b in sent[1:]], [36, 36, 36], "a fresh UUID each")
+        self.assertEqual(len({b["claimant"] for b in sent}), 4)
+        self.assertIsInstance(got[0], idem.ClaimResult)
+        self.assertEqual((got[0].outcome, got[0].record.key), (idem.Outcome.ACQUIRED, "a"))
+        self.assertIsInstance(got[1], idem.InProgressError)
+        self.assertEqual((got[1].retry_after, got[1].record.key), (12.5, "b"))
+        self.assertIsInstance(got[2], idem.FingerprintMismatchError)
+        self.assertEqual((got[2].code, got[2].reason, got[2].http_status, got[2].rpc),
+                         ("FAILED_PRECONDITION", "FINGERPRINT_MISMATCH", 400, "Claim"))
+        self.assertIsInstance(got[3], idem.UnresolvedError)
+        self.assertEqual(len(s.requests), 1, "no item was transient: one call")
+
+    def test_batch_token_calls_and_lookup(self):
+        answers = {
+            "BatchComplete": [response({"record": record(state="STATE_COMPLETED", result="aGk=")}),
+                              status(10, "lease lost", "LEASE_LOST", {"field": "token"})],
+            "BatchFail": [response({"record": record(state="STATE_RELEASED", error="e")}),
+                          status(9, "done already", "ALREADY_TERMINAL")],
+            "BatchHeartbeat": [status(5, "no such record", "NOT_FOUND"), response({"record": record()})],
+            "BatchLookup": [response({"record": record()}), status(5, "no such record", "NOT_FOUND")],
+        }
+        s = self.serve(lambda r: ok({"results": answers[r.rpc]}))
+        c = self.client(s)
+        done = c.batch_complete([idem.CompleteRequest("ns", "k", 3, b"hi"), idem.CompleteRequest("ns", "k", 9)])
+        self.assertEqual(done[0].result, b"hi")
+        self.assertIsInstance(done[1], idem.LeaseLostError)
+        self.assertEqual((done[1].code, done[1].http_status, done[1].metadata, done[1].rpc),
+                         ("ABORTED", 409, {"field": "token"}, "Complete"))
+        self.assertEqual(s.requests[0].json(), {"requests": [
+            {"namespace": "ns", "key": "k", "token": "3", "result": "aGk="}, {"namespace": "ns", "key": "k", "token": "9"}]})
+        failed = c.batch_fail([idem.FailRequest("ns", "k", 3, "e", retryable=True),
+                               idem.FailRequest("ns", "k", 3, "f", retryable=False)])
+        self.assertEqual(failed[0].state, idem.State.RELEASED)
+        self.assertIsInstance(failed[1], idem.AlreadyTerminalError)
+        self.assertEqual(s.requests[1].json()["requests"], [
+            {"namespace": "ns", "key": "k", "token": "3", "error": "e", "retryable": True},
+            {"namespace": "ns", "key": "k", "token": "3", "error": "f"}])
+        beats = c.batch_heartbeat([idem.HeartbeatRequest("ns", "gone", 3), idem.HeartbeatRequest("ns", "k", 3, 20)])
+        self.assertIsInstance(beats[0], idem.NotFoundError)
+        self.assertEqual(beats[1].token, 3)
+        self.assertEqual(s.requests[2].json()["requests"][1]["leaseTtl"], "20s")
+        looked = c.batch_lookup([idem.LookupRequest("ns", "k"), idem.LookupRequest("ns", "gone")])
+        self.assertEqual(looked[0].token, 3)
+        self.assertIsInstance(looked[1], idem.NotFoundError)
+        self.assertEqual(s.rpcs(), ["BatchComplete", "BatchFail", "BatchHeartbeat", "BatchLookup"])
+
+    def test_transient_items_are_sent_again_alone_and_in_order(self):
+        rounds = [
+            [response({"outcome": "OUTCOME_ACQUIRED", "record": record(key="a")}),
+             status(14, "store down", "STORE_UNAVAILABLE"),
+             status(9, "fingerprint differs", "FINGERPRINT_MISMATCH"),
+             status(8, "slow down", "RATE_LIMITED", retry_delay=0.05)],
+            [status(8, "slow down", "RATE_LIMITED", retry_delay=0.05),
+             response({"outcome": "OUTCOME_ACQUIRED", "record": record(key="d")})],
+            [response({"outcome": "OUTCOME_ACQUIRED", "record": record(key="b")})],
+        ]
+        s = self.serve(lambda r: ok({"results": rounds[len(s.requests) - 1]}))
+        start = time.monotonic()
+        got = self.client(s).batch_claim([idem.ClaimRequest("ns", k) for k in "abcd"])
+        self.assertGreaterEqual(time.monotonic() - start, 0.1, "each round waited what RetryInfo said")
+        self.assertEqual([r.json()["requests"] for r in s.requests][1:],
+                         [[s.requests[0].json()["requests"][i] for i in (1, 3)],
+                          [s.requests[0].json()["requests"][1]]],
+                         "only the transient items are sent again, as they were (their claimants kept)")
+        self.assertEqual([g.record.key if isinstance(g, idem.ClaimResult) else type(g) for g in got],
+                         ["a", "b", idem.FingerprintMismatchError, "d"])
+
+    def test_a_transient_item_keeps_its_error_when_the_retries_run_out(self):
+        s = self.serve(lambda r: ok({"results": [status(14, "store down", "STORE_UNAVAILABLE")
+                                                  for _ in r.json()["requests"]]}))
+        got = self.client(s).batch_lookup([idem.LookupRequest("ns", "a"), idem.LookupRequest("ns", "b")])
+        self.assertEqual(len(s.requests), FAST.max_attempts)
+        self.assertTrue(all(isinstance(g, idem.UnavailableError) and g.reason == "STORE_UNAVAILABLE" for g in got))
+        s2 = self.serve(lambda r: ok({"results": [status(14, "store down", "STORE_UNAVAILABLE")]}))
+        self.assertIsInstance(self.client(s2, retry=ONCE).batch_lookup([idem.LookupRequest("ns", "a")])[0],
+                              idem.UnavailableError)
+        self.assertEqual(len(s2.requests), 1, "max_attempts=1 turns the retries off")
+
+    def test_the_batch_as_a_whole(self):
+        s = self.serve(lambda r: err("invalid_argument", "the batch holds 0 items; it must hold 1 to 500",
+                                     "INVALID_BATCH_SIZE", metadata={"field": "requests"}))
+        with self.assertRaises(idem.InvalidArgumentError) as cm:
+            self.client(s).batch_claim([])
+        self.assertEqual((cm.exception.reason, cm.exception.field, len(s.requests)),
+                         ("INVALID_BATCH_SIZE", "requests", 1))
+        self.assertEqual(s.requests[0].json(), {"requests": []})
+
+        answers = [err("unavailable", "restarting"), ok({"results": [response({"record": record()})]})]
+        s = self.serve(lambda r: answers[len(s.requests) - 1])
+        self.assertEqual(self.client(s).batch_lookup([idem.LookupRequest("ns", "k")])[0].token, 3,
+                         "a batch that failed transiently is sent again")
+
+        # A round after the first that fails keeps the answers of the earlier
+        # ones and gives the rest its error.
+        answers = [ok({"results": [response({"record": record()}), status(14, "store down", "STORE_UNAVAILABLE")]}),
+                   err("unauthenticated", "token revoked", "UNAUTHENTICATED")]
+        s = self.serve(lambda r: answers[len(s.requests) - 1])
+        got = self.client(s).batch_lookup([idem.LookupRequest("ns", "k"), idem.LookupRequest("ns", "j")])
+        self.assertEqual((got[0].token, type(got[1])), (3, idem.UnauthenticatedError))
+
+        s = self.serve(lambda r: ok({"results": []}))
+        with self.assertRaises(idem.IdemError) as cm:
+            self.client(s).batch_lookup([idem.LookupRequest("ns", "k")])
+        self.assertIn("0 results for 1 requests", str(cm.exception))
+
+    def test_do_batch_sends_again_only_what_is_owed_an_answer(self):
+        completes = []
+
+        def answer(r):
+            items = r.json()["requests"]
+            if r.rpc == "BatchClaim":
+                first = len(s.of("BatchClaim")) == 1
+                return ok({"results": [status(14, "store down", "STORE_UNAVAILABLE") if first and b["key"] == "b"
+                                       else response({"outcome": "OUTCOME_ACQUIRED", "record": record(key=b["key"])})
+                                       for b in items]})
+            completes.append([b["key"] for b in items])
+            if len(completes) == 1:
+                return err("unavailable", "restarting")
+            return ok({"results": [response({"record": record(key=b["key"], state="STATE_COMPLETED")}) for b in items]})
+
+        s = self.serve(answer)
+        out = self.client(s).do_batch([idem.Job("ns", "a", lease_ttl=60), idem.Job("ns", "b", lease_ttl=60)],
+                                      lambda attempt, i: f"v{i}")
+        self.assertEqual([r.value for r in out], [b"v0", b"v1"])
+        claims = [r.json()["requests"] for r in s.of("BatchClaim")]
+        self.assertEqual([[b["key"] for b in c] for c in claims], [["a", "b"], ["b"]], "only b was claimed again")
+        self.assertEqual(claims[1][0]["claimant"], claims[0][1]["claimant"], "under the claimant it was first sent with")
+        self.assertNotEqual(claims[0][0]["claimant"], claims[0][1]["claimant"])
+        self.assertEqual(completes, [["a", "b"], ["a", "b"]], "a batch that failed as a whole is sent again whole")
+
+    def test_items_are_checked_before_anything_is_sent(self):
+        s = self.serve(lambda r: ok({"results": []}))
+        c = self.client(s)
+        with self.assertRaises(ValueError) as cm:
+            c.batch_claim([idem.ClaimRequest("ns", "a"), idem.ClaimRequest("ns", "b", lease_ttl=-1)])
+        self.assertIn("requests[1].lease_ttl", str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            c.batch_complete([idem.LookupRequest("ns", "a")])
+        self.assertIn("requests[0] is a LookupRequest", str(cm.exception))
+        with self.assertRaises(TypeError):
+            c.batch_complete([idem.CompleteRequest("ns", "a", 1, "text, not bytes")])
+        self.assertEqual(s.requests, [])
+
+
 if __name__ == "__main__":
     unittest.main()

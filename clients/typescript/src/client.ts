@@ -2,11 +2,22 @@ import { type CallOptions, type Client, createClient, type Transport } from "@co
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { AdminService, type ResolveRecordRequestSchema, type StatsRow as StatsRowPb } from "./gen/idem/v1/admin_pb.js";
-import { IdempotencyService, Outcome, State } from "./gen/idem/v1/idem_pb.js";
+import {
+  type ClaimRequestSchema,
+  type ClaimResponse,
+  type CompleteRequestSchema,
+  type FailRequestSchema,
+  type HeartbeatRequestSchema,
+  IdempotencyService,
+  Outcome,
+  State,
+} from "./gen/idem/v1/idem_pb.js";
+import { answers, type BatchResult } from "./batch.js";
 import { IdemError, InProgressError, RpcError, UnresolvedError } from "./errors.js";
 import { bytesOf, durationMs, durationOf, type JobRecord, recordFromProto } from "./record.js";
 import { type RetryPolicy, withDefaults } from "./retry.js";
 import { type DoOptions, type DoResult, type Handler, type Job, MAX_WAIT_MS, runDo } from "./do.js";
+import { type BatchHandler, type DoBatchOptions, runDoBatch } from "./dobatch.js";
 
 export { MAX_WAIT_MS };
 
@@ -128,7 +139,8 @@ interface Closable {
  * Create one per process and share it.
  *
  * Typed calls throw an {@link RpcError} (of the subclass its reason names)
- * for an error status. {@link IdemClient.claim} also throws
+ * for an error status; the batch calls (batchClaim, …) answer each item
+ * with what its unary call returns or throws. {@link IdemClient.claim} also throws
  * {@link InProgressError} and {@link UnresolvedError} for those outcomes, so
  * that code which only handles the happy path never runs a side effect that
  * another worker is running or that waits for a decision.
@@ -171,32 +183,8 @@ export class IdemClient {
    * a {@link FingerprintMismatchError}.
    */
   async claim(req: ClaimRequest, options?: CallOptions): Promise<ClaimResult> {
-    const resp = await call(() =>
-      this.raw.idempotency.claim(
-        {
-          namespace: req.namespace,
-          key: req.key,
-          fingerprint: req.fingerprint,
-          leaseTtl: durationOf(req.leaseTtlMs, "leaseTtlMs"),
-          claimant: req.claimant,
-          retention: durationOf(req.retentionMs, "retentionMs"),
-          wait: durationOf(req.waitMs, "waitMs"),
-        },
-        options,
-      ),
-    );
-    const record = recordFromProto(resp.record);
-    switch (resp.outcome) {
-      case Outcome.ACQUIRED:
-      case Outcome.COMPLETED:
-      case Outcome.FAILED:
-        return { outcome: resp.outcome, record };
-      case Outcome.IN_PROGRESS:
-        throw new InProgressError(record, durationMs(resp.retryAfter));
-      case Outcome.UNRESOLVED:
-        throw new UnresolvedError(record);
-    }
-    throw new IdemError(`idem: Claim answered with unknown outcome ${resp.outcome}; this version of @idemhq/idem is older than the server`);
+    const resp = await call(() => this.raw.idempotency.claim(claimMessage(req), options));
+    return claimAnswer(resp);
   }
 
   /**
@@ -207,12 +195,7 @@ export class IdemClient {
    * {@link ResolvedByOperatorError}.
    */
   async complete(req: CompleteRequest, options?: CallOptions): Promise<JobRecord> {
-    const resp = await call(() =>
-      this.raw.idempotency.complete(
-        { namespace: req.namespace, key: req.key, token: req.token, result: req.result === undefined ? undefined : bytesOf(req.result) },
-        options,
-      ),
-    );
+    const resp = await call(() => this.raw.idempotency.complete(completeMessage(req), options));
     return recordFromProto(resp.record);
   }
 
@@ -222,9 +205,7 @@ export class IdemClient {
    * {@link IdemClient.complete} does.
    */
   async fail(req: FailRequest, options?: CallOptions): Promise<JobRecord> {
-    const resp = await call(() =>
-      this.raw.idempotency.fail({ namespace: req.namespace, key: req.key, token: req.token, error: req.error, retryable: req.retryable }, options),
-    );
+    const resp = await call(() => this.raw.idempotency.fail(failMessage(req), options));
     return recordFromProto(resp.record);
   }
 
@@ -234,12 +215,7 @@ export class IdemClient {
    * {@link LeaseLostError}, {@link AlreadyTerminalError}, {@link NotFoundError}.
    */
   async heartbeat(req: HeartbeatRequest, options?: CallOptions): Promise<JobRecord> {
-    const resp = await call(() =>
-      this.raw.idempotency.heartbeat(
-        { namespace: req.namespace, key: req.key, token: req.token, leaseTtl: durationOf(req.leaseTtlMs, "leaseTtlMs") },
-        options,
-      ),
-    );
+    const resp = await call(() => this.raw.idempotency.heartbeat(heartbeatMessage(req), options));
     return recordFromProto(resp.record);
   }
 
@@ -247,6 +223,79 @@ export class IdemClient {
   async lookup(req: LookupRequest, options?: CallOptions): Promise<JobRecord> {
     const resp = await call(() => this.raw.idempotency.lookup({ namespace: req.namespace, key: req.key }, options));
     return recordFromProto(resp.record);
+  }
+
+  /**
+   * batchClaim is {@link IdemClient.claim} for many jobs in one RPC, for a
+   * consumer that holds a delivery of many: one result per request, in
+   * their order, each what claim() returns or the error it throws
+   * ({@link InProgressError}, {@link UnresolvedError},
+   * {@link FingerprintMismatchError}, …). Two requests of one key are
+   * answered as two claims made in that order. An item's waitMs must be
+   * unset or 0 (a batch answers at once; INVALID_WAIT otherwise).
+   *
+   * The call throws, for the batch as a whole, only what concerns it: an
+   * {@link RpcError} with reason INVALID_BATCH_SIZE (no requests, or more
+   * than the server's --batch-max-items, 500 by default),
+   * REQUEST_TOO_LARGE (over its --batch-max-bytes, 4 MiB by default), or
+   * a failure of the RPC itself (authentication, transport). As the typed
+   * calls, it is one RPC without retries: an item whose error
+   * {@link isTransient} (UNAVAILABLE, a rate limit counted per item) may be
+   * claimed again with the same claimant, which is safe to repeat.
+   */
+  async batchClaim(reqs: readonly ClaimRequest[], options?: CallOptions): Promise<BatchResult<ClaimResult>[]> {
+    const requests = reqs.map((r, i) => claimMessage(r, `requests[${i}].`));
+    const resp = await call(() => this.raw.idempotency.batchClaim({ requests }, options));
+    return answers("BatchClaim", requests.length, resp.results, claimAnswer);
+  }
+
+  /**
+   * batchComplete is {@link IdemClient.complete} for many jobs in one RPC:
+   * one result per request, in their order, each the completed record or
+   * the error complete() throws ({@link LeaseLostError},
+   * {@link AlreadyTerminalError}, …). It throws as {@link IdemClient.batchClaim}
+   * does; an item that failed transiently may be sent again with the same
+   * token and result, which is safe to repeat.
+   */
+  async batchComplete(reqs: readonly CompleteRequest[], options?: CallOptions): Promise<BatchResult<JobRecord>[]> {
+    const requests = reqs.map((r) => completeMessage(r));
+    const resp = await call(() => this.raw.idempotency.batchComplete({ requests }, options));
+    return answers("BatchComplete", requests.length, resp.results, (r) => recordFromProto(r.record));
+  }
+
+  /**
+   * batchFail is {@link IdemClient.fail} for many jobs in one RPC: one
+   * result per request, in their order, each the record or the error fail()
+   * throws. It throws and may be repeated as {@link IdemClient.batchComplete}.
+   */
+  async batchFail(reqs: readonly FailRequest[], options?: CallOptions): Promise<BatchResult<JobRecord>[]> {
+    const requests = reqs.map((r) => failMessage(r));
+    const resp = await call(() => this.raw.idempotency.batchFail({ requests }, options));
+    return answers("BatchFail", requests.length, resp.results, (r) => recordFromProto(r.record));
+  }
+
+  /**
+   * batchHeartbeat is {@link IdemClient.heartbeat} for many leases in one
+   * RPC, to keep a whole delivery's jobs held while they run: one result
+   * per request, in their order, each the record with its new
+   * leaseExpiresAt or the error heartbeat() throws ({@link LeaseLostError}:
+   * stop that job). It throws as {@link IdemClient.batchClaim} does.
+   */
+  async batchHeartbeat(reqs: readonly HeartbeatRequest[], options?: CallOptions): Promise<BatchResult<JobRecord>[]> {
+    const requests = reqs.map((r, i) => heartbeatMessage(r, `requests[${i}].`));
+    const resp = await call(() => this.raw.idempotency.batchHeartbeat({ requests }, options));
+    return answers("BatchHeartbeat", requests.length, resp.results, (r) => recordFromProto(r.record));
+  }
+
+  /**
+   * batchLookup is {@link IdemClient.lookup} for many records in one RPC:
+   * one result per request, in their order, each the record or the error
+   * lookup() throws ({@link NotFoundError} for one that does not exist).
+   */
+  async batchLookup(reqs: readonly LookupRequest[], options?: CallOptions): Promise<BatchResult<JobRecord>[]> {
+    const requests = reqs.map((r) => ({ namespace: r.namespace, key: r.key }));
+    const resp = await call(() => this.raw.idempotency.batchLookup({ requests }, options));
+    return answers("BatchLookup", requests.length, resp.results, (r) => recordFromProto(r.record));
   }
 
   /**
@@ -278,6 +327,37 @@ export class IdemClient {
    */
   do(job: Job, handler: Handler, options?: DoOptions): Promise<DoResult> {
     return runDo(this, job, handler, options ?? {});
+  }
+
+  /**
+   * doBatch is {@link IdemClient.do} for a delivery of several jobs (a
+   * batch of queue messages): it claims them all in one BatchClaim, runs
+   * handler(attempt, index) for each job it acquired (at most
+   * `concurrency` at once; all by default), keeps their leases with one
+   * BatchHeartbeat every third of the shortest lease, and records their
+   * outcomes with one BatchComplete and one BatchFail once every handler has
+   * returned. It resolves with one result per job, in the order of jobs,
+   * each what do() would have returned (`ok`) or thrown for that job alone:
+   * the value (fresh, or stored and `replayed`), or the error
+   * ({@link InProgressError}, {@link UnresolvedError},
+   * {@link JobFailedError}, {@link FingerprintMismatchError}, the handler's
+   * own, {@link LeaseLostError}, {@link ResolvedByOperatorError},
+   * {@link CompletionUnknownError}, or the Claim's). Two jobs of one key are
+   * two Claims in that order: the second finds the first's lease, an
+   * InProgressError.
+   *
+   * Each item is retried as do() retries its unary call, and a retry carries
+   * only the items still owed an answer: the Claims while they fail
+   * transiently, up to the retry policy's maxAttempts, each job under a
+   * claimant of its own that its retries reuse; the heartbeats in the same
+   * way, and a job whose heartbeat is refused (LEASE_LOST, …) has its
+   * `attempt.signal` aborted with that error; the Completes and Fails until
+   * the server confirms them or the job's lease runs out, whatever
+   * `signal` does once the handlers returned. A batch the server refuses for
+   * its size is halved and the halves sent in turn. No jobs is no RPC.
+   */
+  doBatch(jobs: readonly Job[], handler: BatchHandler, options?: DoBatchOptions): Promise<BatchResult<DoResult, unknown>[]> {
+    return runDoBatch(this, jobs, handler, options ?? {});
   }
 
   /**
@@ -431,6 +511,50 @@ export class AdminClient {
     const resp = await call(() => this.#raw.resolveRecord({ namespace: req.namespace, key: req.key, tenant: req.tenant, resolution }, options));
     return recordFromProto(resp.record);
   }
+}
+
+/** claimMessage is the ClaimRequest message of req; at prefixes the field a RangeError names. */
+function claimMessage(req: ClaimRequest, at = ""): MessageInitShape<typeof ClaimRequestSchema> {
+  return {
+    namespace: req.namespace,
+    key: req.key,
+    fingerprint: req.fingerprint,
+    leaseTtl: durationOf(req.leaseTtlMs, `${at}leaseTtlMs`),
+    claimant: req.claimant,
+    retention: durationOf(req.retentionMs, `${at}retentionMs`),
+    wait: durationOf(req.waitMs, `${at}waitMs`),
+  };
+}
+
+/**
+ * claimAnswer is what claim() makes of a ClaimResponse: ACQUIRED, COMPLETED
+ * and FAILED are returned, IN_PROGRESS and UNRESOLVED thrown.
+ */
+function claimAnswer(resp: ClaimResponse): ClaimResult {
+  const record = recordFromProto(resp.record);
+  switch (resp.outcome) {
+    case Outcome.ACQUIRED:
+    case Outcome.COMPLETED:
+    case Outcome.FAILED:
+      return { outcome: resp.outcome, record };
+    case Outcome.IN_PROGRESS:
+      throw new InProgressError(record, durationMs(resp.retryAfter));
+    case Outcome.UNRESOLVED:
+      throw new UnresolvedError(record);
+  }
+  throw new IdemError(`idem: Claim answered with unknown outcome ${resp.outcome}; this version of @idemhq/idem is older than the server`);
+}
+
+function completeMessage(req: CompleteRequest): MessageInitShape<typeof CompleteRequestSchema> {
+  return { namespace: req.namespace, key: req.key, token: req.token, result: req.result === undefined ? undefined : bytesOf(req.result) };
+}
+
+function failMessage(req: FailRequest): MessageInitShape<typeof FailRequestSchema> {
+  return { namespace: req.namespace, key: req.key, token: req.token, error: req.error, retryable: req.retryable };
+}
+
+function heartbeatMessage(req: HeartbeatRequest, at = ""): MessageInitShape<typeof HeartbeatRequestSchema> {
+  return { namespace: req.namespace, key: req.key, token: req.token, leaseTtl: durationOf(req.leaseTtlMs, `${at}leaseTtlMs`) };
 }
 
 /** call runs one RPC and decodes its error. */

@@ -184,14 +184,7 @@ export async function runDo(client: IdemClient, job: Job, handler: Handler, o: D
  * claimed (a Date.now() value), and records its outcome.
  */
 async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number, handler: Handler, o: DoOptions): Promise<DoResult> {
-  let lease = job.leaseTtlMs ?? 0;
-  if (lease <= 0 && rec.leaseExpiresAt && rec.updatedAt) {
-    // The server's default lease, measured on the server's clock.
-    lease = rec.leaseExpiresAt.getTime() - rec.updatedAt.getTime();
-  }
-  if (lease <= 0) {
-    lease = DEFAULT_LEASE_TTL_MS;
-  }
+  const lease = leaseOf(job, rec);
 
   const handlerAbort = new AbortController();
   const beatsAbort = new AbortController();
@@ -277,6 +270,16 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
   }
 }
 
+/** leaseOf is the lease job holds rec under, in milliseconds. */
+export function leaseOf(job: Job, rec: JobRecord): number {
+  let lease = job.leaseTtlMs ?? 0;
+  if (lease <= 0 && rec.leaseExpiresAt && rec.updatedAt) {
+    // The server's default lease, measured on the server's clock.
+    lease = rec.leaseExpiresAt.getTime() - rec.updatedAt.getTime();
+  }
+  return lease > 0 ? lease : DEFAULT_LEASE_TTL_MS;
+}
+
 /** HeldLease is what {@link keepLease} knows of the lease when it returns. */
 interface HeldLease {
   /**
@@ -324,7 +327,7 @@ async function keepLease(client: IdemClient, job: Job, token: bigint, lease: num
 }
 
 /** resultBytes is the handler's value as the bytes to store. */
-function resultBytes(v: unknown): Uint8Array {
+export function resultBytes(v: unknown): Uint8Array {
   if (v === undefined || v === null) {
     return new Uint8Array();
   }

@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import type { Status } from "./gen/google/rpc/status_pb.js";
 import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import type { JobRecord } from "./record.js";
 import { durationMs } from "./record.js";
@@ -109,6 +110,20 @@ export class RpcError extends IdemError {
         return new RpcError(err);
     }
   }
+}
+
+/**
+ * statusError decodes a google.rpc.Status that a batch call answered for one
+ * item into the error the unary call would have thrown: the same class,
+ * code, reason, metadata and retry delay. It goes through the ConnectError
+ * that the transport would have made of the same status, so that an item's
+ * error and a unary call's are decoded by one piece of code.
+ */
+export function statusError(status: Status): RpcError {
+  const err = new ConnectError(status.message, status.code as Code);
+  // The details as a transport hands them over: a type name and the bytes.
+  err.details.push(...status.details.map((any) => ({ type: any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1), value: any.value })));
+  return RpcError.from(err) as RpcError;
 }
 
 /**

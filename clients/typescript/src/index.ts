@@ -28,7 +28,9 @@ export {
   type StatsRequest,
   type StatsRow,
 } from "./client.js";
+export type { BatchResult } from "./batch.js";
 export type { Attempt, DoOptions, DoResult, Handler, Job } from "./do.js";
+export type { BatchHandler, DoBatchOptions } from "./dobatch.js";
 export {
   AlreadyTerminalError,
   CompletionUnknownError,
@@ -46,6 +48,7 @@ export {
   PermanentError,
   ResolvedByOperatorError,
   RpcError,
+  statusError,
   UnresolvedError,
 } from "./errors.js";
 export { canonicalJSON, fingerprint, fingerprintJSON } from "./fingerprint.js";

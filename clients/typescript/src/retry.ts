@@ -7,7 +7,8 @@ import { isTransient, RpcError } from "./errors.js";
  * less than the server's RetryInfo delay. {@link IdemClient.do} retries its
  * Claims and Heartbeats this way; its Complete and Fail are retried for as
  * long as the lease lasts, whatever maxAttempts says, because they record
- * what already happened. The typed calls never retry.
+ * what already happened. {@link IdemClient.doBatch} retries each item of
+ * its batch calls the same way. The typed calls never retry.
  */
 export interface RetryPolicy {
   /** baseDelayMs is the delay before the first retry. It defaults to 100. */

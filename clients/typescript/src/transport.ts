@@ -1,6 +1,15 @@
 import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 import type { UniversalClientFn } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
+import { createRegistry } from "@bufbuild/protobuf";
+import { file_google_rpc_error_details } from "./gen/google/rpc/error_details_pb.js";
+
+/**
+ * detailTypes are the messages an error's details hold. A batch call's
+ * answer carries each item's error as a google.rpc.Status in the response,
+ * whose details, in JSON, can only be read with their types at hand.
+ */
+const detailTypes = createRegistry(file_google_rpc_error_details);
 
 /** ConnectTransportOptions configure {@link connectTransport}. */
 export interface ConnectTransportOptions {
@@ -49,6 +58,7 @@ export function connectTransport(options: ConnectTransportOptions): Transport {
     httpClient: fetchClient(options.fetch ?? ((input, init) => globalThis.fetch(input, init))),
     baseUrl: options.baseUrl,
     useBinaryFormat: options.binary ?? false,
+    jsonOptions: { registry: detailTypes },
     interceptors,
     acceptCompression: [],
     sendCompression: null,

@@ -16,14 +16,17 @@ import { after, before, describe, it } from "node:test";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import {
   AlreadyTerminalError,
+  type BatchResult,
   CompletionUnknownError,
   connectTransport,
   ErrorReason,
   IdemClient,
   InProgressError,
+  JobFailedError,
   LeaseLostError,
   NotFoundError,
   Outcome,
+  permanent,
   RpcError,
   State,
   UnresolvedError,
@@ -32,6 +35,30 @@ import { grpcTransport } from "../src/node.js";
 import { PACKAGE_DIR, startHarness, type Harness } from "./harness.js";
 
 const text = (b: Uint8Array) => new TextDecoder().decode(b);
+
+/** value is an ok BatchResult's value; it fails the test for any other. */
+function value<T>(r: BatchResult<T, unknown> | undefined): T {
+  assert.ok(r !== undefined, "no item");
+  assert.ok(r.ok, `${String(r.ok ? "" : r.error)}; want no error`);
+  return r.value;
+}
+
+/** error is a failed BatchResult's error; it fails the test for any other. */
+function error(r: BatchResult<unknown, unknown> | undefined): unknown {
+  assert.ok(r !== undefined && !r.ok, "succeeded; want an error");
+  return r.error;
+}
+
+/** within resolves with p, or rejects when it has not settled after ms. */
+function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} did not happen within ${ms} ms`)), ms);
+    }),
+  ]);
+}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type Kind = "grpc" | "connect";
@@ -213,6 +240,94 @@ describe("against idemd", { timeout: 300_000 }, () => {
         const retaken = await c.claim({ namespace: held, key: k });
         assert.equal(retaken.outcome, Outcome.ACQUIRED);
       });
+
+      it("batch calls answer each item as its unary call would, in order, one item's error leaving its neighbours alone", async () => {
+        const c = client(kind);
+        const ns = h.namespaces.plain;
+        const [a, b, done, never] = ["a", "b", "done", "never"].map((p) => key(`batch-${p}`)) as [string, string, string, string];
+        const holder = await c.claim({ namespace: ns, key: b, claimant: "holder", leaseTtlMs: 30_000 });
+        const earlier = await c.claim({ namespace: ns, key: done });
+        await c.complete({ namespace: ns, key: done, token: earlier.record.token, result: "earlier" });
+
+        const claims = await c.batchClaim([
+          { namespace: ns, key: a, leaseTtlMs: 20_000, claimant: "batch" },
+          { namespace: ns, key: b, claimant: "batch" },
+          { namespace: ns, key: done },
+          { namespace: "Not A Namespace", key: a },
+          { namespace: ns, key: a, waitMs: 1000 },
+        ]);
+        assert.equal(claims.length, 5);
+        const got = value(claims[0]);
+        assert.equal(got.outcome, Outcome.ACQUIRED);
+        assert.equal(got.record.claimant, "batch");
+        assert.equal(got.record.leaseExpiresAt!.getTime() - got.record.updatedAt!.getTime(), 20_000);
+        const busy = error(claims[1]);
+        assert.ok(busy instanceof InProgressError && busy.retryAfterMs > 0 && busy.retryAfterMs <= 30_000, String(busy));
+        const replay = value(claims[2]);
+        assert.equal(replay.outcome, Outcome.COMPLETED);
+        assert.equal(text(replay.record.result), "earlier");
+        const badNs = error(claims[3]);
+        const unaryBadNs = await rejects(c.claim({ namespace: "Not A Namespace", key: a }));
+        assert.ok(badNs instanceof RpcError && unaryBadNs instanceof RpcError);
+        for (const f of ["constructor", "code", "reason", "metadata", "serverMessage"] as const) {
+          assert.deepEqual(badNs[f], unaryBadNs[f], `the item's ${f} is the unary call's`);
+        }
+        assert.equal(badNs.reason, ErrorReason.INVALID_NAMESPACE);
+        const wait = error(claims[4]);
+        assert.ok(wait instanceof RpcError && wait.reason === ErrorReason.INVALID_WAIT, String(wait));
+
+        const token = got.record.token;
+        const beats = await c.batchHeartbeat([
+          { namespace: ns, key: a, token, leaseTtlMs: 25_000 },
+          { namespace: ns, key: b, token: holder.record.token + 1000n },
+          { namespace: ns, key: never, token },
+        ]);
+        assert.ok(value(beats[0]).leaseExpiresAt!.getTime() > got.record.leaseExpiresAt!.getTime());
+        assert.ok(error(beats[1]) instanceof LeaseLostError);
+        assert.ok(error(beats[2]) instanceof NotFoundError);
+
+        const completes = await c.batchComplete([
+          { namespace: ns, key: b, token, result: "not mine" },
+          { namespace: ns, key: a, token, result: "ra" },
+          { namespace: ns, key: done, token: earlier.record.token, result: "other bytes" },
+        ]);
+        const lost = error(completes[0]);
+        assert.ok(lost instanceof LeaseLostError && lost.code === Code.Aborted && lost.reason === ErrorReason.LEASE_LOST, String(lost));
+        assert.equal(value(completes[1]).state, State.COMPLETED);
+        assert.ok(error(completes[2]) instanceof AlreadyTerminalError);
+
+        const fails = await c.batchFail([
+          { namespace: ns, key: b, token: holder.record.token, error: "give it back", retryable: true },
+          { namespace: ns, key: a, token, error: "too late", retryable: false },
+        ]);
+        assert.equal(value(fails[0]).state, State.RELEASED);
+        assert.ok(error(fails[1]) instanceof AlreadyTerminalError);
+
+        const looked = await c.batchLookup([{ namespace: ns, key: a }, { namespace: ns, key: never }, { namespace: ns, key: b }]);
+        assert.deepEqual(value(looked[0]), await c.lookup({ namespace: ns, key: a }));
+        assert.equal(text(value(looked[0]).result), "ra");
+        assert.ok(error(looked[1]) instanceof NotFoundError);
+        assert.equal(value(looked[2]).state, State.RELEASED);
+      });
+
+      it("batch calls refuse a batch of no items, or more than the server takes, as a whole, and change nothing", async () => {
+        const c = client(kind);
+        const ns = h.namespaces.plain;
+        const empty = await rejects(c.batchClaim([]));
+        assert.ok(empty instanceof RpcError, String(empty));
+        assert.equal(empty.code, Code.InvalidArgument);
+        assert.equal(empty.reason, ErrorReason.INVALID_BATCH_SIZE);
+        const keys = Array.from({ length: 501 }, (_, i) => key(`too-many-${i}`));
+        const many = await rejects(c.batchClaim(keys.map((k) => ({ namespace: ns, key: k }))));
+        assert.ok(many instanceof RpcError && many.reason === ErrorReason.INVALID_BATCH_SIZE, String(many));
+        assert.match(many.message, /501/);
+        assert.ok(error((await c.batchLookup([{ namespace: ns, key: keys[0]! }]))[0]) instanceof NotFoundError, "nothing was claimed");
+        // Just over the server's 4 MiB: a gRPC server refuses much more
+        // before idem sees it, without a reason.
+        const largest = new Uint8Array(64 << 10);
+        const big = await rejects(c.batchComplete(Array.from({ length: 64 }, () => ({ namespace: ns, key: keys[0]!, token: 1n, result: largest }))));
+        assert.ok(big instanceof RpcError && big.code === Code.ResourceExhausted && big.reason === ErrorReason.REQUEST_TOO_LARGE, String(big));
+      });
     });
   }
 
@@ -367,6 +482,128 @@ describe("against idemd", { timeout: 300_000 }, () => {
       assert.equal(rec.state, State.RELEASED);
       assert.equal(rec.error, "shutting down");
     });
+  });
+
+  describe("doBatch()", () => {
+    it("runs each acquired job once, replays and refuses the others, and records each outcome", async () => {
+      const c = client("grpc");
+      const ns = h.namespaces.plain;
+      const [fresh, replayed, failed, busy, retryable, permanentKey] = ["fresh", "replayed", "failed", "busy", "retryable", "permanent"].map((p) => key(`dobatch-${p}`)) as [
+        string, string, string, string, string, string,
+      ];
+      await c.do({ namespace: ns, key: replayed }, () => "stored");
+      await assert.rejects(c.do({ namespace: ns, key: failed }, () => { throw permanent(new Error("declined")); }));
+      await c.claim({ namespace: ns, key: busy, claimant: "holder", leaseTtlMs: 30_000 });
+
+      const ran: number[] = [];
+      const out = await c.doBatch(
+        [fresh, replayed, failed, busy, retryable, permanentKey].map((k) => ({ namespace: ns, key: k, leaseTtlMs: 10_000 })),
+        (attempt, i) => {
+          ran.push(i);
+          assert.equal(attempt.number, 1);
+          if (i === 4) throw new Error("try later");
+          if (i === 5) throw permanent(new Error("never"));
+          return `value-${i}`;
+        },
+      );
+      assert.deepEqual(ran.sort(), [0, 4, 5], "the handler ran for the acquired jobs only");
+      assert.equal(out.length, 6);
+      const first = value(out[0]);
+      assert.equal(text(first.value), "value-0");
+      assert.equal(first.replayed, false);
+      assert.equal(first.record.state, State.COMPLETED);
+      const second = value(out[1]);
+      assert.equal(text(second.value), "stored");
+      assert.equal(second.replayed, true);
+      const third = error(out[2]);
+      assert.ok(third instanceof JobFailedError && third.storedError === "declined", String(third));
+      assert.ok(error(out[3]) instanceof InProgressError);
+      assert.match(String(error(out[4])), /try later/);
+      assert.equal((await c.lookup({ namespace: ns, key: retryable })).state, State.RELEASED);
+      assert.match(String(error(out[5])), /never/);
+      assert.equal((await c.lookup({ namespace: ns, key: permanentKey })).state, State.FAILED);
+      assert.deepEqual(await c.doBatch([], () => "x"), [], "no jobs, no RPC");
+    });
+
+    it("aborts the handler of a job whose lease is lost and records nothing for it, while its neighbours complete", async () => {
+      const c = client("grpc");
+      const op = client("grpc", "operator");
+      const ns = h.namespaces.plain;
+      const [gone, kept] = [key("dobatch-gone"), key("dobatch-kept")];
+      const out = await c.doBatch([{ namespace: ns, key: gone, leaseTtlMs: 1500 }, { namespace: ns, key: kept, leaseTtlMs: 1500 }], async (attempt, i) => {
+        if (i === 0) {
+          await op.admin.deleteRecord({ tenant: "worker", namespace: ns, key: gone }); // the next heartbeat finds no record
+          await within("the abort", new Promise((r) => attempt.signal.addEventListener("abort", r)), 10_000);
+          return "too late";
+        }
+        await sleep(1200); // past the first beats
+        return "kept";
+      });
+      const lost = error(out[0]);
+      assert.ok(lost instanceof NotFoundError, String(lost));
+      assert.equal(text(lost.value!), "too late", "the error carries the handler's value");
+      assert.ok((await rejects(c.lookup({ namespace: ns, key: gone }))) instanceof NotFoundError, "nothing was recorded for it");
+      assert.equal(text(value(out[1]).value), "kept");
+      assert.equal((await c.lookup({ namespace: ns, key: kept })).state, State.COMPLETED);
+    });
+
+    it("halves a delivery larger than the server takes in one batch", async () => {
+      const calls: number[] = [];
+      const counting: Interceptor = (next) => async (req) => {
+        if (req.method.name === "BatchClaim") {
+          calls.push((req.message as unknown as { requests: unknown[] }).requests.length);
+        }
+        return next(req);
+      };
+      const c = client("connect", "worker", [counting]);
+      const jobs = Array.from({ length: 501 }, (_, i) => ({ namespace: h.namespaces.plain, key: key(`dobatch-many-${i}`) }));
+      let ran = 0;
+      const out = await c.doBatch(jobs, (_a, i) => {
+        ran++;
+        return `v${i}`;
+      });
+      assert.equal(ran, 501);
+      out.forEach((r, i) => assert.equal(text(value(r).value), `v${i}`));
+      assert.deepEqual(calls, [501, 250, 251], "refused whole, then sent in halves");
+    });
+
+    it("sends again only the items over the tenant's rate limit, after what RetryInfo says", async () => {
+      // The limited tenant: 5 calls a second, burst 1, counted per item.
+      const sizes: Record<string, number[]> = {};
+      const counting: Interceptor = (next) => async (req) => {
+        (sizes[req.method.name] ??= []).push((req.message as unknown as { requests: unknown[] }).requests.length);
+        return next(req);
+      };
+      const c = client("grpc", "limited", [counting]);
+      const jobs = [0, 1, 2].map((i) => ({ namespace: h.namespaces.plain, key: key(`dobatch-limited-${i}`), leaseTtlMs: 10_000 }));
+      const out = await c.doBatch(jobs, (_a, i) => `v${i}`);
+      out.forEach((r, i) => assert.equal(text(value(r).value), `v${i}`));
+      for (const method of ["BatchClaim", "BatchComplete"]) {
+        const sent = sizes[method]!;
+        assert.equal(sent[0], 3, method);
+        assert.ok(sent.length > 1, `${method} was not limited: ${sent}`);
+        // Each try carries the items still refused, never one answered.
+        assert.ok(sent.every((n, k) => k === 0 || n <= sent[k - 1]!), `${method}: ${sent}`);
+      }
+      assert.ok(sizes.BatchClaim!.at(-1)! < 3, `the Claims were let through one by one: ${sizes.BatchClaim}`);
+    });
+
+    for (const kind of ["grpc", "connect"] as const) {
+      it(`halves a BatchComplete larger than the server reads (${kind})`, async () => {
+        const calls: number[] = [];
+        const counting: Interceptor = (next) => async (req) => {
+          if (req.method.name === "BatchComplete") {
+            calls.push((req.message as unknown as { requests: unknown[] }).requests.length);
+          }
+          return next(req);
+        };
+        const c = client(kind, "worker", [counting]);
+        const jobs = Array.from({ length: 80 }, (_, i) => ({ namespace: h.namespaces.plain, key: key(`dobatch-big-${i}`) }));
+        const out = await c.doBatch(jobs, (_a, i) => new Uint8Array(64 << 10).fill(i));
+        out.forEach((r, i) => assert.equal(value(r).value[0], i));
+        assert.deepEqual(calls, [80, 40, 40], "80 results of 64 KiB are over 4 MiB; 40 are not");
+      });
+    }
   });
 
   it("connectTransport sends its calls through the fetch it is given", async () => {

@@ -11,6 +11,8 @@ import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { Code, type Interceptor } from "@connectrpc/connect";
 import {
+  AlreadyTerminalError,
+  type BatchResult,
   CompletionUnknownError,
   connectTransport,
   ErrorReason,
@@ -183,6 +185,20 @@ function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
       timer = setTimeout(() => reject(new Error(`${what} did not happen within ${ms} ms`)), ms);
     }),
   ]);
+}
+
+/** okValue is an ok BatchResult's value; it fails the step for any other. */
+function okValue<T>(step: string, r: BatchResult<T, unknown> | undefined): T {
+  assert.ok(r !== undefined, `${step}: no item`);
+  assert.ok(r.ok, `${step}: ${String(r.ok ? "" : r.error)}; want no error`);
+  return r.value;
+}
+
+/** itemError is a failed BatchResult's error; it fails the step for any other. */
+function itemError(step: string, r: BatchResult<unknown, unknown> | undefined): unknown {
+  assert.ok(r !== undefined, `${step}: no item`);
+  assert.ok(!r.ok, `${step}: succeeded; want an error`);
+  return r.error;
 }
 
 type Scenario = (e: Env, id: string) => Promise<void>;
@@ -530,6 +546,124 @@ const scenarios: Record<string, Scenario> = {
     assert.match(body.message ?? "", /leaseTTL/);
     const err = await caught("step 2", c.lookup({ namespace: e.plain, key: k }));
     assert.ok(err instanceof NotFoundError, `step 2: ${String(err)}; want NOT_FOUND (nothing written)`);
+  },
+
+  async "batch-claim-mixed"(e, id) {
+    const c = e.client();
+    const [k1, k2, k3, k4] = ["1", "2", "3", "4"].map((p) => e.key(id, p)) as [string, string, string, string];
+    wantValue("setup K2", await c.do({ namespace: e.plain, key: k2 }, () => "result-2"), "result-2", false);
+    const held = await c.claim({ namespace: e.plain, key: k3, leaseTtlMs: 30_000, claimant: "holder" });
+    assert.equal(held.outcome, Outcome.ACQUIRED);
+    const f1 = fingerprint("payload-1");
+    wantValue("setup K4", await c.do({ namespace: e.plain, key: k4, fingerprint: f1 }, () => "result-4"), "result-4", false);
+
+    const items = await c.batchClaim([
+      { namespace: e.plain, key: k1, claimant: "batch" },
+      { namespace: e.plain, key: k2, claimant: "batch" },
+      { namespace: e.plain, key: k3, claimant: "batch" },
+      { namespace: e.plain, key: k4, claimant: "batch", fingerprint: fingerprint("payload-2") },
+    ]);
+    assert.equal(items.length, 4);
+    const first = okValue("step 1, item 1", items[0]);
+    assert.equal(first.outcome, Outcome.ACQUIRED);
+    assert.equal(first.record.attempt, 1);
+    const second = okValue("step 1, item 2", items[1]);
+    assert.equal(second.outcome, Outcome.COMPLETED);
+    assert.equal(text(second.record.result), "result-2");
+    const busy = itemError("step 1, item 3", items[2]);
+    assert.ok(busy instanceof InProgressError, `step 1, item 3: ${String(busy)}; want InProgress`);
+    assert.ok(busy.retryAfterMs > 0 && busy.retryAfterMs <= 30_000, `retry_after ${busy.retryAfterMs}`);
+    const mismatch = itemError("step 1, item 4", items[3]);
+    wantCodeReason("step 1, item 4", mismatch, Code.FailedPrecondition, ErrorReason.FINGERPRINT_MISMATCH);
+    assert.ok(mismatch instanceof FingerprintMismatchError);
+
+    const done = await c.batchComplete([{ namespace: e.plain, key: k1, token: first.record.token, result: "result-1" }]);
+    assert.equal(done.length, 1);
+    const rec1 = okValue("step 2", done[0]);
+    assert.equal(rec1.state, State.COMPLETED);
+    assert.equal(text(rec1.result), "result-1");
+
+    const l1 = await c.lookup({ namespace: e.plain, key: k1 });
+    assert.equal(l1.state, State.COMPLETED);
+    assert.equal(text(l1.result), "result-1");
+    assert.equal(l1.attempt, 1);
+    const l3 = await c.lookup({ namespace: e.plain, key: k3 });
+    assert.equal(l3.state, State.PROCESSING);
+    assert.equal(l3.token, held.record.token);
+  },
+
+  async "batch-same-key-twice"(e, id) {
+    const c = e.client();
+    // Part A.
+    const k1 = e.key(id, "1");
+    const claims = await c.batchClaim([
+      { namespace: e.plain, key: k1, claimant: "a" },
+      { namespace: e.plain, key: k1, claimant: "b" },
+    ]);
+    const acquired = okValue("part A, step 1, item 1", claims[0]);
+    assert.equal(acquired.outcome, Outcome.ACQUIRED);
+    const busy = itemError("part A, step 1, item 2", claims[1]);
+    assert.ok(busy instanceof InProgressError, `part A, step 1, item 2: ${String(busy)}; want InProgress`);
+    const token = acquired.record.token;
+    const done = await c.batchComplete([
+      { namespace: e.plain, key: k1, token, result: "result" },
+      { namespace: e.plain, key: k1, token, result: "other" },
+    ]);
+    const rec = okValue("part A, step 2, item 1", done[0]);
+    assert.equal(rec.state, State.COMPLETED);
+    assert.equal(text(rec.result), "result");
+    const terminal = itemError("part A, step 2, item 2", done[1]);
+    wantCodeReason("part A, step 2, item 2", terminal, Code.FailedPrecondition, ErrorReason.ALREADY_TERMINAL);
+    assert.ok(terminal instanceof AlreadyTerminalError);
+    const l1 = await c.lookup({ namespace: e.plain, key: k1 });
+    assert.equal(l1.state, State.COMPLETED);
+    assert.equal(text(l1.result), "result");
+
+    // Part B.
+    const k2 = e.key(id, "2");
+    const calls = new Calls();
+    const out = await c.doBatch([{ namespace: e.plain, key: k2 }, { namespace: e.plain, key: k2 }], calls.returns("result"));
+    assert.equal(calls.n, 1, "part B: the handler's calls");
+    wantValue("part B, item 1", okValue("part B, item 1", out[0]), "result", false);
+    const other = itemError("part B, item 2", out[1]);
+    assert.ok(other instanceof InProgressError, `part B, item 2: ${String(other)}; want InProgress`);
+    const l2 = await c.lookup({ namespace: e.plain, key: k2 });
+    assert.equal(l2.state, State.COMPLETED);
+    assert.equal(text(l2.result), "result");
+    assert.equal(l2.attempt, 1);
+  },
+
+  async "batch-restart-mid-complete"(e, id) {
+    const c = e.client();
+    const keys = ["1", "2", "3"].map((p) => e.key(id, p));
+    const effects = new Map<string, number>();
+    let restarted!: () => void;
+    const down = new Promise<void>((r) => (restarted = r));
+    const out = await c.doBatch(
+      keys.map((key) => ({ namespace: e.plain, key, leaseTtlMs: 30_000 })),
+      async (_attempt, i) => {
+        const key = keys[i]!;
+        effects.set(key, (effects.get(key) ?? 0) + 1);
+        if (i === 0) {
+          await e.h.control("/restart?down_ms=1500");
+          restarted();
+        } else {
+          await within("the restart", down, 60_000);
+        }
+        return `result-${key}`;
+      },
+    );
+    assert.equal(out.length, 3);
+    keys.forEach((key, i) => {
+      wantValue(`item ${i + 1}`, okValue(`item ${i + 1}`, out[i]), `result-${key}`, false);
+      assert.equal(effects.get(key), 1, `the effects of ${key}`);
+    });
+    for (const key of keys) {
+      const rec = await c.lookup({ namespace: e.plain, key });
+      assert.equal(rec.state, State.COMPLETED);
+      assert.equal(text(rec.result), `result-${key}`);
+      assert.equal(rec.attempt, 1);
+    }
   },
 };
 

@@ -8,9 +8,18 @@ import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { describe, it } from "node:test";
 import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { anyPack } from "@bufbuild/protobuf/wkt";
 import {
+  type BatchResult,
   canonicalJSON,
   CompletionUnknownError,
+  FingerprintMismatchError,
+  InProgressError,
+  NotFoundError,
+  State,
+  statusError,
+  UnresolvedError,
   ErrorReason,
   errorReason,
   IdemClient,
@@ -28,6 +37,7 @@ import {
   connectTransport,
 } from "../src/index.js";
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { type Status, StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { IdempotencyService, Outcome } from "../src/gen/idem/v1/idem_pb.js";
 import { durationMs, durationOf } from "../src/record.js";
 import { backoff, delay, retry, sleep, withDefaults } from "../src/retry.js";
@@ -36,6 +46,7 @@ import { REPO } from "./harness.js";
 import { grpcTransport } from "../src/node.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+const text = (b: Uint8Array) => new TextDecoder().decode(b);
 const utf8 = new TextEncoder();
 
 describe("fingerprints", () => {
@@ -395,5 +406,150 @@ describe("transports", () => {
       const t = make({ baseUrl: "http://127.0.0.1:7070", timeoutMs: 2500 }) as { close?: () => void };
       t.close?.();
     }
+  });
+});
+
+/** value is an ok BatchResult's value; it fails the test for any other. */
+function value<T>(r: BatchResult<T> | undefined): T {
+  assert.ok(r?.ok, `want ok, got ${r?.ok === false ? r.error.message : "nothing"}`);
+  return r.value;
+}
+
+/** error is a failed BatchResult's error; it fails the test for any other. */
+function error<T>(r: BatchResult<T> | undefined): IdemError {
+  assert.ok(r !== undefined && !r.ok, "want an error");
+  return r.error;
+}
+
+describe("batch calls", () => {
+  const status = (code: Code, reason: string, retryMs?: number): Status =>
+    create(StatusSchema, {
+      code,
+      message: "the message",
+      details: [
+        anyPack(ErrorInfoSchema, create(ErrorInfoSchema, { domain: "idem", reason, metadata: { field: "token" } })),
+        ...(retryMs === undefined ? [] : [anyPack(RetryInfoSchema, create(RetryInfoSchema, { retryDelay: durationOf(retryMs, "retry") }))]),
+      ],
+    });
+
+  it("decode an item's google.rpc.Status into the error the unary call throws", () => {
+    const lost = statusError(status(Code.Aborted, "LEASE_LOST"));
+    const unary = RpcError.from(rpcFailure(Code.Aborted, "LEASE_LOST")) as RpcError;
+    assert.ok(lost instanceof LeaseLostError);
+    for (const f of ["code", "reason", "reasonName", "metadata", "retryAfterMs", "serverMessage", "message"] as const) {
+      assert.deepEqual(lost[f], unary[f], f);
+    }
+    const limited = statusError(status(Code.ResourceExhausted, "RATE_LIMITED", 250));
+    assert.equal(limited.retryAfterMs, 250);
+    assert.equal(isTransient(limited), true);
+    assert.equal(statusError(status(Code.InvalidArgument, "INVALID_BATCH_SIZE")).reason, ErrorReason.INVALID_BATCH_SIZE);
+  });
+
+  it("answer each item in order, the claim outcomes claim() throws as errors", async () => {
+    const record = (key: string) => ({ namespace: "ns", key, token: 7n });
+    const transport = createRouterTransport(({ service }) => {
+      service(IdempotencyService, {
+        batchClaim: (req) => {
+          assert.equal(req.requests.length, 4);
+          assert.equal(req.requests[1]!.leaseTtl?.seconds, 30n);
+          return {
+            results: [
+              { result: { case: "response", value: { outcome: Outcome.ACQUIRED, record: record("a") } } },
+              { result: { case: "response", value: { outcome: Outcome.IN_PROGRESS, record: record("b"), retryAfter: durationOf(1500, "r") } } },
+              { result: { case: "error", value: status(Code.FailedPrecondition, "FINGERPRINT_MISMATCH") } },
+              { result: { case: "response", value: { outcome: Outcome.UNRESOLVED, record: record("d") } } },
+            ],
+          };
+        },
+        batchLookup: () => ({ results: [{ result: { case: "error", value: status(Code.NotFound, "NOT_FOUND") } }, { result: { case: undefined } }] }),
+        batchComplete: () => ({ results: [] }),
+      });
+    });
+    const c = new IdemClient(transport);
+    const got = await c.batchClaim(["a", "b", "c", "d"].map((key) => ({ namespace: "ns", key, leaseTtlMs: key === "b" ? 30_000 : undefined })));
+    assert.equal(value(got[0]).outcome, Outcome.ACQUIRED);
+    assert.equal(value(got[0]).record.key, "a");
+    const busy = error(got[1]);
+    assert.ok(busy instanceof InProgressError && busy.retryAfterMs === 1500);
+    assert.ok(error(got[2]) instanceof FingerprintMismatchError);
+    assert.ok(error(got[3]) instanceof UnresolvedError);
+
+    const looked = await c.batchLookup([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b" }]);
+    assert.ok(error(looked[0]) instanceof NotFoundError);
+    assert.match(error(looked[1]).message, /neither a response nor an error/);
+    await assert.rejects(c.batchComplete([{ namespace: "ns", key: "a", token: 1n }]), (err) => err instanceof IdemError && /answered 0 results for 1 requests/.test(err.message));
+    await assert.rejects(c.batchClaim([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b", leaseTtlMs: -1 }]), /requests\[1\]\.leaseTtlMs is -1/);
+    await assert.rejects(c.doBatch([{ namespace: "ns", key: "a" }, { namespace: "ns", key: "b", retentionMs: NaN }], () => "x"), /jobs\[1\]\.retentionMs is NaN/);
+    await assert.rejects(c.doBatch([{ namespace: "ns", key: "a" }], () => "x", { concurrency: 0 }), /concurrency is 0/);
+  });
+
+  it("doBatch sends again only the items that failed transiently, each Claim under its first claimant", async () => {
+    const claims: { key: string; claimant: string }[][] = [];
+    const completes: string[][] = [];
+    const rec = (key: string) => ({ namespace: "ns", key, token: 5n, attempt: 1 });
+    const transport = createRouterTransport(({ service }) => {
+      service(IdempotencyService, {
+        batchClaim: (req) => {
+          claims.push(req.requests.map((r) => ({ key: r.key, claimant: r.claimant })));
+          return {
+            results: req.requests.map((r) =>
+              r.key === "b" && claims.length === 1
+                ? { result: { case: "error" as const, value: status(Code.Unavailable, "STORE_UNAVAILABLE") } }
+                : { result: { case: "response" as const, value: { outcome: Outcome.ACQUIRED, record: rec(r.key) } } },
+            ),
+          };
+        },
+        batchComplete: (req) => {
+          completes.push(req.requests.map((r) => r.key));
+          if (completes.length === 1) {
+            throw new ConnectError("restarting", Code.Unavailable);
+          }
+          return { results: req.requests.map((r) => ({ result: { case: "response" as const, value: { record: { ...rec(r.key), state: 2 } } } })) };
+        },
+      });
+    });
+    const c = new IdemClient(transport, { retry: { baseDelayMs: 1, maxDelayMs: 2 } });
+    const out = await c.doBatch([{ namespace: "ns", key: "a", leaseTtlMs: 60_000 }, { namespace: "ns", key: "b", leaseTtlMs: 60_000 }], (_a, i) => `v${i}`);
+    assert.deepEqual(out.map((r) => r.ok && text(r.value.value)), ["v0", "v1"]);
+    assert.deepEqual(claims.map((batch) => batch.map((r) => r.key)), [["a", "b"], ["b"]], "only b was claimed again");
+    assert.equal(claims[1]![0]!.claimant, claims[0]![1]!.claimant, "under the claimant it was first sent with");
+    assert.notEqual(claims[0]![0]!.claimant, claims[0]![1]!.claimant, "each job has a claimant of its own");
+    assert.deepEqual(completes, [["a", "b"], ["a", "b"]], "a batch that failed as a whole is sent again whole");
+  });
+
+  it("read an item's error details from JSON over connectTransport", async () => {
+    // What idemd's HTTP/JSON API answers: each detail an Any in protobuf's JSON mapping.
+    const body = {
+      results: [
+        { response: { record: { namespace: "ns", key: "a", token: "9", state: "STATE_COMPLETED" } } },
+        {
+          error: {
+            code: 10,
+            message: "lease lost",
+            details: [
+              { "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "LEASE_LOST", domain: "idem", metadata: { field: "token" } },
+              { "@type": "type.googleapis.com/google.rpc.RetryInfo", retryDelay: "0.300s" },
+            ],
+          },
+        },
+      ],
+    };
+    let sent: unknown;
+    const fetch: typeof globalThis.fetch = async (_url, init) => {
+      sent = JSON.parse(new TextDecoder().decode(init!.body as Uint8Array));
+      return new Response(JSON.stringify(body), { status: 200, headers: { "Content-Type": "application/json" } });
+    };
+    const c = new IdemClient(connectTransport({ baseUrl: "http://127.0.0.1:7072", fetch }));
+    const got = await c.batchComplete([
+      { namespace: "ns", key: "a", token: 9n, result: "hi" },
+      { namespace: "ns", key: "b", token: 3n },
+    ]);
+    assert.deepEqual(sent, { requests: [{ namespace: "ns", key: "a", token: "9", result: "aGk=" }, { namespace: "ns", key: "b", token: "3" }] });
+    assert.equal(value(got[0]).token, 9n);
+    assert.equal(value(got[0]).state, State.COMPLETED);
+    const lost = error(got[1]);
+    assert.ok(lost instanceof LeaseLostError);
+    assert.equal(lost.retryAfterMs, 300);
+    assert.deepEqual(lost.metadata, { field: "token" });
   });
 });

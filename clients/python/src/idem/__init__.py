@@ -9,8 +9,10 @@ standard library alone, on Python 3.8 or newer.
   client.once(job)``) claims the job, runs fn while a thread heartbeats the
   lease, and records the result or the failure; later deliveries get the
   stored result back without running fn. It returns only when the job is
-  done; every other outcome raises an IdemError.
-- ``Client.claim``, ``complete``, ``fail``, ``heartbeat`` and ``lookup``, and
+  done; every other outcome raises an IdemError. ``Client.do_batch(jobs,
+  fn)`` is the same for a delivery of several jobs, in batch calls.
+- ``Client.claim``, ``complete``, ``fail``, ``heartbeat`` and ``lookup``,
+  their batch forms ``batch_claim`` … ``batch_lookup``, and
   ``Client.admin.list_records``, ``iter_records``, ``delete_record``,
   ``stats`` and ``resolve_record``, are the RPCs one to one.
 - Errors are IdemError subclasses chosen by the google.rpc.ErrorInfo reason
@@ -30,6 +32,7 @@ standard library alone, on Python 3.8 or newer.
 
 from ._client import DEFAULT_URL, AdminClient, Client
 from ._do import MAX_ERROR_BYTES, Attempt, Job, Once, Result, current_attempt, do, idempotent, storable_text
+from ._dobatch import do_batch
 from ._errors import (REASON_ERRORS, AlreadyTerminalError, CompletionUnknownError, ErrorReason,
                       FingerprintMismatchError, IdemError, InProgressError, InternalError, InvalidArgumentError,
                       JobFailedError, LeaseLostError, NotFoundError, NotUnresolvedError, PermissionDeniedError,
@@ -37,17 +40,20 @@ from ._errors import (REASON_ERRORS, AlreadyTerminalError, CompletionUnknownErro
                       UnavailableError, UnresolvedError)
 from ._fingerprint import canonical_json, fingerprint, fingerprint_json
 from ._retry import RetryPolicy
-from ._types import MAX_WAIT, ClaimResult, Outcome, Record, RecordPage, State, StatsRow
+from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
+                     LookupRequest, Outcome, Record, RecordPage, State, StatsRow)
 from ._version import __version__
 
 __all__ = [
     # the client
     "Client", "AdminClient", "RetryPolicy", "DEFAULT_URL", "MAX_WAIT",
     # do()
-    "Job", "Attempt", "Result", "Once", "do", "idempotent", "current_attempt", "Permanent", "Replayed",
+    "Job", "Attempt", "Result", "Once", "do", "do_batch", "idempotent", "current_attempt", "Permanent", "Replayed",
     "storable_text", "MAX_ERROR_BYTES",
     # records
     "Record", "State", "Outcome", "ClaimResult", "RecordPage", "StatsRow",
+    # the items of the batch calls
+    "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest",
     # errors
     "IdemError", "ErrorReason", "REASON_ERRORS", "InvalidArgumentError", "FingerprintMismatchError",
     "AlreadyTerminalError", "LeaseLostError", "NotFoundError", "UnavailableError", "InternalError",

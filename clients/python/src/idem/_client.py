@@ -2,15 +2,19 @@
 
 import os
 import ssl
+import threading
+import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._do import Attempt, Job, Once, Result, do, idempotent
+from ._dobatch import do_batch
 from ._errors import IdemError, InProgressError, UnresolvedError
 from ._retry import RetryPolicy, retry
-from ._types import (MAX_WAIT, ClaimResult, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
+from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
+                     LookupRequest, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
                      duration_from_wire, duration_to_wire, int_from_wire, seconds, time_from_wire)
-from ._wire import Transport
+from ._wire import Transport, decode_status
 
 __all__ = ["Client", "AdminClient", "DEFAULT_URL", "MAX_WAIT"]
 
@@ -26,7 +30,7 @@ T = TypeVar("T")
 def _bytes(v: Any, field: str) -> bytes:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v)
-    hint = "; fingerprint a payload with idem.fingerprint_json(payload)" if field == "fingerprint" else ""
+    hint = "; fingerprint a payload with idem.fingerprint_json(payload)" if field.endswith("fingerprint") else ""
     raise TypeError(f"idem: {field} must be bytes, not {type(v).__name__}{hint}")
 
 
@@ -40,6 +44,60 @@ def _body(**fields: Any) -> Dict[str, Any]:
     """A request body without the fields left at their defaults (None, "",
     False), which the server reads as unset."""
     return {k: v for k, v in fields.items() if v is not None and v != "" and v is not False}
+
+
+# The bodies of the token-bearing calls and the Claim, for the unary call and
+# for an item of a batch; at prefixes the field an error names
+# ("requests[3].").
+
+def _claim_body(namespace: str, key: str, fingerprint: bytes, lease_ttl: Optional[Seconds], claimant: str,
+                retention: Optional[Seconds], wait: float, at: str = "") -> Dict[str, Any]:
+    fp = _bytes(fingerprint, at + "fingerprint")
+    return _body(namespace=namespace, key=key, fingerprint=bytes_to_wire(fp) if fp else None,
+                 leaseTtl=duration_to_wire(seconds(lease_ttl, at + "lease_ttl")), claimant=claimant,
+                 retention=duration_to_wire(seconds(retention, at + "retention")), wait=duration_to_wire(wait))
+
+
+def _claim_result(m: Mapping[str, Any]) -> ClaimResult:
+    """What claim() makes of a ClaimResponse: ACQUIRED, COMPLETED and FAILED
+    are returned, IN_PROGRESS and UNRESOLVED raised."""
+    res = ClaimResult(outcome=Outcome.from_wire(m.get("outcome")), record=Record.from_wire(m.get("record")),
+                      retry_after=duration_from_wire(m.get("retryAfter")))
+    if res.outcome == Outcome.IN_PROGRESS:
+        raise InProgressError(res.record, res.retry_after)
+    if res.outcome == Outcome.UNRESOLVED:
+        raise UnresolvedError(res.record)
+    if res.outcome not in (Outcome.ACQUIRED, Outcome.COMPLETED, Outcome.FAILED):
+        raise IdemError(f"Claim answered with an outcome this client does not know: {m.get('outcome')!r}",
+                        code="UNKNOWN", rpc="Claim", transient=False)
+    return res
+
+
+def _complete_body(namespace: str, key: str, token: int, result: bytes, at: str = "") -> Dict[str, Any]:
+    r = _bytes(result, at + "result")
+    return _body(namespace=namespace, key=key, token=_token(token), result=bytes_to_wire(r) if r else None)
+
+
+def _fail_body(namespace: str, key: str, token: int, error: str, retryable: bool) -> Dict[str, Any]:
+    return _body(namespace=namespace, key=key, token=_token(token), error=str(error), retryable=bool(retryable))
+
+
+def _heartbeat_body(namespace: str, key: str, token: int, lease_ttl: Optional[Seconds],
+                    at: str = "") -> Dict[str, Any]:
+    return _body(namespace=namespace, key=key, token=_token(token),
+                 leaseTtl=duration_to_wire(seconds(lease_ttl, at + "lease_ttl")))
+
+
+def _record(m: Mapping[str, Any]) -> Record:
+    return Record.from_wire(m.get("record"))
+
+
+def _items(requests: Sequence[Any], kind: type, call: str) -> List[Any]:
+    items = list(requests)
+    for i, r in enumerate(items):
+        if not isinstance(r, kind):
+            raise TypeError(f"idem: requests[{i}] is a {type(r).__name__}; {call} takes idem.{kind.__name__}s")
+    return items
 
 
 class Client:
@@ -173,22 +231,9 @@ class Client:
     def _claim(self, namespace: str, key: str, *, fingerprint: bytes = b"", lease_ttl: Optional[Seconds] = None,
                claimant: str = "", retention: Optional[Seconds] = None,
                wait: Optional[Seconds] = None) -> ClaimResult:
-        fp = _bytes(fingerprint, "fingerprint")
         w = seconds(wait, "wait") or 0.0
-        body = _body(namespace=namespace, key=key, fingerprint=bytes_to_wire(fp) if fp else None,
-                     leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")), claimant=claimant,
-                     retention=duration_to_wire(seconds(retention, "retention")), wait=duration_to_wire(w))
-        m = self._transport.call(IDEMPOTENCY, "Claim", body, self.timeout + w)
-        res = ClaimResult(outcome=Outcome.from_wire(m.get("outcome")), record=Record.from_wire(m.get("record")),
-                          retry_after=duration_from_wire(m.get("retryAfter")))
-        if res.outcome == Outcome.IN_PROGRESS:
-            raise InProgressError(res.record, res.retry_after)
-        if res.outcome == Outcome.UNRESOLVED:
-            raise UnresolvedError(res.record)
-        if res.outcome not in (Outcome.ACQUIRED, Outcome.COMPLETED, Outcome.FAILED):
-            raise IdemError(f"Claim answered with an outcome this client does not know: {m.get('outcome')!r}",
-                            code="UNKNOWN", rpc="Claim", transient=False)
-        return res
+        body = _claim_body(namespace, key, fingerprint, lease_ttl, claimant, retention, w)
+        return _claim_result(self._transport.call(IDEMPOTENCY, "Claim", body, self.timeout + w))
 
     def complete(self, namespace: str, key: str, token: int, result: bytes = b"") -> Record:
         """Records the job's success and its result (bytes, at most 64 KiB
@@ -199,9 +244,8 @@ class Client:
         return self._retrying(lambda: self._complete(namespace, key, token, result))
 
     def _complete(self, namespace: str, key: str, token: int, result: bytes = b"") -> Record:
-        r = _bytes(result, "result")
-        body = _body(namespace=namespace, key=key, token=_token(token), result=bytes_to_wire(r) if r else None)
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Complete", body, self.timeout).get("record"))
+        body = _complete_body(namespace, key, token, result)
+        return _record(self._transport.call(IDEMPOTENCY, "Complete", body, self.timeout))
 
     def fail(self, namespace: str, key: str, token: int, error: str, *, retryable: bool) -> Record:
         """Records the job's failure with the acquired token: retryable=True
@@ -213,8 +257,8 @@ class Client:
         return self._retrying(lambda: self._fail(namespace, key, token, error, retryable=retryable))
 
     def _fail(self, namespace: str, key: str, token: int, error: str, *, retryable: bool) -> Record:
-        body = _body(namespace=namespace, key=key, token=_token(token), error=str(error), retryable=bool(retryable))
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Fail", body, self.timeout).get("record"))
+        body = _fail_body(namespace, key, token, error, retryable)
+        return _record(self._transport.call(IDEMPOTENCY, "Fail", body, self.timeout))
 
     def heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None) -> Record:
         """Extends the lease held with the token to lease_ttl seconds from now
@@ -225,10 +269,9 @@ class Client:
 
     def _heartbeat(self, namespace: str, key: str, token: int, lease_ttl: Optional[Seconds] = None,
                    timeout: Optional[float] = None) -> Record:
-        body = _body(namespace=namespace, key=key, token=_token(token),
-                     leaseTtl=duration_to_wire(seconds(lease_ttl, "lease_ttl")))
-        return Record.from_wire(self._transport.call(IDEMPOTENCY, "Heartbeat", body,
-                                                     self.timeout if timeout is None else timeout).get("record"))
+        body = _heartbeat_body(namespace, key, token, lease_ttl)
+        return _record(self._transport.call(IDEMPOTENCY, "Heartbeat", body,
+                                            self.timeout if timeout is None else timeout))
 
     def lookup(self, namespace: str, key: str) -> Record:
         """Reads the record without changing it; NotFoundError when there is
@@ -238,6 +281,163 @@ class Client:
                                  self.timeout).get("record")))
 
     # ------------------------------------------------------------------
+    # The batch calls
+
+    def batch_claim(self, requests: Sequence[Union[ClaimRequest, Job]]) -> List[Union[ClaimResult, IdemError]]:
+        """Claims many jobs in one call (BatchClaim), for a consumer that
+        holds a delivery of many: each request a ClaimRequest, or a Job
+        (claimed with its fingerprint, lease and retention). Returns one
+        entry per request, in their order: the ClaimResult claim() would
+        return, or the exception it would raise (InProgressError,
+        UnresolvedError, FingerprintMismatchError, …), as
+        ``asyncio.gather(return_exceptions=True)`` gives them. Two requests
+        of one key are answered as two claims made in that order. A request
+        without a claimant gets a fresh UUID, kept when it is sent again.
+
+        Raises, for the batch as a whole, only what concerns it:
+        InvalidArgumentError with reason INVALID_BATCH_SIZE (no requests, or
+        more than the server's --batch-max-items, 500 by default), an
+        IdemError with REQUEST_TOO_LARGE (over its --batch-max-bytes, 4 MiB
+        by default), or a failure of the call itself (authentication, no
+        answer). Retries are claim()'s, per item: the call is sent again
+        when it fails transiently, and so are the items answered with a
+        transient error (UNAVAILABLE, a rate limit, which is counted per
+        item), in a batch of their own, until the client's RetryPolicy runs
+        out; an item then keeps its last error."""
+        items: List[ClaimRequest] = []
+        for i, r in enumerate(requests):
+            if isinstance(r, Job):
+                r = ClaimRequest(r.namespace, r.key, fingerprint=r.fingerprint, lease_ttl=r.lease_ttl,
+                                 retention=r.retention)
+            elif not isinstance(r, ClaimRequest):
+                raise TypeError(f"idem: requests[{i}] is a {type(r).__name__}; batch_claim takes idem.ClaimRequests "
+                                "or idem.Jobs")
+            items.append(r)
+        bodies = [_claim_body(r.namespace, r.key, r.fingerprint, r.lease_ttl, r.claimant or str(uuid.uuid4()),
+                              r.retention, 0.0, at=f"requests[{i}].") for i, r in enumerate(items)]
+        return self._batch("BatchClaim", "Claim", bodies, _claim_result)
+
+    def batch_complete(self, requests: Sequence[CompleteRequest]) -> List[Union[Record, IdemError]]:
+        """Completes many jobs in one call (BatchComplete): one entry per
+        request, in their order, the Record complete() would return or the
+        exception it would raise (LeaseLostError, AlreadyTerminalError,
+        ResolvedByOperatorError, …). It raises and retries as batch_claim
+        does; an item sent again carries the same token and result, which
+        is safe."""
+        bodies = [_complete_body(r.namespace, r.key, r.token, r.result, at=f"requests[{i}].")
+                  for i, r in enumerate(_items(requests, CompleteRequest, "batch_complete"))]
+        return self._batch("BatchComplete", "Complete", bodies, _record)
+
+    def batch_fail(self, requests: Sequence[FailRequest]) -> List[Union[Record, IdemError]]:
+        """Fails many jobs in one call (BatchFail): one entry per request, in
+        their order, the Record fail() would return or the exception it
+        would raise. It raises and retries as batch_complete does."""
+        bodies = [_fail_body(r.namespace, r.key, r.token, r.error, r.retryable)
+                  for r in _items(requests, FailRequest, "batch_fail")]
+        return self._batch("BatchFail", "Fail", bodies, _record)
+
+    def batch_heartbeat(self, requests: Sequence[HeartbeatRequest]) -> List[Union[Record, IdemError]]:
+        """Extends many leases in one call (BatchHeartbeat), to keep a whole
+        delivery's jobs held while they run: one entry per request, in their
+        order, the Record with its new lease_expires_at or the exception
+        heartbeat() would raise (LeaseLostError: stop that job). It raises
+        and retries as batch_claim does."""
+        bodies = [_heartbeat_body(r.namespace, r.key, r.token, r.lease_ttl, at=f"requests[{i}].")
+                  for i, r in enumerate(_items(requests, HeartbeatRequest, "batch_heartbeat"))]
+        return self._batch("BatchHeartbeat", "Heartbeat", bodies, _record)
+
+    def batch_lookup(self, requests: Sequence[LookupRequest]) -> List[Union[Record, IdemError]]:
+        """Reads many records in one call (BatchLookup): one entry per
+        request, in their order, the Record or the exception lookup() would
+        raise (NotFoundError for one that does not exist)."""
+        bodies = [_body(namespace=r.namespace, key=r.key) for r in _items(requests, LookupRequest, "batch_lookup")]
+        return self._batch("BatchLookup", "Lookup", bodies, _record)
+
+    def _batch(self, method: str, rpc: str, bodies: List[Dict[str, Any]],
+               convert: Callable[[Dict[str, Any]], T]) -> List[Union[T, IdemError]]:
+        return self._send_items(method, rpc, bodies, convert)[0]
+
+    def _send_items(self, method: str, rpc: str, bodies: List[Dict[str, Any]], convert: Callable[[Dict[str, Any]], T],
+                    *, until: Optional[List[float]] = None, stop: Optional[threading.Event] = None,
+                    halve: bool = False, timeout: Optional[float] = None) -> Tuple[List[Any], List[float]]:
+        """Sends the batch and returns its entries, and when the try that
+        gave each its entry was sent (time.monotonic()). Each round sends the
+        items still owed an answer: all of them first, then those whose
+        error was transient, each until its limit: until[i] when given (no
+        try starts after it, and the first always goes out), else the
+        policy's max_attempts, one count for the rounds and the call's own
+        transient failures, as a unary call counts its tries. stop, when set,
+        ends the retries.
+
+        A call that fails as a whole before any item was answered is raised,
+        unless halve: then a batch refused for its size is halved and the
+        halves sent in turn, and any other failure of the call is the error
+        of each of its items, as do_batch needs them."""
+        out: List[Any] = [None] * len(bodies)
+        sent = [0.0] * len(bodies)
+        pending = list(range(len(bodies)))
+        answered = False
+        attempt = 1
+        while True:
+            at = time.monotonic()
+            try:
+                answers = self._round(method, rpc, [bodies[i] for i in pending], convert,
+                                      self.timeout if timeout is None else timeout, halve)
+            except IdemError as err:
+                if not answered and not (err.transient and attempt < self.retry.max_attempts):
+                    raise
+                answers = [err] * len(pending)
+            else:
+                answered = True
+            for i, a in zip(pending, answers):
+                out[i], sent[i] = a, at
+            again, limit = [], None
+            for i in pending:
+                e = out[i]
+                if not isinstance(e, IdemError) or not e.transient:
+                    continue
+                if until is not None:
+                    if time.monotonic() >= until[i]:
+                        continue  # its last try was this one
+                    limit = until[i] if limit is None else min(limit, until[i])
+                elif attempt >= self.retry.max_attempts:
+                    continue
+                again.append(i)
+            if not again or (stop is not None and stop.is_set()):
+                return out, sent
+            slowest = max((out[i] for i in again), key=lambda e: e.retry_after or 0.0)
+            wait = self.retry.backoff(attempt - 1, slowest)
+            if limit is not None:
+                wait = min(wait, max(limit - time.monotonic(), 0.0))
+            if stop is not None:
+                if stop.wait(wait):
+                    return out, sent
+            else:
+                time.sleep(wait)
+            pending = again
+            attempt += 1
+
+    def _round(self, method: str, rpc: str, bodies: List[Dict[str, Any]], convert: Callable[[Dict[str, Any]], T],
+               timeout: float, halve: bool) -> List[Any]:
+        """One try of a batch: an entry per body (see _send_items)."""
+        try:
+            m = self._transport.call(IDEMPOTENCY, method, {"requests": bodies}, timeout)
+            results = m.get("results")
+            if not isinstance(results, list) or len(results) != len(bodies):
+                raise IdemError(f"{method} answered {len(results) if isinstance(results, list) else 'no'} results "
+                                f"for {len(bodies)} requests; the server and this client disagree on the API",
+                                code="UNKNOWN", rpc=method, transient=False)
+        except IdemError as err:
+            if not halve:
+                raise
+            if len(bodies) > 1 and _refused_for_size(err):
+                half = len(bodies) // 2
+                return (self._round(method, rpc, bodies[:half], convert, timeout, halve)
+                        + self._round(method, rpc, bodies[half:], convert, timeout, halve))
+            return [err] * len(bodies)
+        return [_answer(rpc, item, convert) for item in results]
+
+    # ------------------------------------------------------------------
     # do, @idempotent, once: see _do.py
 
     def do(self, job: Job, fn: Callable[[Attempt], Any], *, wait: Seconds = 0) -> Result:
@@ -245,6 +445,14 @@ class Client:
         worker, and records its outcome: the counterpart of the Go SDK's
         client.Do. See idem.do for the whole contract."""
         return do(self, job, fn, wait=wait)
+
+    def do_batch(self, jobs: Sequence[Job], fn: Callable[[Attempt, int], Any], *,
+                 concurrency: Optional[int] = None) -> List[Union[Result, BaseException]]:
+        """do() for a delivery of several jobs, in batch calls: fn(attempt,
+        i) runs for each job acquired, and each entry of the list returned
+        is what do() would return or raise for jobs[i]. See idem.do_batch
+        for the whole contract."""
+        return do_batch(self, jobs, fn, concurrency=concurrency)
 
     def idempotent(self, namespace: str, *, key: Callable[..., str],
                    fingerprint: Optional[Callable[..., bytes]] = None, lease_ttl: Optional[Seconds] = None,
@@ -259,6 +467,29 @@ class Client:
         """A context manager that holds the job while its block runs: see
         idem.Once."""
         return Once(self, job, wait=wait)
+
+
+def _refused_for_size(err: IdemError) -> bool:
+    """Whether a batch was refused as a whole for its number of items or its
+    bytes, so that smaller batches of the same items would be taken."""
+    return err.reason in ("INVALID_BATCH_SIZE", "REQUEST_TOO_LARGE") or (
+        err.code == "RESOURCE_EXHAUSTED" and not err.reason and err.retry_after is None)
+
+
+def _answer(rpc: str, item: Any, convert: Callable[[Dict[str, Any]], T]) -> Union[T, IdemError]:
+    """One entry of a batch: the item's response through convert (the unary
+    call's own conversion, whose IdemError is the entry, as an IN_PROGRESS
+    Claim's InProgressError), or its google.rpc.Status as the exception the
+    unary call raises."""
+    if isinstance(item, dict) and item.get("error") is not None:
+        return decode_status(rpc, item["error"])
+    if isinstance(item, dict) and item.get("response") is not None:
+        try:
+            return convert(item["response"])
+        except IdemError as err:
+            return err
+    return IdemError(f"a result with neither a response nor an error: {item!r:.200}; this client is older than "
+                     "the server", code="UNKNOWN", rpc=rpc, transient=False)
 
 
 class AdminClient:

@@ -212,6 +212,15 @@ def _acquire(client: "Client", job: Job, wait: Optional[Seconds]) -> Union[Resul
 # Holding a lease while the handler runs
 
 
+def _lease_of(job: Job, record: Record) -> float:
+    """The lease job holds record under, in seconds."""
+    lease = seconds(job.lease_ttl, "lease_ttl")
+    if not lease and record.lease_expires_at and record.updated_at:
+        # The server's default lease, measured on the server's clock.
+        lease = (record.lease_expires_at - record.updated_at).total_seconds()
+    return lease if lease and lease > 0 else _DEFAULT_LEASE_TTL
+
+
 class _Lease:
     """The lease of one acquisition: heartbeats in a thread every third of
     it, and the Complete or Fail that ends it."""
@@ -219,11 +228,7 @@ class _Lease:
     def __init__(self, client: "Client", job: Job, record: Record, claim_sent: float):
         self.client = client
         self.job = job
-        lease = seconds(job.lease_ttl, "lease_ttl")
-        if not lease and record.lease_expires_at and record.updated_at:
-            # The server's default lease, measured on the server's clock.
-            lease = (record.lease_expires_at - record.updated_at).total_seconds()
-        self.lease = lease if lease and lease > 0 else _DEFAULT_LEASE_TTL
+        self.lease = _lease_of(job, record)
         self.attempt = Attempt(token=record.token, number=record.attempt, takeover=record.attempt > 1,
                                record=record)
         # When the lease was last extended, on this machine's clock: when
@@ -305,8 +310,7 @@ class _Lease:
         exception gets the IdemError as ``idem_fail_error`` (and a note)."""
         job, a = self.job, self.attempt
         interrupted = not isinstance(exc, Exception)
-        text = storable_text(f"interrupted: {exc!r}") if interrupted else _error_text(exc)
-        retryable = not isinstance(exc, Permanent)
+        text, retryable = _failure(exc)
         call = lambda: self.client._fail(job.namespace, job.key, a.token, text, retryable=retryable)  # noqa: E731
         try:
             if interrupted:
@@ -314,12 +318,25 @@ class _Lease:
             else:
                 retry(self.client.retry, call, deadline=self._deadline())
         except IdemError as err:
-            try:
-                exc.idem_fail_error = err  # type: ignore[attr-defined]
-                if hasattr(exc, "add_note"):
-                    exc.add_note(f"idem: recording this failure of {job.namespace}/{job.key} failed: {err}")
-            except AttributeError:  # an exception type with __slots__
-                pass
+            _not_recorded(exc, job, err)
+
+
+def _failure(exc: BaseException) -> Tuple[str, bool]:
+    """The error text and retryable flag a Fail records for a handler's
+    exception."""
+    if not isinstance(exc, Exception):
+        return storable_text(f"interrupted: {exc!r}"), True
+    return _error_text(exc), not isinstance(exc, Permanent)
+
+
+def _not_recorded(exc: BaseException, job: Job, err: IdemError) -> None:
+    """Tells exc that recording it as the failure of job failed with err."""
+    try:
+        exc.idem_fail_error = err  # type: ignore[attr-defined]
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"idem: recording this failure of {job.namespace}/{job.key} failed: {err}")
+    except AttributeError:  # an exception type with __slots__
+        pass
 
 
 def _finish(lease: _Lease, exc: Optional[BaseException], value: Any) -> Result:

@@ -62,6 +62,7 @@ class ErrorReason(str, enum.Enum):
     UNKNOWN_FIELD = "UNKNOWN_FIELD"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     RESOLVED_BY_OPERATOR = "RESOLVED_BY_OPERATOR"
+    INVALID_BATCH_SIZE = "INVALID_BATCH_SIZE"
 
     def __str__(self) -> str:
         return self.value
@@ -84,7 +85,10 @@ class IdemError(Exception):
     INVALID_* error), ``retry_after`` how long the server asked the caller
     to wait in seconds (its google.rpc.RetryInfo, else a Retry-After header;
     None without either), ``http_status`` the HTTP status (0 without an
-    answer) and ``rpc`` the method ("Claim"). ``value``, on an error that
+    answer; for an item of a batch call, the status the Connect protocol
+    gives its code, as the unary call would have answered) and ``rpc`` the
+    method ("Claim"; for an item of a batch call, the unary call it stands
+    for). ``value``, on an error that
     ``Client.do`` raises after the handler returned (a lost lease, say), is
     what the handler returned; None otherwise.
     """
@@ -124,7 +128,9 @@ class InvalidArgumentError(IdemError):
     """INVALID_ARGUMENT (every INVALID_* reason, and MALFORMED_REQUEST and
     UNKNOWN_FIELD for a request the HTTP/JSON API could not read): a field
     is malformed, unknown or out of bounds; ``field`` names it and the
-    message the bound. Nothing was written: fix the request."""
+    message the bound. Nothing was written: fix the request. A batch call
+    raises it with INVALID_BATCH_SIZE for a batch of no items or more than
+    the server takes."""
 
     @property
     def field(self) -> str:
@@ -238,6 +244,7 @@ REASON_ERRORS: Dict[str, type] = {
     "UNKNOWN_FIELD": InvalidArgumentError,
     "REQUEST_TOO_LARGE": IdemError,
     "RESOLVED_BY_OPERATOR": ResolvedByOperatorError,
+    "INVALID_BATCH_SIZE": InvalidArgumentError,
 }
 
 # The class of an error whose reason is missing or unknown, by its code.

@@ -16,7 +16,8 @@ import enum
 import re
 from typing import Any, List, Mapping, Optional, Union
 
-__all__ = ["MAX_WAIT", "State", "Outcome", "Record", "ClaimResult", "RecordPage", "StatsRow", "Seconds"]
+__all__ = ["MAX_WAIT", "State", "Outcome", "Record", "ClaimResult", "RecordPage", "StatsRow", "Seconds",
+           "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest"]
 
 # Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 #: The longest Claim wait the server accepts, in seconds.
@@ -187,6 +188,66 @@ class ClaimResult:
     record: Record
     #: For IN_PROGRESS: seconds until the holder's lease runs out.
     retry_after: float = 0.0
+
+
+# ---------------------------------------------------------------------------
+# The items of the batch calls: the arguments of the unary call of the same
+# name.
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimRequest:
+    """One Claim of ``Client.batch_claim``: the arguments of ``Client.claim``
+    but wait (a batch answers at once). A claimant left "" is made a fresh
+    UUID, as claim() does."""
+
+    namespace: str
+    key: str
+    fingerprint: bytes = b""
+    lease_ttl: Optional[Seconds] = None
+    claimant: str = ""
+    retention: Optional[Seconds] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CompleteRequest:
+    """One Complete of ``Client.batch_complete``: the arguments of
+    ``Client.complete``."""
+
+    namespace: str
+    key: str
+    token: int
+    result: bytes = b""
+
+
+@dataclasses.dataclass(frozen=True)
+class FailRequest:
+    """One Fail of ``Client.batch_fail``: the arguments of ``Client.fail``."""
+
+    namespace: str
+    key: str
+    token: int
+    error: str
+    retryable: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatRequest:
+    """One Heartbeat of ``Client.batch_heartbeat``: the arguments of
+    ``Client.heartbeat``."""
+
+    namespace: str
+    key: str
+    token: int
+    lease_ttl: Optional[Seconds] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LookupRequest:
+    """One Lookup of ``Client.batch_lookup``."""
+
+    namespace: str
+    key: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,7 +136,22 @@ class Transport:
         target = path
         if self._proxy is not None and not self.https:
             target = f"http://{self.host}:{self.port}{path}"  # a plain HTTP proxy takes the absolute URI
-        conn.request("POST", target, body=data, headers=headers)
+        try:
+            conn.request("POST", target, body=data, headers=headers)
+        except OSError as err:
+            # A server that refuses a body before reading it (413, a batch
+            # over its read limit) answers and closes while the body is
+            # still going out: its answer is there to be read. A connection
+            # that was never made, or was already closed, has none, and its
+            # error stands.
+            if conn.sock is None:
+                raise
+            try:
+                resp = conn.getresponse()
+                text = resp.read()
+            except (OSError, http.client.HTTPException):
+                raise err from None
+            return resp.status, resp.headers, text, False
         resp = conn.getresponse()
         text = resp.read()
         return resp.status, resp.headers, text, not resp.will_close
@@ -255,6 +270,53 @@ def decode_error(rpc: str, status: int, headers: Any, body: bytes) -> IdemError:
     cls = error_class(code, reason)
     return cls(message, code=code, reason=reason, metadata=metadata, retry_after=retry_delay,
                http_status=status, rpc=rpc)
+
+
+# The names of the status codes, by number, as the Connect protocol spells
+# them (upper-cased, as decode_error reads them), and the HTTP status it
+# answers each with.
+_CODE_NAMES = ["OK", "CANCELED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+               "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+               "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"]
+_CODE_HTTP = {"CANCELED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404,
+              "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+              "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
+              "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401}
+
+
+def decode_status(rpc: str, st: Any) -> IdemError:
+    """Turns one item's google.rpc.Status of a batch answer, in protobuf's
+    JSON mapping ({"code": 10, "message": …, "details": [{"@type":
+    "type.googleapis.com/google.rpc.ErrorInfo", "reason": …}]}), into the
+    IdemError the unary call rpc raises for the same status: the same
+    class, code, reason, metadata, retry delay and HTTP status."""
+    if not isinstance(st, dict):
+        return IdemError(f"a batch item's error is not a google.rpc.Status: {st!r:.200}", code="UNKNOWN", rpc=rpc,
+                         transient=False)
+    number = st.get("code", 0)
+    if isinstance(number, str):  # a reader may write the enum's name
+        code = number.upper()
+    else:
+        code = _CODE_NAMES[number] if isinstance(number, int) and 0 <= number < len(_CODE_NAMES) else "UNKNOWN"
+    message = st.get("message") or code.lower()
+    reason, metadata, retry_delay = "", {}, None
+    for d in st.get("details") or []:
+        if not isinstance(d, dict):
+            continue
+        kind = str(d.get("@type", ""))
+        kind = kind[kind.rfind("/") + 1:]
+        if kind == "google.rpc.ErrorInfo" and d.get("domain") == ERROR_DOMAIN:
+            reason = str(d.get("reason") or "")
+            md = d.get("metadata")
+            metadata = {str(k): str(v) for k, v in md.items()} if isinstance(md, dict) else {}
+        elif kind == "google.rpc.RetryInfo":
+            from ._types import duration_from_wire
+            try:
+                retry_delay = max(duration_from_wire(d.get("retryDelay")), 0.0)
+            except ValueError:
+                pass
+    return error_class(code, reason)(message, code=code, reason=reason, metadata=metadata, retry_after=retry_delay,
+                                     http_status=_CODE_HTTP.get(code, 500), rpc=rpc)
 
 
 def _retry_after_header(v: Optional[str]) -> Optional[float]:
