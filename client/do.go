@@ -201,10 +201,10 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 	h := <-held
 
 	// Complete and Fail record what already happened, so a caller that gives
-	// up now must not skip them: they are retried until the lease runs out.
-	// The context only keeps a try that hangs from hanging forever; it
-	// outlasts the lease, which ends at most one lease from now.
-	finishCtx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), lease)
+	// up now must not skip them: they are retried until the lease runs out,
+	// with one last try there. The context only keeps a try that hangs from
+	// hanging forever; it gives that last try time to be answered.
+	finishCtx, cancelFinish := context.WithDeadline(context.WithoutCancel(ctx), lastTryDeadline(h.until, lease))
 	defer cancelFinish()
 	untilLeaseEnds := retryLimit{until: h.until}
 	fail := func(msg string, retryable bool) (Record, error) {

@@ -161,11 +161,13 @@ func (c *Client) runBatch(ctx context.Context, jobs []*batchJob, fn func(context
 	<-beating
 
 	// As in Do: what already happened is recorded whatever ctx does now,
-	// within the longest lease.
-	longest := time.Duration(0)
+	// until the last lease has ended and its last try was answered.
+	var deadline time.Time
 	var completes, fails []*batchJob
 	for _, j := range jobs {
-		longest = max(longest, j.lease)
+		if d := lastTryDeadline(j.until, j.lease); d.After(deadline) {
+			deadline = d
+		}
 		switch {
 		case j.lost != nil:
 			// A successor may hold the job now: record nothing.
@@ -176,7 +178,7 @@ func (c *Client) runBatch(ctx context.Context, jobs []*batchJob, fn func(context
 			completes = append(completes, j)
 		}
 	}
-	finishCtx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), longest)
+	finishCtx, cancelFinish := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancelFinish()
 	var finishing sync.WaitGroup
 	if len(completes) > 0 {

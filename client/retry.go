@@ -99,6 +99,17 @@ func (p RetryPolicy) backoff(n int, err error) time.Duration {
 	return d
 }
 
+// lastTryGrace is the least time the last try of a Complete or Fail, sent
+// as its lease ends, has to be answered, however short the lease.
+const lastTryGrace = 5 * time.Second
+
+// lastTryDeadline bounds the tries of a Complete or Fail whose lease ends at
+// until: one lease (at least lastTryGrace) past it, so that the try sent
+// when the lease ends is not cut short.
+func lastTryDeadline(until time.Time, lease time.Duration) time.Time {
+	return until.Add(max(lease, lastTryGrace))
+}
+
 // retryLimit says when retry gives up on an RPC that keeps failing with
 // transient errors. Zero fields set no limit.
 type retryLimit struct {

@@ -232,11 +232,11 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
 
   // Complete and Fail record what already happened, so a caller that gives
   // up now must not skip them: they are retried until the lease we hold
-  // runs out (the first try goes out even after it did). The deadline only
-  // keeps a try that hangs from hanging forever; it outlasts the lease,
-  // which ends at most one lease from now.
+  // runs out (the first try goes out even after it did), with one last try
+  // there. The deadline only keeps a try that hangs from hanging forever;
+  // it gives that last try time to be answered.
   const until = leaseEnds;
-  const deadline = Date.now() + lease;
+  const deadline = lastTryDeadline(until, lease);
   if (threw) {
     const error = storableText(messageOf(handlerError), MAX_ERROR_BYTES);
     try {
@@ -335,4 +335,19 @@ export function resultBytes(v: unknown): Uint8Array {
     return bytesOf(v);
   }
   throw new TypeError(`idem: the handler returned ${typeof v === "object" ? "an object" : `a ${typeof v}`}; return a Uint8Array or a string (JSON.stringify an object)`);
+}
+
+/**
+ * LAST_TRY_GRACE_MS is the least time the last try of a Complete or Fail,
+ * sent as its lease ends, has to be answered, however short the lease.
+ */
+const LAST_TRY_GRACE_MS = 5000;
+
+/**
+ * lastTryDeadline bounds the tries of a Complete or Fail whose lease ends at
+ * until: one lease (at least LAST_TRY_GRACE_MS) past it, so that the try sent
+ * when the lease ends is not cut short.
+ */
+export function lastTryDeadline(until: number, lease: number): number {
+  return until + Math.max(lease, LAST_TRY_GRACE_MS);
 }

@@ -14,7 +14,7 @@ import {
 } from "./errors.js";
 import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import { Outcome } from "./gen/idem/v1/idem_pb.js";
-import { type Attempt, type DoResult, type Job, leaseOf, resultBytes } from "./do.js";
+import { type Attempt, type DoResult, type Job, lastTryDeadline, leaseOf, resultBytes } from "./do.js";
 import { durationOf, type JobRecord } from "./record.js";
 import { backoff, type CallBounds, sleep } from "./retry.js";
 import { MAX_ERROR_BYTES, storableText } from "./text.js";
@@ -264,8 +264,9 @@ async function runBatch(client: IdemClient, jobs: BatchJob[], handler: BatchHand
   }
 
   // As in do(): what already happened is recorded whatever the caller's
-  // signal does now, each job within its lease, none past the longest.
-  const deadline = Date.now() + Math.max(...jobs.map((j) => j.lease));
+  // signal does now, each job until its lease ends, and the last try at
+  // the latest lease's end has time to be answered.
+  const deadline = Math.max(...jobs.map((j) => lastTryDeadline(j.until, j.lease)));
   const completes: BatchJob[] = [];
   const fails: BatchJob[] = [];
   for (const j of jobs) {
