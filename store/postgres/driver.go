@@ -24,12 +24,15 @@ import (
 //	markWaited                          nothing             wait.go
 //
 // Each is one statement. Claims and token calls have two, for one call and
-// for many (and a lone Claim a cheaper first one, claimIfAbsent, that
-// creates a record or reads it and leaves takeovers to claimOne): a lone call is the most common statement at low load, and for
+// for many: a lone call is the most common statement at low load, and for
 // one row the one-row statement costs Postgres much less than the many-row
-// one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). The
-// many-row operations take their calls sorted by primary key with distinct
-// keys, and lock rows in that order.
+// one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). A lone call
+// tries a plainer statement first that settles the common case: a Claim
+// creates its record or reads it (claimIfAbsent), leaving takeovers to
+// claimOne; a token call of the holder updates its record (tokenHeldSQL),
+// leaving to tokenCallOne's one-row statement to tell why a call does not
+// apply. The many-row operations take their calls sorted by primary key
+// with distinct keys, and lock rows in that order.
 //
 // Errors leave the driver through interpretError: nothing above it sees a
 // pgx type.
