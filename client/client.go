@@ -52,6 +52,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 )
 
 // Client talks to one idem service. It is thin: every typed call is one RPC,
@@ -115,6 +116,11 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // RetryPolicy). The typed calls never retry.
 func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
 
+// responseWindow is the flow-control window of each call's stream and of
+// the connection: a response with a result of limits.ResultBytesCeiling
+// and room to spare, about the most the estimate would grow to.
+const responseWindow = limits.ResultBytesCeiling + 64<<10
+
 // New returns a Client for target, a gRPC target such as "idem.internal:7070"
 // or "dns:///idem.internal:7070". It does not connect: the connection is made
 // on the first RPC, and re-made as needed. Close it when done.
@@ -136,7 +142,13 @@ func New(target string, opts ...Option) (*Client, error) {
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect)}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect),
+		// Fixed flow-control windows: grpc-go's default grows the window
+		// by estimating the bandwidth-delay product, with a PING after
+		// every response it receives, which costs the server a read and a
+		// write per call. A stream's window holds a response with the
+		// largest result a server accepts.
+		grpc.WithInitialWindowSize(responseWindow), grpc.WithInitialConnWindowSize(responseWindow)}
 	if o.token != "" {
 		if o.insecure && !IsLoopback(target) {
 			return nil, fmt.Errorf("idem: refusing to send the token in plaintext to %q: use WithTLS, or a loopback target", target)

@@ -20,3 +20,15 @@ func TestValidNamespace(t *testing.T) {
 		}
 	}
 }
+
+// FuzzValidNamespace: ValidNamespace gives NamespacePattern's answer.
+func FuzzValidNamespace(f *testing.F) {
+	for _, s := range []string{"process_payment", "refund.v2", "a", "", "Refund", "_x", "a b", "é", strings.Repeat("a", 64), strings.Repeat("a", 65), "a\n", "a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := limits.ValidNamespace(s), limits.NamespacePattern.MatchString(s); got != want {
+			t.Fatalf("ValidNamespace(%q) = %v; NamespacePattern says %v", s, got, want)
+		}
+	})
+}

@@ -41,6 +41,19 @@ func maxRequestBytes(cfg Config) int {
 // workers); an idle worker costs its stack, a few KiB.
 const streamWorkers = 64
 
+// streamWindow is the flow-control window of each stream: the largest
+// request the server reads, and never below HTTP/2's default window, under
+// which grpc-go would ignore it and estimate the window again.
+func streamWindow(maxRequest int) int32 {
+	return int32(max(maxRequest, 64<<10-1))
+}
+
+// connWindow is the flow-control window of a connection: room for 16 of
+// the largest requests at once, and 1 MiB at least.
+func connWindow(maxRequest int) int32 {
+	return max(16*streamWindow(maxRequest), 1<<20)
+}
+
 // NewGRPCServer returns a gRPC server with idem's interceptor chain and the
 // IdempotencyService, AdminService, standard health service and server
 // reflection registered. The chain is metrics → logging → auth → rate limit →
@@ -86,6 +99,16 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		// (docs/BENCHMARKS.md). Past streamWorkers concurrent calls grpc-go
 		// starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
+		// Fixed flow-control windows, each stream's large enough for the
+		// largest request in one flight. grpc-go's default, a window it
+		// grows by estimating the connection's bandwidth-delay product,
+		// sends a PING after every request it receives and reads its ack:
+		// two more syscalls and a wake-up per call, for calls that fit in
+		// the first window anyway. Fixed windows also bound what one
+		// connection can make the server buffer, where the estimate lets
+		// it grow to 16 MiB.
+		grpc.InitialWindowSize(streamWindow(svc.cfg.MaxResultBytes + messageHeadroom)),
+		grpc.InitialConnWindowSize(connWindow(svc.cfg.MaxResultBytes + messageHeadroom)),
 	}
 	if tp := svc.cfg.Tracing; tp != nil {
 		// A stats handler, not an interceptor: its span starts before the

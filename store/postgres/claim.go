@@ -9,8 +9,8 @@ import (
 
 // A Claim, from RecordClaim to its SQL: RecordClaim queues the call in the
 // Claim coalescer (s.claims), which sends it with the Claims queued beside
-// it through runClaims to the driver (claimOne or claimMany,
-// driver_claim.go). The row that comes back for the call is decided by
+// it through runClaims to the driver (claimIfAbsent, then claimOne if the
+// record it read may be taken over, or claimMany; driver_claim.go). The row that comes back for the call is decided by
 // store.DecideClaim here, and the decision done: answered, acquired (the
 // statement did it), or made UNRESOLVED (holdLapsed, hold.go).
 
@@ -108,7 +108,13 @@ type claimCall = coalesce.Call[*store.ClaimParams, claimRow]
 func (s *Store) runClaims(ctx context.Context, batch []*claimCall) error {
 	d := driver{q: s.pool}
 	if len(batch) == 1 && !s.manyOnly {
-		row, err := d.claimOne(ctx, batch[0].Params)
+		p := batch[0].Params
+		row, err := d.claimIfAbsent(ctx, p)
+		if err == nil && row.rec != nil && !row.acquired && store.DecideClaim(row.rec, p, row.now).Action == store.ClaimAcquire {
+			// A record that may be taken over: the takeover is decided
+			// again under the row's lock.
+			row, err = d.claimOne(ctx, p)
+		}
 		batch[0].Res = row
 		return err
 	}

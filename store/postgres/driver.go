@@ -16,7 +16,7 @@ import (
 // It knows neither the rules of DESIGN §1 beyond what a statement must
 // decide under its row lock, nor how calls are gathered into batches:
 //
-//	claimOne, claimMany                 claim rows          driver_claim.go
+//	claimIfAbsent, claimOne, claimMany  claim rows          driver_claim.go
 //	tokenCallOne, tokenCallMany         token-call rows     driver_tokencall.go
 //	holdLapsed, resolve                 a held or resolved record   hold.go
 //	getRecord, listRecords, deleteRecord, recordStats, countByState  admin.go, record.go
@@ -26,9 +26,13 @@ import (
 // Each is one statement. Claims and token calls have two, for one call and
 // for many: a lone call is the most common statement at low load, and for
 // one row the one-row statement costs Postgres much less than the many-row
-// one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). The
-// many-row operations take their calls sorted by primary key with distinct
-// keys, and lock rows in that order.
+// one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). A lone call
+// tries a plainer statement first that settles the common case: a Claim
+// creates its record or reads it (claimIfAbsent), leaving takeovers to
+// claimOne; a token call of the holder updates its record (tokenHeldSQL),
+// leaving to tokenCallOne's one-row statement to tell why a call does not
+// apply. The many-row operations take their calls sorted by primary key
+// with distinct keys, and lock rows in that order.
 //
 // Errors leave the driver through interpretError: nothing above it sees a
 // pgx type.
@@ -42,6 +46,7 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // findID is the index of the call of calls, sorted by primary key, that id

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/store"
@@ -36,6 +38,39 @@ func (d driver) claimOne(ctx context.Context, p *store.ClaimParams) (claimRow, e
 	if err != nil {
 		if err = interpretError(err); err == store.ErrNotFound {
 			return claimRow{}, nil // neither written nor seen: a concurrent insert
+		}
+		return claimRow{}, err
+	}
+	row.rec, row.now = rec, dbNow.Time
+	return row, nil
+}
+
+// claimIfAbsent runs the Claim p as claimIfAbsentSQL and then
+// claimSeenSQL, in one round trip and one transaction: it creates the
+// record when there is none, and otherwise reads it as it stands once any
+// transaction that was inserting it has ended. It takes over nothing: what
+// the row it read means for p, and whether p must then take the record over
+// with claimOne, is for the caller to decide.
+func (d driver) claimIfAbsent(ctx context.Context, p *store.ClaimParams) (claimRow, error) {
+	b := &pgx.Batch{}
+	b.Queue(claimIfAbsentSQL, p.Tenant, p.Namespace, p.Key,
+		p.Claimant, fingerprint(p), micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold)
+	b.Queue(claimSeenSQL, p.Tenant, p.Namespace, p.Key)
+	result := d.q.SendBatch(ctx, b)
+	var row claimRow
+	var dbNow pgtype.Timestamptz
+	rec, err := scanRecord(result.QueryRow(), &row.acquired, &dbNow)
+	if errors.Is(err, pgx.ErrNoRows) {
+		rec, err = scanRecord(result.QueryRow(), &row.acquired, &dbNow)
+	}
+	// The row is only known to be committed once the transaction has ended
+	// without an error.
+	if closeErr := result.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && closeErr != nil {
+		err = closeErr
+	}
+	if err != nil {
+		if err = interpretError(err); err == store.ErrNotFound {
+			return claimRow{}, nil // neither written nor seen: deleted meanwhile
 		}
 		return claimRow{}, err
 	}
@@ -120,6 +155,25 @@ claimed AS (
 SELECT true, now(), claimed.* FROM claimed
 UNION ALL
 SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
+
+// claimIfAbsentSQL creates the record of a Claim whose key has none, and
+// does nothing otherwise: the common first Claim of a key, without the
+// takeover's update or the reading of claimOneSQL. NOT EXISTS keeps a key
+// that has a record from drawing a token (and the transaction from writing
+// the sequence); ON CONFLICT waits for a concurrent insert of the key that
+// the statement's snapshot missed, and then does nothing either.
+var claimIfAbsentSQL = `
+INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
+	lease_expires_at, retention, created_at, updated_at, policy, hold)
+SELECT $1::text, $2::text, $3::text, 'processing', nextval('idem_token_seq'), 1, $4::text, $5::bytea,
+	now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text, $9::boolean
+WHERE NOT EXISTS (SELECT 1 FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3)
+ON CONFLICT (tenant, namespace, key) DO NOTHING
+RETURNING true, now(), ` + recordCols
+
+// claimSeenSQL reads the record that claimIfAbsentSQL found, with a
+// snapshot of its own, taken after any insert that statement waited for.
+var claimSeenSQL = `SELECT false, now(), ` + recordCols + ` FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3`
 
 // claimTakeoverSQL ends the INSERT of claimOneSQL and claimManySQL: on
 // conflict, a takeover of a RELEASED or EXPIRED record, or of a PROCESSING

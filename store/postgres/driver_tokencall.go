@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,24 @@ SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
+}
+
+// tokenHeldSQL is tokenOneSQL's update alone: the common case, a call of
+// the record's holder that applies, in a plain UPDATE. It returns no row
+// when the call does not apply (or there is no record); tokenOneSQL then
+// says why.
+// When wakes, the update notifies the record's waiting Claims as
+// tokenOneSQL's does; the second column says whether it did.
+func tokenHeldSQL(set string, wakes bool) string {
+	woke := "false"
+	if wakes {
+		woke = "(CASE WHEN idem_records.waiters THEN pg_notify('" + notifyChannel + `',
+			json_build_array(idem_records.tenant, idem_records.namespace, idem_records.key)::text) END) IS NOT NULL`
+	}
+	return `
+UPDATE idem_records SET ` + set + `, updated_at = now()
+WHERE tenant = $1 AND namespace = $2 AND key = $3 AND ` + tokenAppliesSQL("", "$4") + `
+RETURNING true, ` + woke + `, ` + recordCols
 }
 
 // tokenChange is how one kind of token call changes a record, for
@@ -120,13 +139,21 @@ WHERE NOT (` + tokenAppliesSQL("", "in_token") + `)`
 // and a Fail end the lease, and so wake the record's waiting Claims; a
 // Heartbeat does not.
 var (
-	completeOneSQL = tokenOneSQL(`state = 'completed', result = $5, error = NULL, lease_expires_at = NULL,
-			completed_at = now(), expires_at = now() + retention`, true)
-	failOneSQL = tokenOneSQL(`state = CASE WHEN $6::boolean THEN 'released' ELSE 'failed' END, error = $5::text, result = NULL,
+	completeSet = `state = 'completed', result = $5, error = NULL, lease_expires_at = NULL,
+			completed_at = now(), expires_at = now() + retention`
+	failSet = `state = CASE WHEN $6::boolean THEN 'released' ELSE 'failed' END, error = $5::text, result = NULL,
 			lease_expires_at = NULL, completed_at = CASE WHEN $6::boolean THEN NULL ELSE now() END,
-			expires_at = now() + retention`, true)
-	heartbeatOneSQL = tokenOneSQL(`state = 'processing', lease_expires_at = now() + $5::bigint * interval '1 microsecond',
-			expires_at = NULL`, false)
+			expires_at = now() + retention`
+	heartbeatSet = `state = 'processing', lease_expires_at = now() + $5::bigint * interval '1 microsecond',
+			expires_at = NULL`
+
+	completeHeldSQL  = tokenHeldSQL(completeSet, true)
+	failHeldSQL      = tokenHeldSQL(failSet, true)
+	heartbeatHeldSQL = tokenHeldSQL(heartbeatSet, false)
+
+	completeOneSQL  = tokenOneSQL(completeSet, true)
+	failOneSQL      = tokenOneSQL(failSet, true)
+	heartbeatOneSQL = tokenOneSQL(heartbeatSet, false)
 
 	completeManySQL = tokenManySQL(tokenChange{
 		arrays: "$5::bytea[]", names: "in_result",
@@ -148,20 +175,30 @@ var (
 	}, false)
 )
 
-// tokenCallOne runs call as its kind's one-row statement.
+// tokenCallOne runs call as its kind's plain update (tokenHeldSQL), and
+// when that changes nothing, as its one-row statement, which says why.
 func (d driver) tokenCallOne(ctx context.Context, call *store.TokenCall) (tokenRow, error) {
-	var row tokenRow
-	var err error
+	var held, one string
+	args := []any{call.Tenant, call.Namespace, call.Key, call.Token}
 	switch call.Kind {
 	case store.CallComplete:
-		row.rec, err = scanRecord(d.q.QueryRow(ctx, completeOneSQL, call.Tenant, call.Namespace, call.Key, call.Token,
-			call.Result), &row.changed)
+		held, one = completeHeldSQL, completeOneSQL
+		args = append(args, call.Result)
 	case store.CallFail:
-		row.rec, err = scanRecord(d.q.QueryRow(ctx, failOneSQL, call.Tenant, call.Namespace, call.Key, call.Token,
-			call.Error, call.Retryable), &row.changed)
+		held, one = failHeldSQL, failOneSQL
+		args = append(args, call.Error, call.Retryable)
 	case store.CallHeartbeat:
-		row.rec, err = scanRecord(d.q.QueryRow(ctx, heartbeatOneSQL, call.Tenant, call.Namespace, call.Key, call.Token,
-			micros(call.LeaseTTL)), &row.changed)
+		held, one = heartbeatHeldSQL, heartbeatOneSQL
+		args = append(args, micros(call.LeaseTTL))
+	default:
+		return tokenRow{}, fmt.Errorf("postgres: token call kind %d", call.Kind)
+	}
+	var row tokenRow
+	var woke bool
+	rec, err := scanRecord(d.q.QueryRow(ctx, held, args...), &row.changed, &woke)
+	row.rec = rec
+	if errors.Is(err, pgx.ErrNoRows) {
+		row.rec, err = scanRecord(d.q.QueryRow(ctx, one, args...), &row.changed)
 	}
 	if err != nil {
 		if err = interpretError(err); err == store.ErrNotFound {

@@ -148,8 +148,13 @@ func HotStatements() []HotStatement {
 	two := `'{acme,acme}', '{ns,ns}', '{k1,k2}'`
 	return []HotStatement{
 		{"claim", claimOneSQL, one + `, 'c', '', 60000000, 3600000000, '', false`},
+		{"claim if absent", claimIfAbsentSQL, one + `, 'c', '', 60000000, 3600000000, '', false`},
+		{"claim's read", claimSeenSQL, one},
 		{"claim batch", claimManySQL, two + `, '{c,c}', '{"",""}', '{60000000,60000000}', '{3600000000,3600000000}', '{"",""}', '{f,f}'`},
 		{"complete", completeOneSQL, one + `, 1, 'result'`},
+		{"complete held", completeHeldSQL, one + `, 1, 'result'`},
+		{"fail held", failHeldSQL, one + `, 1, 'error', true`},
+		{"heartbeat held", heartbeatHeldSQL, one + `, 1, 60000000`},
 		{"complete batch", completeManySQL, two + `, '{1,2}', '{r1,r2}'`},
 		{"fail", failOneSQL, one + `, 1, 'error', true`},
 		{"fail batch", failManySQL, two + `, '{1,2}', '{e1,e2}', '{t,f}'`},

@@ -45,11 +45,44 @@ type querySpanKey struct{}
 
 // TraceQueryStart implements pgx.QueryTracer.
 func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return t.start(ctx, data.SQL)
+}
+
+// TraceBatchStart implements pgx.BatchTracer: statements sent together
+// (a lone Claim's, claimIfAbsent) make one span, as one statement does.
+func (t *queryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	sqls := make([]string, len(data.Batch.QueuedQueries))
+	for i, q := range data.Batch.QueuedQueries {
+		sqls[i] = strings.TrimSpace(q.SQL)
+	}
+	return t.start(ctx, strings.Join(sqls, ";\n"))
+}
+
+// TraceBatchQuery implements pgx.BatchTracer: the batch's span covers its
+// statements.
+func (t *queryTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (t *queryTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	span, ok := ctx.Value(querySpanKey{}).(trace.Span)
+	if !ok {
+		return
+	}
+	if data.Err != nil {
+		span.RecordError(data.Err)
+		span.SetStatus(codes.Error, data.Err.Error())
+	}
+	span.End()
+}
+
+// start makes the span of a statement (or of statements sent together)
+// whose text is sql, when ctx is a traced caller's.
+func (t *queryTracer) start(ctx context.Context, sql string) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx // no traced caller: a sweep, a health check, a migration
 	}
 	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, attribute.String("db.system.name", "postgresql"), attribute.String("db.query.text", data.SQL))
+	attrs = append(attrs, attribute.String("db.system.name", "postgresql"), attribute.String("db.query.text", sql))
 	opts := make([]trace.SpanStartOption, 0, 3)
 	opts = append(opts, trace.WithSpanKind(trace.SpanKindClient))
 	st := coalesce.StatementFrom(ctx)
@@ -59,7 +92,7 @@ func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 		attrs = append(attrs, coalesce.BatchCalls.Int(st.Calls))
 		opts = append(opts, trace.WithLinks(st.Links...))
 	} else {
-		name = "postgres " + operation(data.SQL)
+		name = "postgres " + operation(sql)
 	}
 	opts = append(opts, trace.WithAttributes(attrs...))
 	ctx, span := t.tracer.Start(ctx, name, opts...)

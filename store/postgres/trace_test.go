@@ -192,3 +192,47 @@ func linksTo(links []sdktrace.Link, sc trace.SpanContext) bool {
 	}
 	return false
 }
+
+// TestTracedLoneClaim: a Claim that runs alone (its statements sent
+// together, as one pgx batch) gets a call span under its caller's span and
+// one statement span under that, for a new key and for a replay.
+func TestTracedLoneClaim(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b, err := postgres.OpenBackend(t.Context(), db.URL, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i, want := range []store.Outcome{store.OutcomeAcquired, store.OutcomeInProgress} {
+		ctx, caller := tp.Tracer("test").Start(t.Context(), "caller")
+		res, err := b.RecordClaim(ctx, claimParams(recordID("traced-lone"), fmt.Sprint("c", i)))
+		caller.End()
+		if err != nil || res.Outcome != want {
+			t.Fatalf("claim %d: %v, %v; want %v", i, res, err, want)
+		}
+		var callSpan, stmtSpan sdktrace.ReadOnlySpan
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID() != caller.SpanContext().TraceID() {
+				continue
+			}
+			switch s.Name() {
+			case "store claim":
+				callSpan = s
+			case "postgres claim":
+				stmtSpan = s
+			}
+		}
+		if callSpan == nil || stmtSpan == nil {
+			t.Fatalf("claim %d: call span %v, statement span %v; want both", i, callSpan != nil, stmtSpan != nil)
+		}
+		if callSpan.Parent().SpanID() != caller.SpanContext().SpanID() || stmtSpan.Parent().SpanID() != callSpan.SpanContext().SpanID() {
+			t.Errorf("claim %d: the statement span is not the call span's child, or the call span not the caller's", i)
+		}
+		if got := intAttribute(stmtSpan.Attributes(), "idem.batch.calls"); got != 1 {
+			t.Errorf("claim %d: statement span's idem.batch.calls = %d, want 1", i, got)
+		}
+	}
+}
