@@ -49,9 +49,11 @@ func streamWindow(maxRequest int) int32 {
 }
 
 // connWindow is the flow-control window of a connection: room for 16 of
-// the largest requests at once, and 1 MiB at least.
-func connWindow(maxRequest int) int32 {
-	return max(16*streamWindow(maxRequest), 1<<20)
+// the largest unary requests at once or one of the largest batches, and
+// 1 MiB at least. Sixteen of the largest batches would let one connection
+// hold that much of the server's memory unread.
+func connWindow(maxUnary, maxRequest int) int32 {
+	return max(16*streamWindow(maxUnary), streamWindow(maxRequest), 1<<20)
 }
 
 // NewGRPCServer returns a gRPC server with idem's interceptor chain and the
@@ -107,8 +109,8 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		// the first window anyway. Fixed windows also bound what one
 		// connection can make the server buffer, where the estimate lets
 		// it grow to 16 MiB.
-		grpc.InitialWindowSize(streamWindow(svc.cfg.MaxResultBytes + messageHeadroom)),
-		grpc.InitialConnWindowSize(connWindow(svc.cfg.MaxResultBytes + messageHeadroom)),
+		grpc.InitialWindowSize(streamWindow(maxRequestBytes(svc.cfg))),
+		grpc.InitialConnWindowSize(connWindow(svc.cfg.MaxResultBytes+messageHeadroom, maxRequestBytes(svc.cfg))),
 	}
 	if tp := svc.cfg.Tracing; tp != nil {
 		// A stats handler, not an interceptor: its span starts before the
