@@ -3,9 +3,13 @@ package robustness
 import (
 	"context"
 	"errors"
+	"path"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/store"
 )
@@ -14,7 +18,7 @@ import (
 func inProcessWorkload(addr string, seed uint64) Workload {
 	return Workload{
 		Targets: []string{addr}, Workers: 6, Keys: 4, Duration: 3 * time.Second, MaxCalls: 2000,
-		LeaseTTL: time.Second, CallTimeout: 5 * time.Second, Profile: Mixed, Seed: seed,
+		LeaseTTL: time.Second, CallTimeout: 5 * time.Second, Profile: Mixed, BatchShare: DefaultBatchShare, Seed: seed,
 	}
 }
 
@@ -37,13 +41,24 @@ func TestCorrectServerIsLinearizable(t *testing.T) {
 	}
 }
 
-// dropsCompletes acknowledges one Complete in three without writing it.
+// inBatch reports whether the store was called for an item of a batch RPC.
+func inBatch(ctx context.Context) bool {
+	m, _ := grpc.Method(ctx)
+	return strings.HasPrefix(path.Base(m), "Batch")
+}
+
+// dropsCompletes acknowledges one Complete in three without writing it;
+// with batchOnly, only Completes that are items of a BatchComplete.
 type dropsCompletes struct {
 	store.Store
+	batchOnly   bool
 	calls, lies atomic.Int64
 }
 
 func (s *dropsCompletes) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
+	if s.batchOnly && !inBatch(ctx) {
+		return s.Store.RecordComplete(ctx, p)
+	}
 	if s.calls.Add(1)%3 == 0 {
 		rec, err := s.RecordGet(ctx, p.RecordID)
 		if err == nil && rec.Token == p.Token && (rec.State == store.StateProcessing || rec.State == store.StateExpired) {
@@ -59,15 +74,17 @@ func (s *dropsCompletes) RecordComplete(ctx context.Context, p *store.CompletePa
 
 // skipsTokenCheck lets a Complete with a superseded token through: it
 // completes the successor's record with the stale worker's result and
-// answers as if the stale token were current.
+// answers as if the stale token were current; with batchOnly, only for
+// items of a BatchComplete.
 type skipsTokenCheck struct {
 	store.Store
-	lies atomic.Int64
+	batchOnly bool
+	lies      atomic.Int64
 }
 
 func (s *skipsTokenCheck) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	rec, err := s.Store.RecordComplete(ctx, p)
-	if !errors.Is(err, store.ErrLeaseLost) {
+	if !errors.Is(err, store.ErrLeaseLost) || (s.batchOnly && !inBatch(ctx)) {
 		return rec, err
 	}
 	cur, gerr := s.RecordGet(ctx, p.RecordID)
@@ -88,7 +105,8 @@ func (s *skipsTokenCheck) RecordComplete(ctx context.Context, p *store.CompleteP
 
 // TestCheckerCatchesBrokenStores runs the workload against the real service
 // over stores broken on purpose and expects the checker to find the
-// violation: a checker that passes these would prove nothing.
+// violation: a checker that passes these would prove nothing. The stores
+// that lie only to batch items prove that the items are checked too.
 func TestCheckerCatchesBrokenStores(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -101,6 +119,12 @@ func TestCheckerCatchesBrokenStores(t *testing.T) {
 			func(s store.Store) int64 { return s.(*dropsCompletes).lies.Load() }},
 		{"skips the token check",
 			func(s store.Store) store.Store { return &skipsTokenCheck{Store: s} },
+			func(s store.Store) int64 { return s.(*skipsTokenCheck).lies.Load() }},
+		{"acknowledges a batch item's Complete it does not write",
+			func(s store.Store) store.Store { return &dropsCompletes{Store: s, batchOnly: true} },
+			func(s store.Store) int64 { return s.(*dropsCompletes).lies.Load() }},
+		{"skips the token check of batch items",
+			func(s store.Store) store.Store { return &skipsTokenCheck{Store: s, batchOnly: true} },
 			func(s store.Store) int64 { return s.(*skipsTokenCheck).lies.Load() }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
