@@ -28,6 +28,14 @@ import (
 // key, token and framing, with room to spare.
 const messageHeadroom = 16 << 10
 
+// maxRequestBytes is the largest request the gRPC server reads: the larger
+// of a Complete with the largest result and the largest batch (whose size
+// checkBatch refuses with REQUEST_TOO_LARGE, past messageHeadroom gRPC
+// does).
+func maxRequestBytes(cfg Config) int {
+	return max(cfg.MaxResultBytes, cfg.BatchMaxBytes) + messageHeadroom
+}
+
 // streamWorkers is the size of the server's pool of call goroutines: enough
 // for the concurrency a replica sees under load (idem-bench runs 32
 // workers); an idle worker costs its stack, a few KiB.
@@ -68,9 +76,10 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	unary = append(unary, recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoveryHandler)))
 
 	base := []grpc.ServerOption{
-		// A Complete carries at most MaxResultBytes of result; grpc-go's own
-		// default (4 MiB) would let a caller make the server buffer far more.
-		grpc.MaxRecvMsgSize(svc.cfg.MaxResultBytes + messageHeadroom),
+		// A Complete carries at most MaxResultBytes of result and a batch
+		// at most BatchMaxBytes; grpc-go's own default (4 MiB) would let a
+		// caller make the server buffer more than either.
+		grpc.MaxRecvMsgSize(maxRequestBytes(svc.cfg)),
 		// Calls run on a pool of goroutines that keep their grown stacks,
 		// instead of a new goroutine per call whose stack grows again
 		// through the handler chain, which showed in profiles under load

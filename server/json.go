@@ -31,11 +31,14 @@ import (
 // each of 4 KiB), with room to spare.
 const jsonHeadroom = 32 << 10
 
-// JSONBodyLimit is the largest request body the HTTP/JSON API reads, for a
-// server whose results are at most maxResultBytes: a result travels in JSON
-// as base64.
-func JSONBodyLimit(maxResultBytes int) int64 {
-	return int64(4*((maxResultBytes+2)/3) + jsonHeadroom)
+// JSONBodyLimit is the largest request body the HTTP/JSON API of a server
+// with cfg reads (zero fields take their defaults): the larger of the
+// largest valid unary request, a Complete with a result of MaxResultBytes
+// (a result travels in JSON as base64), and the largest batch's
+// (batchJSONBodyLimit).
+func JSONBodyLimit(cfg Config) int64 {
+	cfg = cfg.withDefaults()
+	return max(int64(4*((cfg.MaxResultBytes+2)/3)+jsonHeadroom), batchJSONBodyLimit(cfg.BatchMaxBytes, cfg.BatchMaxItems))
 }
 
 // NewJSONHandler serves the IdempotencyService and AdminService registered
@@ -61,7 +64,7 @@ func JSONBodyLimit(maxResultBytes int) int64 {
 // like every call, and a caller without credentials learns nothing about
 // its input.
 func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
-	limit := JSONBodyLimit(svc.cfg.MaxResultBytes)
+	limit := JSONBodyLimit(svc.cfg)
 	opts := []vanguard.ServiceOption{
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),

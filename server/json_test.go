@@ -285,6 +285,10 @@ const (
 	jsonLimitedToken = "idem_json-test-limited"
 )
 
+// jsonTenancyConfig is startJSONTenancy's server's limits, small so that
+// the tests of its body limit send little.
+var jsonTenancyConfig = server.Config{MaxResultBytes: 1024, BatchMaxBytes: 1024, BatchMaxItems: 10}
+
 // startJSONTenancy starts a server with tenants and the JSON API, over st
 // when it is not nil.
 func startJSONTenancy(t *testing.T, hook func(ctx context.Context, method string) error) *testserver.Server {
@@ -299,7 +303,9 @@ func startJSONTenancy(t *testing.T, hook func(ctx context.Context, method string
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := testserver.Options{JSON: true, Config: server.Config{Tenants: tenants, MaxResultBytes: 1024}}
+	cfg := jsonTenancyConfig
+	cfg.Tenants = tenants
+	opts := testserver.Options{JSON: true, Config: cfg}
 	if hook != nil {
 		opts.Store = func(pg *postgres.Store) store.Store { return &hookStore{Store: pg, hook: hook} }
 	}
@@ -568,7 +574,7 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 func TestJSONBodyLimit(t *testing.T) {
 	t.Parallel()
 	ts := startJSONTenancy(t, nil) // MaxResultBytes 1024
-	limit := server.JSONBodyLimit(1024)
+	limit := server.JSONBodyLimit(jsonTenancyConfig)
 	restURL := ts.JSONURL + "/v1/namespaces/jobs/records/big:complete"
 	connectURL := ts.JSONURL + "/idem.v1.IdempotencyService/Complete"
 

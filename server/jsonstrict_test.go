@@ -409,7 +409,7 @@ func TestJSONRefusalAfterAuthentication(t *testing.T) {
 		{"connect", connectRaw("Claim", `{"namespace":"jobs","key":"k","leaseTTL":"30s"}`)},
 		{"rest", rawCall{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:claim", body: []byte(`{"leaseTTL":"30s"}`)}},
 		{"too large", rawCall{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:complete",
-			body: []byte(`{"token":"1","result":"` + strings.Repeat("A", int(server.JSONBodyLimit(1024))) + `"}`)}},
+			body: []byte(`{"token":"1","result":"` + strings.Repeat("A", int(server.JSONBodyLimit(jsonTenancyConfig))) + `"}`)}},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()

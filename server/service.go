@@ -59,6 +59,13 @@ type Config struct {
 	// (without tenants, of the one default tenant). It defaults to
 	// DefaultMaxWaitersPerTenant (1000).
 	MaxWaitersPerTenant int
+	// BatchMaxItems bounds the items of one batch call (BatchClaim, …). It
+	// defaults to DefaultBatchMaxItems (500).
+	BatchMaxItems int
+	// BatchMaxBytes bounds the encoded size of one batch call's request; the
+	// gRPC server and the HTTP/JSON API read requests that large. It
+	// defaults to DefaultBatchMaxBytes (4 MiB).
+	BatchMaxBytes int
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
@@ -69,6 +76,8 @@ func DefaultConfig() Config {
 		MaxResultBytes:      limits.DefaultMaxResultBytes,
 		MaxWaiters:          DefaultMaxWaiters,
 		MaxWaitersPerTenant: DefaultMaxWaitersPerTenant,
+		BatchMaxItems:       DefaultBatchMaxItems,
+		BatchMaxBytes:       DefaultBatchMaxBytes,
 	}
 }
 
@@ -88,6 +97,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaitersPerTenant == 0 {
 		c.MaxWaitersPerTenant = d.MaxWaitersPerTenant
+	}
+	if c.BatchMaxItems == 0 {
+		c.BatchMaxItems = d.BatchMaxItems
+	}
+	if c.BatchMaxBytes == 0 {
+		c.BatchMaxBytes = d.BatchMaxBytes
 	}
 	return c
 }
@@ -132,6 +147,12 @@ func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID 
 
 // Claim implements idem.v1.IdempotencyService.
 func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
+	return s.claim(ctx, req)
+}
+
+// claim is one Claim, for Claim and each item of BatchClaim: every rule,
+// store call, metric and error of the call. Its errors are statuses.
+func (s *Service) claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
 	leaseTTL, retention, err := validateClaim(req, s.cfg)
 	if err != nil {
 		return nil, err
@@ -170,6 +191,11 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 
 // Complete implements idem.v1.IdempotencyService.
 func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*idemv1.CompleteResponse, error) {
+	return s.complete(ctx, req)
+}
+
+// complete is one Complete, for Complete and each item of BatchComplete. Its errors are statuses.
+func (s *Service) complete(ctx context.Context, req *idemv1.CompleteRequest) (*idemv1.CompleteResponse, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -197,6 +223,11 @@ func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 
 // Fail implements idem.v1.IdempotencyService.
 func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.FailResponse, error) {
+	return s.fail(ctx, req)
+}
+
+// fail is one Fail, for Fail and each item of BatchFail. Its errors are statuses.
+func (s *Service) fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.FailResponse, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -224,6 +255,11 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 
 // Heartbeat implements idem.v1.IdempotencyService.
 func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error) {
+	return s.heartbeat(ctx, req)
+}
+
+// heartbeat is one Heartbeat, for Heartbeat and each item of BatchHeartbeat. Its errors are statuses.
+func (s *Service) heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -255,6 +291,11 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 
 // Lookup implements idem.v1.IdempotencyService.
 func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
+	return s.lookup(ctx, req)
+}
+
+// lookup is one Lookup, for Lookup and each item of BatchLookup. Its errors are statuses.
+func (s *Service) lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}

@@ -42,6 +42,8 @@ type serveCmd struct {
 	MaxResultBytes      int           `default:"65536" env:"IDEM_MAX_RESULT_BYTES" help:"Largest result Complete accepts, in bytes (1 to 16 MiB)."`
 	MaxWaiters          int           `default:"10000" env:"IDEM_MAX_WAITERS" help:"Most Claims waiting at once (ClaimRequest.wait) on this replica, in all; a Claim that would wait beyond it answers IN_PROGRESS at once. Waiting Claims hold no database connection."`
 	MaxWaitersPerTenant int           `default:"1000" env:"IDEM_MAX_WAITERS_PER_TENANT" help:"Most Claims of one tenant waiting at once on this replica (without a config file, of the one default tenant)."`
+	BatchMaxItems       int           `default:"500" env:"IDEM_BATCH_MAX_ITEMS" help:"Most items one batch call (BatchClaim, BatchComplete, …) may carry (1 to 10000); more is INVALID_BATCH_SIZE."`
+	BatchMaxBytes       int           `default:"4194304" env:"IDEM_BATCH_MAX_BYTES" help:"Largest batch call, in bytes of protobuf (64 KiB to 64 MiB); a larger one is REQUEST_TOO_LARGE. The gRPC server and the HTTP/JSON API read requests this large."`
 	Migrate             bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
 	ShutdownTimeout     time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
@@ -49,6 +51,14 @@ type serveCmd struct {
 	MetricsNamespaces   int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
 	Pprof               bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
 }
+
+// The bounds of --batch-max-items and --batch-max-bytes: a batch is one
+// request the server holds whole in memory, with a goroutine per key.
+const (
+	maxBatchItems = 10000
+	minBatchBytes = 64 << 10
+	maxBatchBytes = 64 << 20
+)
 
 func (c *serveCmd) validate() error {
 	if err := durationFlag("default-lease-ttl", c.DefaultLeaseTTL, limits.MinLeaseTTL, limits.MaxLeaseTTL); err != nil {
@@ -65,6 +75,12 @@ func (c *serveCmd) validate() error {
 	}
 	if c.MaxWaitersPerTenant < 1 {
 		return fmt.Errorf("--max-waiters-per-tenant is %d; it must be at least 1", c.MaxWaitersPerTenant)
+	}
+	if c.BatchMaxItems < 1 || c.BatchMaxItems > maxBatchItems {
+		return fmt.Errorf("--batch-max-items is %d; it must be between 1 and %d", c.BatchMaxItems, maxBatchItems)
+	}
+	if c.BatchMaxBytes < minBatchBytes || c.BatchMaxBytes > maxBatchBytes {
+		return fmt.Errorf("--batch-max-bytes is %d; it must be between %d and %d", c.BatchMaxBytes, minBatchBytes, maxBatchBytes)
 	}
 	if c.MetricsNamespaces < 0 || c.MetricsNamespaces > 10000 {
 		return fmt.Errorf("--metrics-namespaces is %d; it must be between 0 and 10000", c.MetricsNamespaces)
@@ -184,6 +200,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Tracing:             tracer,
 		MaxWaiters:          c.MaxWaiters,
 		MaxWaitersPerTenant: c.MaxWaitersPerTenant,
+		BatchMaxItems:       c.BatchMaxItems,
+		BatchMaxBytes:       c.BatchMaxBytes,
 	}, logger)
 	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
 	var consoleOpts *console.Options

@@ -1,0 +1,296 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+)
+
+// The batch calls (BatchClaim, BatchComplete, BatchFail, BatchHeartbeat,
+// BatchLookup). Each item runs what its unary call runs (claim, complete,
+// …, in service.go), so there is one implementation of the rules; the batch
+// adds only what concerns the request as a whole (its size), the tenant's
+// rate limit counted per item, and the order of the items: items of
+// distinct keys run at once, so that the store's coalescer puts them in as
+// few statements as it can, and items of one key run one after the other,
+// in the order of the request, as calls a client made in that order.
+
+// Defaults of the batch bounds.
+const (
+	// DefaultBatchMaxItems is how many items one batch call may carry.
+	DefaultBatchMaxItems = 500
+	// DefaultBatchMaxBytes is how large one batch call's request may be,
+	// encoded as protobuf.
+	DefaultBatchMaxBytes = 4 << 20
+)
+
+// batchItemJSONHeadroom is what one item of a batch may add to its JSON
+// beyond its base64 bytes: field names, durations, and ordinary escapes in
+// its text.
+const batchItemJSONHeadroom = 1 << 10
+
+// batchJSONBodyLimit is the largest JSON body of a batch that the server's
+// bounds admit: every byte of it base64 (4/3), plus batchItemJSONHeadroom
+// per item.
+func batchJSONBodyLimit(maxBytes, maxItems int) int64 {
+	return int64(4*((maxBytes+2)/3)) + int64(maxItems)*batchItemJSONHeadroom + jsonHeadroom
+}
+
+// batchMethods are the batch calls by full method name. The rate-limit
+// interceptor leaves them to the service, which takes a token per item.
+var batchMethods = map[string]bool{
+	idemv1.IdempotencyService_BatchClaim_FullMethodName:     true,
+	idemv1.IdempotencyService_BatchComplete_FullMethodName:  true,
+	idemv1.IdempotencyService_BatchFail_FullMethodName:      true,
+	idemv1.IdempotencyService_BatchHeartbeat_FullMethodName: true,
+	idemv1.IdempotencyService_BatchLookup_FullMethodName:    true,
+}
+
+// batchItem is what every item of a batch has: the record it addresses.
+type batchItem interface {
+	proto.Message
+	GetNamespace() string
+	GetKey() string
+}
+
+// checkBatch refuses a batch request as a whole: no items, too many, or too
+// many bytes.
+func (s *Service) checkBatch(req proto.Message, items int) error {
+	switch {
+	case items == 0:
+		return invalid("requests", idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE,
+			"requests is empty; a batch holds 1 to %d requests", s.cfg.BatchMaxItems)
+	case items > s.cfg.BatchMaxItems:
+		return invalid("requests", idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE,
+			"requests holds %d requests; the limit is %d (--batch-max-items): split the batch", items, s.cfg.BatchMaxItems)
+	}
+	if n := proto.Size(req); n > s.cfg.BatchMaxBytes {
+		return tooLarge("the batch is %d bytes; the limit is %d (--batch-max-bytes): split the batch", n, s.cfg.BatchMaxBytes)
+	}
+	return nil
+}
+
+// runBatch runs one(ctx, i, items[i]) for every item and returns each
+// item's error, nil for those that answered. Each item takes a token of the
+// tenant's rate limit first, in request order; an item the limit refuses
+// gets RATE_LIMITED and does not run. Items of distinct keys run
+// concurrently, items of one key in request order. Each failed item is
+// logged as its unary call would be.
+func runBatch[T batchItem](ctx context.Context, s *Service, method string, items []T, one func(ctx context.Context, i int, item T) error) []error {
+	errs := make([]error, len(items))
+	run := make([]bool, len(items))
+	t := s.cfg.Tenants.callerTenant(ctx)
+	for i := range items {
+		if t != nil && t.limiter != nil && !t.limiter.Allow() {
+			_, errs[i] = rateLimited(t)
+			continue
+		}
+		run[i] = true
+	}
+	// The items of each key, in request order.
+	type recordKey struct{ namespace, key string }
+	var order []recordKey
+	byKey := make(map[recordKey][]int, len(items))
+	for i, item := range items {
+		if !run[i] {
+			continue
+		}
+		k := recordKey{item.GetNamespace(), item.GetKey()}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	call := func(i int) {
+		// A panic in an item is that item's INTERNAL, as the recovery
+		// interceptor makes it for a unary call (it cannot see this
+		// goroutine).
+		defer func() {
+			if p := recover(); p != nil {
+				s.logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+				errs[i] = newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+			}
+		}()
+		errs[i] = one(ctx, i, items[i])
+	}
+	var wg sync.WaitGroup
+	for _, k := range order {
+		wg.Add(1)
+		go func(idx []int) {
+			defer wg.Done()
+			for _, i := range idx {
+				call(i)
+			}
+		}(byKey[k])
+	}
+	wg.Wait()
+	s.logItems(ctx, method, errs)
+	return errs
+}
+
+// logItems logs each item of a batch as logCalls logs a unary call: a
+// failed item at its code's level, an answered one at debug. The batch call
+// has its own line too.
+func (s *Service) logItems(ctx context.Context, method string, errs []error) {
+	service, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	for i, err := range errs {
+		code := status.Code(err)
+		level := slog.LevelDebug
+		if code != codes.OK {
+			level = codeToLevel(code)
+		}
+		if !s.logger.Enabled(ctx, level) {
+			continue
+		}
+		attrs := []slog.Attr{
+			slog.String("grpc.service", service),
+			slog.String("grpc.method", name),
+			slog.Int("batch.item", i),
+			slog.String("grpc.code", code.String()),
+			slog.String("tenant", TenantFromContext(ctx)),
+		}
+		if err != nil {
+			attrs = append(attrs, slog.String("grpc.error", err.Error()))
+		}
+		s.logger.LogAttrs(ctx, level, "finished batch item", attrs...)
+	}
+}
+
+// itemStatus is an item's error as its result carries it: the status the
+// unary call would have returned, ErrorInfo and all.
+func itemStatus(err error) *spb.Status {
+	return status.Convert(err).Proto()
+}
+
+// noBatchWait refuses a Claim of a batch that asks to wait: a batch answers
+// at once.
+func noBatchWait(i int, req *idemv1.ClaimRequest) error {
+	w := req.GetWait()
+	if w == nil || (w.GetSeconds() == 0 && w.GetNanos() == 0) {
+		return nil
+	}
+	return invalid("wait", idemv1.ErrorReason_ERROR_REASON_INVALID_WAIT,
+		"requests[%d].wait is %s; a batch answers at once, so leave wait unset or 0 (call Claim to wait)", i, w.AsDuration())
+}
+
+// BatchClaim implements idem.v1.IdempotencyService.
+func (s *Service) BatchClaim(ctx context.Context, req *idemv1.BatchClaimRequest) (*idemv1.BatchClaimResponse, error) {
+	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+		return nil, err
+	}
+	results := make([]*idemv1.BatchClaimResult, len(req.GetRequests()))
+	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchClaim_FullMethodName, req.GetRequests(),
+		func(ctx context.Context, i int, item *idemv1.ClaimRequest) error {
+			if err := noBatchWait(i, item); err != nil {
+				return err
+			}
+			resp, err := s.claim(ctx, item)
+			if err == nil {
+				results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Response{Response: resp}}
+			}
+			return err
+		})
+	for i, err := range errs {
+		if err != nil {
+			results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Error{Error: itemStatus(err)}}
+		}
+	}
+	return &idemv1.BatchClaimResponse{Results: results}, nil
+}
+
+// BatchComplete implements idem.v1.IdempotencyService.
+func (s *Service) BatchComplete(ctx context.Context, req *idemv1.BatchCompleteRequest) (*idemv1.BatchCompleteResponse, error) {
+	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+		return nil, err
+	}
+	results := make([]*idemv1.BatchCompleteResult, len(req.GetRequests()))
+	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchComplete_FullMethodName, req.GetRequests(),
+		func(ctx context.Context, i int, item *idemv1.CompleteRequest) error {
+			resp, err := s.complete(ctx, item)
+			if err == nil {
+				results[i] = &idemv1.BatchCompleteResult{Result: &idemv1.BatchCompleteResult_Response{Response: resp}}
+			}
+			return err
+		})
+	for i, err := range errs {
+		if err != nil {
+			results[i] = &idemv1.BatchCompleteResult{Result: &idemv1.BatchCompleteResult_Error{Error: itemStatus(err)}}
+		}
+	}
+	return &idemv1.BatchCompleteResponse{Results: results}, nil
+}
+
+// BatchFail implements idem.v1.IdempotencyService.
+func (s *Service) BatchFail(ctx context.Context, req *idemv1.BatchFailRequest) (*idemv1.BatchFailResponse, error) {
+	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+		return nil, err
+	}
+	results := make([]*idemv1.BatchFailResult, len(req.GetRequests()))
+	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchFail_FullMethodName, req.GetRequests(),
+		func(ctx context.Context, i int, item *idemv1.FailRequest) error {
+			resp, err := s.fail(ctx, item)
+			if err == nil {
+				results[i] = &idemv1.BatchFailResult{Result: &idemv1.BatchFailResult_Response{Response: resp}}
+			}
+			return err
+		})
+	for i, err := range errs {
+		if err != nil {
+			results[i] = &idemv1.BatchFailResult{Result: &idemv1.BatchFailResult_Error{Error: itemStatus(err)}}
+		}
+	}
+	return &idemv1.BatchFailResponse{Results: results}, nil
+}
+
+// BatchHeartbeat implements idem.v1.IdempotencyService.
+func (s *Service) BatchHeartbeat(ctx context.Context, req *idemv1.BatchHeartbeatRequest) (*idemv1.BatchHeartbeatResponse, error) {
+	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+		return nil, err
+	}
+	results := make([]*idemv1.BatchHeartbeatResult, len(req.GetRequests()))
+	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchHeartbeat_FullMethodName, req.GetRequests(),
+		func(ctx context.Context, i int, item *idemv1.HeartbeatRequest) error {
+			resp, err := s.heartbeat(ctx, item)
+			if err == nil {
+				results[i] = &idemv1.BatchHeartbeatResult{Result: &idemv1.BatchHeartbeatResult_Response{Response: resp}}
+			}
+			return err
+		})
+	for i, err := range errs {
+		if err != nil {
+			results[i] = &idemv1.BatchHeartbeatResult{Result: &idemv1.BatchHeartbeatResult_Error{Error: itemStatus(err)}}
+		}
+	}
+	return &idemv1.BatchHeartbeatResponse{Results: results}, nil
+}
+
+// BatchLookup implements idem.v1.IdempotencyService.
+func (s *Service) BatchLookup(ctx context.Context, req *idemv1.BatchLookupRequest) (*idemv1.BatchLookupResponse, error) {
+	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+		return nil, err
+	}
+	results := make([]*idemv1.BatchLookupResult, len(req.GetRequests()))
+	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchLookup_FullMethodName, req.GetRequests(),
+		func(ctx context.Context, i int, item *idemv1.LookupRequest) error {
+			resp, err := s.lookup(ctx, item)
+			if err == nil {
+				results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Response{Response: resp}}
+			}
+			return err
+		})
+	for i, err := range errs {
+		if err != nil {
+			results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Error{Error: itemStatus(err)}}
+		}
+	}
+	return &idemv1.BatchLookupResponse{Results: results}, nil
+}

@@ -1,0 +1,60 @@
+package server_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/internal/testsupport/testdb"
+	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store/postgres"
+)
+
+// batchStatements is what idem_db_batch_calls of kind holds in reg: the
+// statements observed and the calls they answered.
+func batchStatements(t testing.TB, reg *prometheus.Registry, kind string) (statements uint64, calls float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "idem_db_batch_calls" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return 0, 0
+}
+
+func TestBatchClaimStatements(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	be, err := postgres.OpenBackend(testContext(t), db.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = be.Close() })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(be.Collectors()...)
+	c, _ := serve(t, be, server.Config{})
+	for round := range 5 {
+		before, _ := batchStatements(t, reg, "claim")
+		resp, err := c.BatchClaim(testContext(t), &idemv1.BatchClaimRequest{Requests: claims(keysN("stmt"+string(rune('a'+round)), 100)...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range resp.GetResults() {
+			wantItem(t, "BatchClaim", i, r, 0, "")
+		}
+		after, calls := batchStatements(t, reg, "claim")
+		t.Logf("round %d: %d statements (%v calls in all)", round, after-before, calls)
+	}
+}
