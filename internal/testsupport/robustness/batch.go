@@ -274,10 +274,9 @@ func (wk *worker) batchJob(ctx context.Context) {
 		wk.batchLookup(ctx, keys)
 		return
 	}
-	n := 2 + rng.IntN(4)
-	if wk.w.Profile == LeaseRace {
-		n = 2
-	}
+	// A delivery of 2 to 5 jobs, but never most of the live keys: a worker
+	// holding them all would leave the others nothing but IN_PROGRESS.
+	n := 2 + rng.IntN(max(1, min(4, wk.w.Keys/2-1)))
 	var items []claimItem
 	for _, k := range wk.ks.pickN(rng, n) {
 		items = append(items, claimItem{k, newClaimant()})
@@ -416,10 +415,19 @@ func (wk *worker) batchHeartbeatAll(ctx context.Context, jobs []heldJob) bool {
 	return false
 }
 
+// giveUp remembers a job the worker released or abandoned.
+func (wk *worker) giveUp(j heldJob) {
+	if len(wk.gaveUp) == 16 {
+		wk.gaveUp = wk.gaveUp[1:]
+	}
+	wk.gaveUp = append(wk.gaveUp, heldToken{j.key, j.token})
+}
+
 // batchFinish Completes most jobs and Fails some, retryably or for good, in
 // one BatchComplete and one BatchFail; the rest it abandons, as a consumer
 // that died would. A Complete with a token held earlier rides along now and
-// then (LEASE_LOST, most of the time), and an item is sent twice: with its
+// then (LEASE_LOST, most of the time: a job given up and delivered again),
+// and an item is sent twice: with its
 // own value (a repeat: the stored record) or another (ALREADY_TERMINAL).
 func (wk *worker) batchFinish(ctx context.Context, jobs []heldJob) {
 	rng := wk.rng
@@ -430,11 +438,22 @@ func (wk *worker) batchFinish(ctx context.Context, jobs []heldJob) {
 			completes = append(completes, tokenItem{key: j.key, token: j.token, value: wk.value("done")})
 		case r < 0.8:
 			fails = append(fails, tokenItem{key: j.key, token: j.token, value: wk.value("again"), retryable: true})
+			wk.giveUp(j)
 		case r < 0.88:
 			fails = append(fails, tokenItem{key: j.key, token: j.token, value: wk.value("broken")})
+		default:
+			wk.giveUp(j)
 		}
 	}
-	if rng.IntN(4) == 0 && len(wk.old) > 0 {
+	// A job delivered again after the consumer gave it up, or a token from
+	// further back.
+	switch {
+	case len(wk.gaveUp) > 0 && rng.IntN(2) == 0:
+		i := rng.IntN(len(wk.gaveUp))
+		h := wk.gaveUp[i]
+		wk.gaveUp = slices.Delete(wk.gaveUp, i, i+1)
+		completes = append(completes, tokenItem{key: h.key, token: h.token, value: wk.value("stale")})
+	case len(wk.old) > 0 && rng.IntN(4) == 0:
 		h := wk.old[rng.IntN(len(wk.old))]
 		completes = append(completes, tokenItem{key: h.key, token: h.token, value: wk.value("stale")})
 	}

@@ -78,9 +78,10 @@ type Stats struct {
 	// ByAnswer counts unary calls and batch items together, by the unary
 	// call's name: "Claim ACQUIRED", "Complete ok", "Fail maybe: Unavailable", …
 	ByAnswer map[string]int
-	// BatchRPCs counts the batch RPCs sent, by name ("BatchClaim", …).
-	BatchRPCs  map[string]int
-	Unexpected []string // answers that are errors the service should never send
+	// BatchRPCs counts the batch RPCs sent, by name ("BatchClaim", …), and
+	// BatchAnswers the batch items' part of ByAnswer.
+	BatchRPCs, BatchAnswers map[string]int
+	Unexpected              []string // answers that are errors the service should never send
 }
 
 func (s *Stats) add(in Input, out Output, err error, batched bool) {
@@ -109,6 +110,12 @@ func (s *Stats) add(in Input, out Output, err error, batched bool) {
 		}
 	}
 	s.ByAnswer[what]++
+	if batched {
+		if s.BatchAnswers == nil {
+			s.BatchAnswers = map[string]int{}
+		}
+		s.BatchAnswers[what]++
+	}
 }
 
 func (s *Stats) notSent(in Input) {
@@ -144,22 +151,26 @@ func (s *Stats) Batched() string {
 	if s.Calls > 0 {
 		share = float64(s.BatchItems) / float64(s.Calls)
 	}
-	return fmt.Sprintf("%d of %d recorded calls (%.0f %%) were items of %d batch RPCs (%s)",
-		s.BatchItems, s.Calls, 100*share, n, strings.Join(rpcs, ", "))
+	return fmt.Sprintf("%d of %d recorded calls (%.0f %%) were items of %d batch RPCs (%s); the items answered %s",
+		s.BatchItems, s.Calls, 100*share, n, strings.Join(rpcs, ", "), counts(s.BatchAnswers))
 }
 
 // Summary is the counts on one line, sorted.
 func (s *Stats) Summary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.ByAnswer))
-	for k := range s.ByAnswer {
+	return counts(s.ByAnswer)
+}
+
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, s.ByAnswer[k])
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
 }
@@ -568,8 +579,10 @@ type worker struct {
 	ks    *keySpace
 	seq   *atomic.Int64
 	acked func(key, value string)
-	// old remembers tokens this worker held, to send stale ones.
-	old []heldToken
+	// old remembers tokens this worker held, to send stale ones; gaveUp
+	// those of the jobs of its batches that it released or abandoned, whose
+	// keys a successor may hold by now.
+	old, gaveUp []heldToken
 }
 
 type heldToken struct {
