@@ -255,8 +255,8 @@ func twice[T any](wk *worker, items []T, change func(*T)) []T {
 
 // heldJob is a job the worker holds.
 type heldJob struct {
-	key, claimant string
-	token, lease  int64
+	key          string
+	token, lease int64
 }
 
 // batchJob is a job on several keys at once, as a consumer holding a
@@ -306,12 +306,12 @@ func (wk *worker) batchJob(ctx context.Context) {
 		for j := range jobs {
 			if jobs[j].key == items[i].key {
 				if out.Rec.Token > jobs[j].token {
-					jobs[j] = heldJob{items[i].key, items[i].claimant, out.Rec.Token, out.Rec.Lease}
+					jobs[j] = heldJob{items[i].key, out.Rec.Token, out.Rec.Lease}
 				}
 				return
 			}
 		}
-		jobs = append(jobs, heldJob{items[i].key, items[i].claimant, out.Rec.Token, out.Rec.Lease})
+		jobs = append(jobs, heldJob{items[i].key, out.Rec.Token, out.Rec.Lease})
 	}
 	for i, out := range outs {
 		if out.Code != CodeOK {
