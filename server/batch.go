@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/store"
 )
 
 // The batch calls (BatchClaim, BatchComplete, BatchFail, BatchHeartbeat,
@@ -20,9 +21,10 @@ import (
 // …, in service.go), so there is one implementation of the rules; the batch
 // adds only what concerns the request as a whole (its size), the tenant's
 // rate limit counted per item, and the order of the items: items of
-// distinct keys run at once, so that the store's coalescer puts them in as
-// few statements as it can, and items of one key run one after the other,
-// in the order of the request, as calls a client made in that order.
+// distinct keys run at once, so that the store puts them in as few
+// statements as it can (BatchClaim hands them over together,
+// store.RecordClaimMany), and items of one key run one after the other, in
+// the order of the request, as calls a client made in that order.
 
 // Defaults of the batch bounds.
 const (
@@ -79,37 +81,55 @@ func (s *Service) checkBatch(req proto.Message, items int) error {
 	return nil
 }
 
-// runBatch runs one(ctx, i, items[i]) for every item and returns each
-// item's error, nil for those that answered. Each item takes a token of the
-// tenant's rate limit first, in request order; an item the limit refuses
-// gets RATE_LIMITED and does not run. Items of distinct keys run
-// concurrently, items of one key in request order. Each failed item is
-// logged as its unary call would be.
-func runBatch[T batchItem](ctx context.Context, s *Service, method string, items []T, one func(ctx context.Context, i int, item T) error) []error {
-	errs := make([]error, len(items))
-	run := make([]bool, len(items))
+// takeTokens takes a token of the caller's rate limit for each of n items,
+// in request order, and returns RATE_LIMITED for those the bucket had none
+// for (nil for the others).
+func (s *Service) takeTokens(ctx context.Context, n int) []error {
+	errs := make([]error, n)
 	t := s.cfg.Tenants.callerTenant(ctx)
-	for i := range items {
-		if t != nil && t.limiter != nil && !t.limiter.Allow() {
-			_, errs[i] = rateLimited(t)
-			continue
-		}
-		run[i] = true
+	if t == nil || t.limiter == nil {
+		return errs
 	}
-	// The items of each key, in request order.
-	type recordKey struct{ namespace, key string }
-	var order []recordKey
-	byKey := make(map[recordKey][]int, len(items))
+	for i := range errs {
+		if !t.limiter.Allow() {
+			_, errs[i] = rateLimited(t)
+		}
+	}
+	return errs
+}
+
+// recordKey is the record an item addresses, within the caller's tenant.
+type recordKey struct{ namespace, key string }
+
+// waves orders the items that errs does not refuse in waves of distinct
+// records: wave k holds the k-th item of each record, in request order. A
+// wave runs once the one before it has answered, so two items of one
+// record run one after the other, as calls made in that order.
+func waves[T batchItem](items []T, errs []error) [][]int {
+	var out [][]int
+	seen := make(map[recordKey]int, len(items)) // items of each record so far
 	for i, item := range items {
-		if !run[i] {
+		if errs[i] != nil {
 			continue
 		}
 		k := recordKey{item.GetNamespace(), item.GetKey()}
-		if _, ok := byKey[k]; !ok {
-			order = append(order, k)
+		n := seen[k]
+		seen[k] = n + 1
+		if n == len(out) {
+			out = append(out, nil)
 		}
-		byKey[k] = append(byKey[k], i)
+		out[n] = append(out[n], i)
 	}
+	return out
+}
+
+// runBatch runs one(ctx, i, items[i]) for every item and returns each
+// item's error, nil for those that answered. Each item takes a token of the
+// tenant's rate limit first (takeTokens); an item the limit refuses does
+// not run. The items of a wave (waves) run concurrently, each wave after
+// the one before. Each item is logged as its unary call would be.
+func runBatch[T batchItem](ctx context.Context, s *Service, method string, items []T, one func(ctx context.Context, i int, item T) error) []error {
+	errs := s.takeTokens(ctx, len(items))
 	call := func(i int) {
 		// A panic in an item is that item's INTERNAL, as the recovery
 		// interceptor makes it for a unary call (it cannot see this
@@ -122,17 +142,13 @@ func runBatch[T batchItem](ctx context.Context, s *Service, method string, items
 		}()
 		errs[i] = one(ctx, i, items[i])
 	}
-	var wg sync.WaitGroup
-	for _, k := range order {
-		wg.Add(1)
-		go func(idx []int) {
-			defer wg.Done()
-			for _, i := range idx {
-				call(i)
-			}
-		}(byKey[k])
+	for _, wave := range waves(items, errs) {
+		var wg sync.WaitGroup
+		for _, i := range wave {
+			wg.Go(func() { call(i) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	s.logItems(ctx, method, errs)
 	return errs
 }
@@ -182,23 +198,41 @@ func noBatchWait(i int, req *idemv1.ClaimRequest) error {
 		"requests[%d].wait is %s; a batch answers at once, so leave wait unset or 0 (call Claim to wait)", i, w.AsDuration())
 }
 
-// BatchClaim implements idem.v1.IdempotencyService.
+// BatchClaim implements idem.v1.IdempotencyService. Each wave of its items
+// goes to the store in one RecordClaimMany, so that the store can send the
+// wave's Claims in as few statements as it can; each item runs the unary
+// Claim's claimParams before and claimAnswer after.
 func (s *Service) BatchClaim(ctx context.Context, req *idemv1.BatchClaimRequest) (*idemv1.BatchClaimResponse, error) {
-	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
+	items := req.GetRequests()
+	if err := s.checkBatch(req, len(items)); err != nil {
 		return nil, err
 	}
-	results := make([]*idemv1.BatchClaimResult, len(req.GetRequests()))
-	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchClaim_FullMethodName, req.GetRequests(),
-		func(ctx context.Context, i int, item *idemv1.ClaimRequest) error {
-			if err := noBatchWait(i, item); err != nil {
-				return err
+	errs := s.takeTokens(ctx, len(items))
+	results := make([]*idemv1.BatchClaimResult, len(items))
+	for _, wave := range waves(items, errs) {
+		params := make([]*store.ClaimParams, 0, len(wave))
+		at := make([]int, 0, len(wave))
+		for _, i := range wave {
+			if errs[i] = noBatchWait(i, items[i]); errs[i] != nil {
+				continue
 			}
-			resp, err := s.claim(ctx, item)
-			if err == nil {
+			p, err := s.claimParams(ctx, items[i])
+			if errs[i] = err; err == nil {
+				params, at = append(params, p), append(at, i)
+			}
+		}
+		if len(params) == 0 {
+			continue
+		}
+		res, storeErrs := s.store.RecordClaimMany(ctx, params)
+		for j, i := range at {
+			var resp *idemv1.ClaimResponse
+			if resp, errs[i] = s.claimAnswer(ctx, items[i], res[j], storeErrs[j]); errs[i] == nil {
 				results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Response{Response: resp}}
 			}
-			return err
-		})
+		}
+	}
+	s.logItems(ctx, idemv1.IdempotencyService_BatchClaim_FullMethodName, errs)
 	for i, err := range errs {
 		if err != nil {
 			results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Error{Error: itemStatus(err)}}

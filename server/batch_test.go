@@ -3,8 +3,10 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,9 +187,26 @@ func sameAsUnary(t testing.TB, what string, i int, r batchResult, unary error) {
 	if got == nil {
 		t.Fatalf("%s: item %d answered; the unary call says %v", what, i, unary)
 	}
-	if want := status.Convert(unary).Proto(); !proto.Equal(got, want) {
-		t.Fatalf("%s: item %d is\n  %v\nthe unary call returns\n  %v", what, i, got, want)
+	if !sameStatus(status.FromProto(got), status.Convert(unary)) {
+		t.Fatalf("%s: item %d is\n  %v\nthe unary call returns\n  %v", what, i, got, status.Convert(unary).Proto())
 	}
+}
+
+// sameStatus reports whether a and b have one code, message and details.
+// The details are compared unpacked: the bytes of an ErrorInfo with two
+// metadata entries depend on the order its map was encoded in.
+func sameStatus(a, b *status.Status) bool {
+	if a.Code() != b.Code() || a.Message() != b.Message() || len(a.Details()) != len(b.Details()) {
+		return false
+	}
+	for i, d := range a.Details() {
+		da, ok1 := d.(proto.Message)
+		db, ok2 := b.Details()[i].(proto.Message)
+		if !ok1 || !ok2 || !proto.Equal(da, db) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestBatchItemErrors: every reason an item can get, each in its own
@@ -416,4 +435,146 @@ func TestBatchClaimWait(t *testing.T) {
 			t.Fatalf("item %d: message %q; want it to name requests[%d].wait and say a batch answers at once", i, msg, i)
 		}
 	}
+}
+
+// TestBatchSameKeyInOrder: items of one key are answered as calls made one
+// after the other in request order, never an error for the repeat, while
+// the other keys' items run beside them.
+func TestBatchSameKeyInOrder(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, st store.Store) {
+		c, _ := serve(t, st, server.Config{})
+		ctx := testContext(t)
+		const rounds = 20
+		var reqs []*idemv1.ClaimRequest
+		for i := range rounds {
+			k := fmt.Sprintf("same-%d", i)
+			reqs = append(reqs,
+				&idemv1.ClaimRequest{Namespace: ns, Key: k, Claimant: "w"},
+				&idemv1.ClaimRequest{Namespace: ns, Key: "other-" + k},
+				&idemv1.ClaimRequest{Namespace: ns, Key: k, Claimant: "w"},
+				&idemv1.ClaimRequest{Namespace: ns, Key: k})
+		}
+		resp, err := c.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: reqs})
+		if err != nil {
+			t.Fatalf("BatchClaim: %v", err)
+		}
+		var completes []*idemv1.CompleteRequest
+		for i := range rounds {
+			first, other, again, stranger := resp.Results[4*i].GetResponse(), resp.Results[4*i+1].GetResponse(), resp.Results[4*i+2].GetResponse(), resp.Results[4*i+3].GetResponse()
+			if first.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED || other.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED {
+				t.Fatalf("round %d: %s, %s; want ACQUIRED for the first Claim of each key", i, first.GetOutcome(), other.GetOutcome())
+			}
+			// The same claimant again: ACQUIRED with the same token; anyone
+			// else: IN_PROGRESS.
+			if again.GetOutcome() != idemv1.Outcome_OUTCOME_ACQUIRED || again.GetRecord().GetToken() != first.GetRecord().GetToken() {
+				t.Fatalf("round %d: the claimant's second Claim: %s token %d; want ACQUIRED with token %d", i, again.GetOutcome(), again.GetRecord().GetToken(), first.GetRecord().GetToken())
+			}
+			if stranger.GetOutcome() != idemv1.Outcome_OUTCOME_IN_PROGRESS {
+				t.Fatalf("round %d: another's Claim after them: %s; want IN_PROGRESS", i, stranger.GetOutcome())
+			}
+			k, tok := first.GetRecord().GetKey(), first.GetRecord().GetToken()
+			completes = append(completes,
+				&idemv1.CompleteRequest{Namespace: ns, Key: k, Token: tok, Result: []byte("first")},
+				&idemv1.CompleteRequest{Namespace: ns, Key: k, Token: tok, Result: []byte("first")},
+				&idemv1.CompleteRequest{Namespace: ns, Key: k, Token: tok, Result: []byte("second")})
+		}
+		done, err := c.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: completes})
+		if err != nil {
+			t.Fatalf("BatchComplete: %v", err)
+		}
+		for i := range rounds {
+			// The first stores its result, its repeat is answered as a
+			// repeat, and the one after with another result is refused.
+			wantItem(t, "BatchComplete", 3*i, done.Results[3*i], codes.OK, "")
+			wantItem(t, "BatchComplete", 3*i+1, done.Results[3*i+1], codes.OK, "")
+			wantItem(t, "BatchComplete", 3*i+2, done.Results[3*i+2], codes.FailedPrecondition, "ALREADY_TERMINAL")
+			if rec := mustLookup(t, c, fmt.Sprintf("same-%d", i)); string(rec.GetResult()) != "first" {
+				t.Fatalf("round %d: result %q; want the first Complete's", i, rec.GetResult())
+			}
+		}
+	})
+}
+
+// TestBatchClaimRace: goroutines claim shared keys at once, some with
+// BatchClaim (each its own order of the keys, some keys twice) and some
+// with Claim, each as its own claimant: exactly one ACQUIRED per key.
+func TestBatchClaimRace(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, st store.Store) {
+		c, _ := serve(t, st, server.Config{})
+		ctx := testContext(t)
+		const workers, nkeys = 64, 24
+		keys := keysN("race", nkeys)
+		acquired := make([][]int, workers) // per worker, the key indexes it acquired
+		errs := make(chan error, workers)
+		var start sync.WaitGroup
+		start.Add(1)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start.Wait()
+				claimant := fmt.Sprintf("w%d", w)
+				order := rand.New(rand.NewPCG(uint64(w), 1)).Perm(nkeys)
+				if w%2 == 1 {
+					for _, k := range order {
+						resp, err := c.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: keys[k], Claimant: claimant})
+						if err != nil {
+							errs <- err
+							return
+						}
+						if resp.GetOutcome() == idemv1.Outcome_OUTCOME_ACQUIRED {
+							acquired[w] = append(acquired[w], k)
+						}
+					}
+					return
+				}
+				idx := append(order, order[:w%5]...) // some keys twice
+				var reqs []*idemv1.ClaimRequest
+				for _, k := range idx {
+					reqs = append(reqs, &idemv1.ClaimRequest{Namespace: ns, Key: keys[k], Claimant: claimant})
+				}
+				resp, err := c.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: reqs})
+				if err != nil {
+					errs <- err
+					return
+				}
+				seen := map[int]bool{}
+				for i, r := range resp.GetResults() {
+					if e := itemError(r); e != nil {
+						errs <- fmt.Errorf("item %d: %w", i, e)
+						return
+					}
+					if r.GetResponse().GetOutcome() == idemv1.Outcome_OUTCOME_ACQUIRED && !seen[idx[i]] {
+						// A repeat of the claimant's own key is ACQUIRED
+						// again, not a second acquisition.
+						seen[idx[i]] = true
+						acquired[w] = append(acquired[w], idx[i])
+					}
+				}
+			}()
+		}
+		start.Done()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		winners := make([]int, nkeys)
+		for w := range acquired {
+			for _, k := range acquired[w] {
+				winners[k]++
+				if rec := mustLookup(t, c, keys[k]); rec.GetClaimant() != fmt.Sprintf("w%d", w) {
+					t.Fatalf("%s: acquired by w%d, held by %q", keys[k], w, rec.GetClaimant())
+				}
+			}
+		}
+		for k, n := range winners {
+			if n != 1 {
+				t.Fatalf("%s: acquired %d times; want exactly once", keys[k], n)
+			}
+		}
+	})
 }

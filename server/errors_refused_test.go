@@ -376,6 +376,26 @@ func requireUnavailableEverywhere(t *testing.T, ts *testserver.Server, st store.
 			t.Run(p.name+"/"+method, func(t *testing.T) { checkJSONError(t, a, p.name == "rest", "unavailable", "STORE_UNAVAILABLE") })
 		}
 	}
+	for _, p := range protocols {
+		for _, method := range []string{"BatchClaim", "BatchComplete", "BatchFail", "BatchHeartbeat", "BatchLookup"} {
+			items := []any{with(map[string]any{"token": "1"}), map[string]any{"namespace": ns, "key": "k2", "token": "1"}}
+			if method == "BatchClaim" || method == "BatchLookup" {
+				items = []any{id, map[string]any{"namespace": ns, "key": "k2"}}
+			}
+			a := p.call(t, ts.JSONURL, method, map[string]any{"requests": items}, "")
+			t.Run(p.name+"/"+method, func(t *testing.T) {
+				results, _ := wantOK(t, method, a)["results"].([]any)
+				if len(results) != len(items) {
+					t.Fatalf("%d results in %s; want %d", len(results), a.raw, len(items))
+				}
+				for i, r := range results {
+					if code, reason := jsonItemReason(t, r); code != float64(codes.Unavailable) || reason != "STORE_UNAVAILABLE" {
+						t.Fatalf("item %d: %v / %q; want 14 / STORE_UNAVAILABLE", i, code, reason)
+					}
+				}
+			})
+		}
+	}
 	for method, msg := range map[string]map[string]any{
 		"ListRecords":   {},
 		"DeleteRecord":  id,

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,47 @@ var everyRPC = []struct {
 		_, err := c.Lookup(ctx, &idemv1.LookupRequest{Namespace: ns, Key: "k"})
 		return err
 	}},
+	// The batch calls, of two keys: the error every item got (sameItemErrors).
+	{"BatchClaim", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		resp, err := c.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: []*idemv1.ClaimRequest{{Namespace: ns, Key: "k"}, {Namespace: ns, Key: "k2"}}})
+		return sameItemErrors(resp.GetResults(), err)
+	}},
+	{"BatchComplete", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		resp, err := c.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: []*idemv1.CompleteRequest{{Namespace: ns, Key: "k", Token: 1}, {Namespace: ns, Key: "k2", Token: 1}}})
+		return sameItemErrors(resp.GetResults(), err)
+	}},
+	{"BatchFail", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		resp, err := c.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: []*idemv1.FailRequest{{Namespace: ns, Key: "k", Token: 1, Error: "e"}, {Namespace: ns, Key: "k2", Token: 1}}})
+		return sameItemErrors(resp.GetResults(), err)
+	}},
+	{"BatchHeartbeat", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		resp, err := c.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: []*idemv1.HeartbeatRequest{{Namespace: ns, Key: "k", Token: 1}, {Namespace: ns, Key: "k2", Token: 1}}})
+		return sameItemErrors(resp.GetResults(), err)
+	}},
+	{"BatchLookup", func(ctx context.Context, c idemv1.IdempotencyServiceClient) error {
+		resp, err := c.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: []*idemv1.LookupRequest{{Namespace: ns, Key: "k"}, {Namespace: ns, Key: "k2"}}})
+		return sameItemErrors(resp.GetResults(), err)
+	}},
+}
+
+// sameItemErrors is a batch call's outcome as one error: the call's own
+// error, or the error every item got, or an error saying that the items
+// got different answers (nil when every item answered).
+func sameItemErrors[R batchResult](results []R, err error) error {
+	if err != nil {
+		return err
+	}
+	var first error
+	for i, r := range results {
+		e := itemError(r)
+		switch {
+		case i == 0:
+			first = e
+		case (e == nil) != (first == nil) || (e != nil && !sameStatus(status.Convert(e), status.Convert(first))):
+			return fmt.Errorf("the items of one batch got different answers: item 0 %v, item %d %v", first, i, e)
+		}
+	}
+	return first
 }
 
 // TestStoreUnavailable: with the database unreachable, every RPC answers

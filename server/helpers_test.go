@@ -252,6 +252,26 @@ func (h *hookStore) RecordClaim(ctx context.Context, p *store.ClaimParams) (*sto
 	return h.Store.RecordClaim(ctx, p)
 }
 
+// RecordClaimMany runs the hook for each call, as RecordClaim, and sends
+// the calls it lets through together.
+func (h *hookStore) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
+	var through []*store.ClaimParams
+	var at []int
+	for i, p := range ps {
+		if errs[i] = h.before(ctx, "RecordClaim"); errs[i] == nil {
+			through, at = append(through, p), append(at, i)
+		}
+	}
+	if len(through) > 0 {
+		r, e := h.Store.RecordClaimMany(ctx, through)
+		for j, i := range at {
+			res[i], errs[i] = r[j], e[j]
+		}
+	}
+	return res, errs
+}
+
 func (h *hookStore) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	if err := h.before(ctx, "RecordComplete"); err != nil {
 		return nil, err

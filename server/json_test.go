@@ -75,9 +75,15 @@ func restPathSegment(s string) string {
 
 // restCall calls an IdempotencyService RPC through its REST route: the
 // namespace and key of msg go in the path, escaped with escape, the rest in
-// the body.
+// the body; a batch call's msg is its body.
 func restCall(t *testing.T, base, method string, msg map[string]any, token string, escape func(string) string) httpAnswer {
 	t.Helper()
+	if rest, ok := strings.CutPrefix(method, "Batch"); ok {
+		// POST /v1/records:batchClaim, the whole request as the body.
+		body, _ := json.Marshal(msg)
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/records:batch"+rest, bytes.NewReader(body))
+		return doHTTP(t, req, token)
+	}
 	rest := map[string]any{}
 	for k, v := range msg {
 		rest[k] = v
@@ -188,6 +194,53 @@ func TestJSONEveryRPC(t *testing.T) {
 			failed := wantOK(t, "Fail", p.call(t, ts.JSONURL, "Fail", map[string]any{"namespace": ns, "key": failKey, "token": ftoken, "error": "card declined", "retryable": false}, ""))
 			if field(failed, "record", "state") != "STATE_FAILED" || field(failed, "record", "error") != "card declined" {
 				t.Fatalf("Fail: %v", failed)
+			}
+
+			// The batch calls: a delivery of two jobs.
+			jobs := []string{"batch-a-" + p.name, "batch-b-" + p.name}
+			items := func(extra func(i int) map[string]any) map[string]any {
+				reqs := make([]any, len(jobs))
+				for i, k := range jobs {
+					m := map[string]any{"namespace": ns, "key": k}
+					for f, v := range extra(i) {
+						m[f] = v
+					}
+					reqs[i] = m
+				}
+				return map[string]any{"requests": reqs}
+			}
+			none := func(int) map[string]any { return nil }
+			result0 := func(m map[string]any, i int, path ...string) any {
+				results, _ := m["results"].([]any)
+				if len(results) != len(jobs) {
+					t.Fatalf("%d results in %v; want %d", len(results), m, len(jobs))
+				}
+				r, _ := results[i].(map[string]any)
+				return field(r, append([]string{"response"}, path...)...)
+			}
+			bclaim := wantOK(t, "BatchClaim", p.call(t, ts.JSONURL, "BatchClaim", items(none), ""))
+			tokens := make([]any, len(jobs))
+			for i := range jobs {
+				if result0(bclaim, i, "outcome") != "OUTCOME_ACQUIRED" {
+					t.Fatalf("BatchClaim item %d: %v", i, bclaim)
+				}
+				tokens[i] = result0(bclaim, i, "record", "token")
+			}
+			withToken := func(i int) map[string]any { return map[string]any{"token": tokens[i]} }
+			bhb := wantOK(t, "BatchHeartbeat", p.call(t, ts.JSONURL, "BatchHeartbeat", items(withToken), ""))
+			bdone := wantOK(t, "BatchComplete", p.call(t, ts.JSONURL, "BatchComplete", items(withToken), ""))
+			bfail := wantOK(t, "BatchFail", p.call(t, ts.JSONURL, "BatchFail", items(withToken), ""))
+			blook := wantOK(t, "BatchLookup", p.call(t, ts.JSONURL, "BatchLookup", items(none), ""))
+			for i := range jobs {
+				if result0(bhb, i, "record", "state") != "STATE_PROCESSING" || result0(bdone, i, "record", "state") != "STATE_COMPLETED" ||
+					result0(blook, i, "record", "state") != "STATE_COMPLETED" {
+					t.Fatalf("item %d: heartbeat %v, complete %v, lookup %v", i, bhb, bdone, blook)
+				}
+				// Fail after Complete: ALREADY_TERMINAL, in the item's place.
+				results, _ := bfail["results"].([]any)
+				if _, reason := jsonItemReason(t, results[i]); reason != "ALREADY_TERMINAL" {
+					t.Fatalf("BatchFail item %d: %v; want ALREADY_TERMINAL", i, bfail)
+				}
 			}
 		})
 	}
@@ -433,6 +486,9 @@ func TestJSONErrorReasons(t *testing.T) {
 			return map[string]any{"namespace": jns, "key": key, "token": strconv.FormatInt(token+1000, 10)}
 		}},
 		{"NOT_FOUND", "not_found", false, "Lookup", jsonBillToken, id(nil)},
+		{"INVALID_BATCH_SIZE", "invalid_argument", false, "BatchLookup", jsonBillToken, func(*testing.T, string) map[string]any {
+			return map[string]any{"requests": []any{}}
+		}},
 		{"UNAUTHENTICATED", "unauthenticated", false, "Lookup", "", id(nil)},
 		{"UNAUTHENTICATED", "unauthenticated", false, "Lookup", "not-a-token", id(nil)},
 		{"NAMESPACE_NOT_ALLOWED", "permission_denied", false, "Lookup", jsonPayToken, id(nil)},

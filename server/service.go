@@ -150,9 +150,25 @@ func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 	return s.claim(ctx, req)
 }
 
-// claim is one Claim, for Claim and each item of BatchClaim: every rule,
-// store call, metric and error of the call. Its errors are statuses.
+// claim is one Claim, for Claim: every rule, store call, metric and error
+// of the call. Its errors are statuses.
 func (s *Service) claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
+	params, err := s.claimParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.RecordClaim(ctx, params)
+	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {
+		res, err = s.waitClaim(ctx, params, res, req.GetWait().AsDuration())
+	}
+	return s.claimAnswer(ctx, req, res, err)
+}
+
+// claimParams is what the store is asked for the Claim req, after its
+// validation, the namespace allow-list and the namespace's policy: the part
+// of a Claim before the store, shared by Claim and BatchClaim's items. Its
+// errors are statuses.
+func (s *Service) claimParams(ctx context.Context, req *idemv1.ClaimRequest) (*store.ClaimParams, error) {
 	leaseTTL, retention, err := validateClaim(req, s.cfg)
 	if err != nil {
 		return nil, err
@@ -165,7 +181,7 @@ func (s *Service) claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 	if leaseTTL, err = pol.lease(req.GetLeaseTtl() != nil, leaseTTL); err != nil {
 		return nil, err
 	}
-	params := &store.ClaimParams{
+	return &store.ClaimParams{
 		RecordID:    s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Fingerprint: req.GetFingerprint(),
 		Claimant:    req.GetClaimant(),
@@ -173,11 +189,12 @@ func (s *Service) claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.
 		Retention:   pol.retentionOf(req.GetRetention() != nil, retention),
 		Policy:      pol.nameOf(),
 		Hold:        pol.holds(),
-	}
-	res, err := s.store.RecordClaim(ctx, params)
-	if err == nil && res.Outcome == store.OutcomeInProgress && req.GetWait().AsDuration() > 0 {
-		res, err = s.waitClaim(ctx, params, res, req.GetWait().AsDuration())
-	}
+	}, nil
+}
+
+// claimAnswer is the Claim req's answer from the store's, res or err: the
+// part of a Claim after the store, shared by Claim and BatchClaim's items.
+func (s *Service) claimAnswer(ctx context.Context, req *idemv1.ClaimRequest, res *store.ClaimResult, err error) (*idemv1.ClaimResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}

@@ -170,6 +170,31 @@ func TestUnauthenticatedCallsNeverReachTheStore(t *testing.T) {
 			_, err := c.Lookup(ctx, &idemv1.LookupRequest{Namespace: "process_payment", Key: "k"})
 			return err
 		}},
+		{"BatchClaim", func(ctx context.Context) error {
+			_, err := c.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: []*idemv1.ClaimRequest{{Namespace: "process_payment", Key: "k"}}})
+			return err
+		}},
+		{"BatchComplete", func(ctx context.Context) error {
+			_, err := c.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: []*idemv1.CompleteRequest{{Namespace: "process_payment", Key: "k", Token: 1}}})
+			return err
+		}},
+		{"BatchFail", func(ctx context.Context) error {
+			_, err := c.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: []*idemv1.FailRequest{{Namespace: "process_payment", Key: "k", Token: 1}}})
+			return err
+		}},
+		{"BatchHeartbeat", func(ctx context.Context) error {
+			_, err := c.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: []*idemv1.HeartbeatRequest{{Namespace: "process_payment", Key: "k", Token: 1}}})
+			return err
+		}},
+		{"BatchLookup", func(ctx context.Context) error {
+			_, err := c.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: []*idemv1.LookupRequest{{Namespace: "process_payment", Key: "k"}}})
+			return err
+		}},
+		{"BatchLookup with no items", func(ctx context.Context) error {
+			// Authentication comes before the batch's own checks too.
+			_, err := c.BatchLookup(ctx, &idemv1.BatchLookupRequest{})
+			return err
+		}},
 		{"Claim with a bad request", func(ctx context.Context) error {
 			// Authentication comes before validation: a stranger learns
 			// nothing, not even what a valid request looks like.

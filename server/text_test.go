@@ -21,6 +21,11 @@ type idemAPI interface {
 	Fail(context.Context, *idemv1.FailRequest) (*idemv1.FailResponse, error)
 	Heartbeat(context.Context, *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error)
 	Lookup(context.Context, *idemv1.LookupRequest) (*idemv1.LookupResponse, error)
+	BatchClaim(context.Context, *idemv1.BatchClaimRequest) (*idemv1.BatchClaimResponse, error)
+	BatchComplete(context.Context, *idemv1.BatchCompleteRequest) (*idemv1.BatchCompleteResponse, error)
+	BatchFail(context.Context, *idemv1.BatchFailRequest) (*idemv1.BatchFailResponse, error)
+	BatchHeartbeat(context.Context, *idemv1.BatchHeartbeatRequest) (*idemv1.BatchHeartbeatResponse, error)
+	BatchLookup(context.Context, *idemv1.BatchLookupRequest) (*idemv1.BatchLookupResponse, error)
 	ListRecords(context.Context, *idemv1.ListRecordsRequest) (*idemv1.ListRecordsResponse, error)
 	DeleteRecord(context.Context, *idemv1.DeleteRecordRequest) (*idemv1.DeleteRecordResponse, error)
 	Stats(context.Context, *idemv1.StatsRequest) (*idemv1.StatsResponse, error)
@@ -47,6 +52,21 @@ func (v viaGRPC) Heartbeat(ctx context.Context, r *idemv1.HeartbeatRequest) (*id
 }
 func (v viaGRPC) Lookup(ctx context.Context, r *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
 	return v.c.Lookup(ctx, r)
+}
+func (v viaGRPC) BatchClaim(ctx context.Context, r *idemv1.BatchClaimRequest) (*idemv1.BatchClaimResponse, error) {
+	return v.c.BatchClaim(ctx, r)
+}
+func (v viaGRPC) BatchComplete(ctx context.Context, r *idemv1.BatchCompleteRequest) (*idemv1.BatchCompleteResponse, error) {
+	return v.c.BatchComplete(ctx, r)
+}
+func (v viaGRPC) BatchFail(ctx context.Context, r *idemv1.BatchFailRequest) (*idemv1.BatchFailResponse, error) {
+	return v.c.BatchFail(ctx, r)
+}
+func (v viaGRPC) BatchHeartbeat(ctx context.Context, r *idemv1.BatchHeartbeatRequest) (*idemv1.BatchHeartbeatResponse, error) {
+	return v.c.BatchHeartbeat(ctx, r)
+}
+func (v viaGRPC) BatchLookup(ctx context.Context, r *idemv1.BatchLookupRequest) (*idemv1.BatchLookupResponse, error) {
+	return v.c.BatchLookup(ctx, r)
 }
 func (v viaGRPC) ListRecords(ctx context.Context, r *idemv1.ListRecordsRequest) (*idemv1.ListRecordsResponse, error) {
 	return v.admin.ListRecords(ctx, r)
@@ -101,6 +121,27 @@ func textCases(held, done *idemv1.Record) []textCase {
 			_, err := api.Lookup(ctx, &idemv1.LookupRequest{Namespace: namespace, Key: key})
 			return err
 		}},
+		// The batch calls, of one item: its error (sameItemErrors).
+		{"BatchClaim", func(ctx context.Context, api idemAPI, namespace, key string) error {
+			resp, err := api.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: []*idemv1.ClaimRequest{{Namespace: namespace, Key: key}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}},
+		{"BatchComplete", func(ctx context.Context, api idemAPI, namespace, key string) error {
+			resp, err := api.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: []*idemv1.CompleteRequest{{Namespace: namespace, Key: key, Token: held.GetToken()}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}},
+		{"BatchFail", func(ctx context.Context, api idemAPI, namespace, key string) error {
+			resp, err := api.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: []*idemv1.FailRequest{{Namespace: namespace, Key: key, Token: held.GetToken()}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}},
+		{"BatchHeartbeat", func(ctx context.Context, api idemAPI, namespace, key string) error {
+			resp, err := api.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: []*idemv1.HeartbeatRequest{{Namespace: namespace, Key: key, Token: held.GetToken()}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}},
+		{"BatchLookup", func(ctx context.Context, api idemAPI, namespace, key string) error {
+			resp, err := api.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: []*idemv1.LookupRequest{{Namespace: namespace, Key: key}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}},
 		{"DeleteRecord", func(ctx context.Context, api idemAPI, namespace, key string) error {
 			_, err := api.DeleteRecord(ctx, &idemv1.DeleteRecordRequest{Namespace: namespace, Key: key})
 			return err
@@ -123,6 +164,12 @@ func textCases(held, done *idemv1.Record) []textCase {
 			return err
 		}}
 	}
+	batchClaimant := func(name string, rec *idemv1.Record, key string) textCase {
+		return textCase{"BatchClaim/claimant " + name, "claimant", "INVALID_CLAIMANT", func(ctx context.Context, api idemAPI, bad string) error {
+			resp, err := api.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: []*idemv1.ClaimRequest{{Namespace: rec.GetNamespace(), Key: key, Claimant: "w-" + bad}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}}
+	}
 	failWith := func(name string, retryable bool) textCase {
 		return textCase{"Fail/error " + name, "error", "INVALID_ERROR", func(ctx context.Context, api idemAPI, bad string) error {
 			_, err := api.Fail(ctx, &idemv1.FailRequest{Namespace: held.GetNamespace(), Key: held.GetKey(), Token: held.GetToken(),
@@ -134,6 +181,13 @@ func textCases(held, done *idemv1.Record) []textCase {
 		claimant("of a new key", held, "new"),
 		claimant("of a held record", held, held.GetKey()),
 		claimant("that would replay", done, done.GetKey()),
+		batchClaimant("of a new key", held, "new"),
+		batchClaimant("that would replay", done, done.GetKey()),
+		textCase{"BatchFail/error", "error", "INVALID_ERROR", func(ctx context.Context, api idemAPI, bad string) error {
+			resp, err := api.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: []*idemv1.FailRequest{{Namespace: held.GetNamespace(), Key: held.GetKey(),
+				Token: held.GetToken(), Error: "declined: " + bad}}})
+			return sameItemErrors(resp.GetResults(), err)
+		}},
 		failWith("permanent", false),
 		failWith("retryable", true),
 		textCase{"ListRecords/namespace", "namespace", "INVALID_NAMESPACE", func(ctx context.Context, api idemAPI, bad string) error {

@@ -28,6 +28,11 @@ type Store interface {
 	// It returns ErrFingerprintMismatch when the stored fingerprint and
 	// params.Fingerprint are both non-empty and differ.
 	RecordClaim(ctx context.Context, params *ClaimParams) (*ClaimResult, error)
+	// RecordClaimMany is RecordClaim for calls of distinct records made at
+	// once (a batch request): each call gets what RecordClaim would answer
+	// it, in the order of params, and one call's error is its own. A store
+	// may send them in one statement.
+	RecordClaimMany(ctx context.Context, params []*ClaimParams) ([]*ClaimResult, []error)
 	// RecordComplete stores the result of the record held with params.Token.
 	RecordComplete(ctx context.Context, params *CompleteParams) (*Record, error)
 	// RecordFail stores the error of the record held with params.Token and

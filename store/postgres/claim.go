@@ -28,33 +28,78 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	for try := 0; try < maxStatementTries; try++ {
+	return s.claimTries(ctx, p, 0)
+}
+
+// RecordClaimMany implements store.Store: the calls go in the Claim
+// coalescer together (coalesce.DoMany), so they fill as few statements as
+// its MaxRows allows; a call its statement did not settle runs again alone,
+// with the tries RecordClaim has left.
+func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
+	ids := make([]store.RecordID, 0, len(ps))
+	sent := make([]*store.ClaimParams, 0, len(ps))
+	at := make([]int, 0, len(ps)) // the index in ps of each call sent
+	for i, p := range ps {
+		if errs[i] = p.CheckText(); errs[i] == nil {
+			ids, sent, at = append(ids, p.RecordID), append(sent, p), append(at, i)
+		}
+	}
+	rows, rowErrs := s.claims.DoMany(ctx, ids, sent)
+	for j, i := range at {
+		if rowErrs[j] != nil {
+			errs[i] = rowErrs[j]
+			continue
+		}
+		var settled bool
+		if res[i], settled, errs[i] = s.settleClaim(ctx, sent[j], rows[j]); !settled {
+			res[i], errs[i] = s.claimTries(ctx, sent[j], 1)
+		}
+	}
+	return res, errs
+}
+
+// claimTries runs the Claim's statement from try on until the statement
+// settles it, at most maxStatementTries times in all.
+func (s *Store) claimTries(ctx context.Context, p *store.ClaimParams, try int) (*store.ClaimResult, error) {
+	for ; try < maxStatementTries; try++ {
 		row, err := s.claims.Do(ctx, p.RecordID, p)
-		switch {
-		case err != nil:
+		if err != nil {
 			return nil, err
-		case row.rec == nil:
-			continue // neither written nor seen: a concurrent insert
-		case row.acquired:
-			return store.Acquired(row.rec), nil
 		}
-		switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
-		case store.ClaimAnswer:
-			return d.Answer, d.Err
-		case store.ClaimMakeUnresolved:
-			held, err := detached(ctx, s, func(ctx context.Context, d driver) (heldRow, error) { return d.holdLapsed(ctx, p.RecordID) })
-			if err != nil {
-				return nil, err
-			}
-			if held.ok {
-				return store.Unresolved(held.rec), nil
-			}
+		if res, settled, err := s.settleClaim(ctx, p, row); settled {
+			return res, err
 		}
-		// ClaimAcquire on a record the statement saw but did not write, or
-		// a hold that found the row changed: the row changed under the
-		// statement. A new one sees what changed it.
 	}
 	return nil, store.ErrContention
+}
+
+// settleClaim is the Claim p's answer from the row its statement returned,
+// or settled false when the statement did not settle it and a new one must
+// run.
+func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claimRow) (res *store.ClaimResult, settled bool, err error) {
+	switch {
+	case row.rec == nil:
+		return nil, false, nil // neither written nor seen: a concurrent insert
+	case row.acquired:
+		return store.Acquired(row.rec), true, nil
+	}
+	switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
+	case store.ClaimAnswer:
+		return d.Answer, true, d.Err
+	case store.ClaimMakeUnresolved:
+		held, err := detached(ctx, s, func(ctx context.Context, d driver) (heldRow, error) { return d.holdLapsed(ctx, p.RecordID) })
+		if err != nil {
+			return nil, true, err
+		}
+		if held.ok {
+			return store.Unresolved(held.rec), true, nil
+		}
+	}
+	// ClaimAcquire on a record the statement saw but did not write, or a
+	// hold that found the row changed: the row changed under the statement.
+	// A new one sees what changed it.
+	return nil, false, nil
 }
 
 type claimCall = coalesce.Call[*store.ClaimParams, claimRow]

@@ -88,6 +88,7 @@ var tests = []struct {
 	{"FingerprintMismatchChangesNothing", testFingerprintMismatchChangesNothing},
 	{"FingerprintEmptyIsNotMismatch", testFingerprintEmptyIsNotMismatch},
 	{"FingerprintSameIsAccepted", testFingerprintSameIsAccepted},
+	{"ClaimManyAnswersEachAsAlone", testClaimManyAnswersEachAsAlone},
 
 	{"HeartbeatExtendsLease", testHeartbeatExtendsLease},
 	{"TokenCallsOnLapsedLease", testTokenCallsOnLapsedLease},
@@ -104,6 +105,7 @@ var tests = []struct {
 	{"ClaimConcurrentManyKeys", testClaimConcurrentManyKeys},
 	{"ClaimConcurrentTakeover", testClaimConcurrentTakeover},
 	{"SameJobProcessedTwiceConcurrently", testSameJobProcessedTwiceConcurrently},
+	{"ClaimManyRacesClaim", testClaimManyRacesClaim},
 
 	{"SweepExpireMarksOnlyLapsedProcessing", testSweepExpireMarksOnlyLapsedProcessing},
 	{"SweepPurgeDeletesOnlyDue", testSweepPurgeDeletesOnlyDue},
