@@ -134,6 +134,33 @@ func (s *skipsTokenCheck) RecordComplete(ctx context.Context, p *store.CompleteP
 	return &lie, nil
 }
 
+// grantsHeldRecords answers one in three of a batch's Claims that found the
+// record held under a live lease ACQUIRED, with a token of its own, without
+// writing it: two holders at once. A batch's Claims reach the store through
+// RecordClaimMany, which a broken RecordClaim would not see.
+type grantsHeldRecords struct {
+	store.Store
+	calls atomic.Int64
+	lies  *lieLog
+}
+
+func (s *grantsHeldRecords) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := s.Store.RecordClaimMany(ctx, ps)
+	for i, r := range res {
+		// Well inside the lease, so that the grant cannot pass for a
+		// takeover at its end.
+		if errs[i] != nil || r.Outcome != store.OutcomeInProgress || r.RetryAfter < 200*time.Millisecond || s.calls.Add(1)%3 != 0 {
+			continue
+		}
+		s.lies.add(ps[i].Key)
+		lie := *r.Record
+		lie.Token += 1000
+		lie.Claimant, lie.LeaseExpiresAt = ps[i].Claimant, time.Now().Add(ps[i].LeaseTTL).UTC()
+		res[i] = &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: &lie, Takeover: true}
+	}
+	return res, errs
+}
+
 // TestCheckerCatchesBrokenStores runs the workload against the real service
 // over stores broken on purpose and expects the checker to find the
 // violation, and only on keys the store lied about: a checker that passes
@@ -158,6 +185,8 @@ func TestCheckerCatchesBrokenStores(t *testing.T) {
 			func(s store.Store, l *lieLog) store.Store {
 				return &skipsTokenCheck{Store: s, batchOnly: true, lies: l}
 			}, true},
+		{"grants a batch item's Claim of a record held under a live lease",
+			func(s store.Store, l *lieLog) store.Store { return &grantsHeldRecords{Store: s, lies: l} }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
