@@ -627,9 +627,10 @@ func (wk *worker) remember(key string, token int64) {
 }
 
 // job is one job: a unary one, or a batch of them while the worker's batch
-// items are short of the workload's share of its calls.
+// items are no more than the workload's share of its calls (a share of 1:
+// batches only).
 func (wk *worker) job(ctx context.Context) {
-	if float64(wk.batched) < wk.w.BatchShare*float64(wk.calls) {
+	if wk.w.BatchShare > 0 && float64(wk.batched) <= wk.w.BatchShare*float64(wk.calls) {
 		wk.batchJob(ctx)
 		return
 	}
