@@ -137,7 +137,8 @@ func (s *Stats) batchSent(kind OpKind) {
 }
 
 // Batched says on one line how many of the recorded calls were batch items
-// and how many batch RPCs of each kind were sent.
+// and how many batch RPCs of each kind were sent, and what the items
+// answered.
 func (s *Stats) Batched() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
