@@ -88,7 +88,7 @@ func (ts *Tenants) authenticate(ctx context.Context) (context.Context, error) {
 // rateLimit refuses a call when its tenant's token bucket is empty. It runs
 // after authenticate, so the bucket is the authenticated tenant's: one
 // tenant's flood empties its own bucket only. A batch call takes a token
-// per item, in the service (runBatch), so that the items over the limit are
+// per item, in the service (takeTokens), so that the items over the limit are
 // refused one by one and the others run.
 func (ts *Tenants) rateLimit(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if batchMethods[info.FullMethod] {

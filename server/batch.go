@@ -3,9 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
-	"runtime/debug"
 	"strings"
-	"sync"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -17,14 +15,15 @@ import (
 )
 
 // The batch calls (BatchClaim, BatchComplete, BatchFail, BatchHeartbeat,
-// BatchLookup). Each item runs what its unary call runs (claim, complete,
-// …, in service.go), so there is one implementation of the rules; the batch
-// adds only what concerns the request as a whole (its size), the tenant's
-// rate limit counted per item, and the order of the items: items of
-// distinct keys run at once, so that the store puts them in as few
-// statements as it can (BatchClaim hands them over together,
-// store.RecordClaimMany), and items of one key run one after the other, in
-// the order of the request, as calls a client made in that order.
+// BatchLookup). Each item runs what its unary call runs, the very functions
+// of service.go on either side of the store (claimParams and claimAnswer,
+// …), so there is one implementation of the rules; the batch adds only what
+// concerns the request as a whole (its size), the tenant's rate limit
+// counted per item, and the order of the items: items of distinct keys go
+// to the store together (store.RecordClaimMany, …), so that it puts them in
+// as few statements as it can, and items of one key run one after the
+// other, in the order of the request, as calls a client made in that
+// order.
 
 // Defaults of the batch bounds.
 const (
@@ -75,8 +74,14 @@ func (s *Service) checkBatch(req proto.Message, items int) error {
 		return invalid("requests", idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE,
 			"requests holds %d requests; the limit is %d (--batch-max-items): split the batch", items, s.cfg.BatchMaxItems)
 	}
-	if n := proto.Size(req); n > s.cfg.BatchMaxBytes {
-		return tooLarge("the batch is %d bytes; the limit is %d (--batch-max-bytes): split the batch", n, s.cfg.BatchMaxBytes)
+	return checkBatchBytes(proto.Size(req), s.cfg.BatchMaxBytes)
+}
+
+// checkBatchBytes refuses a batch of n bytes of protobuf over limit. The
+// HTTP/JSON API checks it too, to answer 413 as for any body too large.
+func checkBatchBytes(n, limit int) error {
+	if n > limit {
+		return tooLarge("the batch is %d bytes; the limit is %d (--batch-max-bytes): split the batch", n, limit)
 	}
 	return nil
 }
@@ -123,34 +128,45 @@ func waves[T batchItem](items []T, errs []error) [][]int {
 	return out
 }
 
-// runBatch runs one(ctx, i, items[i]) for every item and returns each
-// item's error, nil for those that answered. Each item takes a token of the
-// tenant's rate limit first (takeTokens); an item the limit refuses does
-// not run. The items of a wave (waves) run concurrently, each wave after
-// the one before. Each item is logged as its unary call would be.
-func runBatch[T batchItem](ctx context.Context, s *Service, method string, items []T, one func(ctx context.Context, i int, item T) error) []error {
+// unaryParts is a unary call cut at the store, for a batch of its items:
+// before is the call up to the store (validation, the namespace allow-list,
+// the policy), giving what the store is asked or the call's error; many is
+// the store's method for many such calls at once; after is the call from
+// the store's answer on (metrics, the error's status, the response).
+type unaryParts[T batchItem, P, R, Resp any] struct {
+	before func(ctx context.Context, i int, item T) (P, error)
+	many   func(ctx context.Context, ps []P) ([]R, []error)
+	after  func(ctx context.Context, item T, r R, err error) (Resp, error)
+}
+
+// runBatch runs every item of a batch through its unary call's parts and
+// returns each item's response, or its error. Each item takes a token of
+// the tenant's rate limit first (takeTokens); an item the limit refuses
+// does not run. The items run in waves (waves): a wave's items that pass
+// before go to the store in one call of many, each wave once the one before
+// has answered. Each item is logged as its unary call would be.
+func runBatch[T batchItem, P, R, Resp any](ctx context.Context, s *Service, method string, items []T, call unaryParts[T, P, R, Resp]) ([]Resp, []error) {
+	resps := make([]Resp, len(items))
 	errs := s.takeTokens(ctx, len(items))
-	call := func(i int) {
-		// A panic in an item is that item's INTERNAL, as the recovery
-		// interceptor makes it for a unary call (it cannot see this
-		// goroutine).
-		defer func() {
-			if p := recover(); p != nil {
-				s.logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-				errs[i] = newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
-			}
-		}()
-		errs[i] = one(ctx, i, items[i])
-	}
 	for _, wave := range waves(items, errs) {
-		var wg sync.WaitGroup
+		ps := make([]P, 0, len(wave))
+		at := make([]int, 0, len(wave)) // the item of each of ps
 		for _, i := range wave {
-			wg.Go(func() { call(i) })
+			p, err := call.before(ctx, i, items[i])
+			if errs[i] = err; err == nil {
+				ps, at = append(ps, p), append(at, i)
+			}
 		}
-		wg.Wait()
+		if len(ps) == 0 {
+			continue
+		}
+		res, storeErrs := call.many(ctx, ps)
+		for j, i := range at {
+			resps[i], errs[i] = call.after(ctx, items[i], res[j], storeErrs[j])
+		}
 	}
 	s.logItems(ctx, method, errs)
-	return errs
+	return resps, errs
 }
 
 // logItems logs each item of a batch as logCalls logs a unary call: a
@@ -198,44 +214,28 @@ func noBatchWait(i int, req *idemv1.ClaimRequest) error {
 		"requests[%d].wait is %s; a batch answers at once, so leave wait unset or 0 (call Claim to wait)", i, w.AsDuration())
 }
 
-// BatchClaim implements idem.v1.IdempotencyService. Each wave of its items
-// goes to the store in one RecordClaimMany, so that the store can send the
-// wave's Claims in as few statements as it can; each item runs the unary
-// Claim's claimParams before and claimAnswer after.
+// BatchClaim implements idem.v1.IdempotencyService.
 func (s *Service) BatchClaim(ctx context.Context, req *idemv1.BatchClaimRequest) (*idemv1.BatchClaimResponse, error) {
-	items := req.GetRequests()
-	if err := s.checkBatch(req, len(items)); err != nil {
+	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
 		return nil, err
 	}
-	errs := s.takeTokens(ctx, len(items))
-	results := make([]*idemv1.BatchClaimResult, len(items))
-	for _, wave := range waves(items, errs) {
-		params := make([]*store.ClaimParams, 0, len(wave))
-		at := make([]int, 0, len(wave))
-		for _, i := range wave {
-			if errs[i] = noBatchWait(i, items[i]); errs[i] != nil {
-				continue
-			}
-			p, err := s.claimParams(ctx, items[i])
-			if errs[i] = err; err == nil {
-				params, at = append(params, p), append(at, i)
-			}
-		}
-		if len(params) == 0 {
-			continue
-		}
-		res, storeErrs := s.store.RecordClaimMany(ctx, params)
-		for j, i := range at {
-			var resp *idemv1.ClaimResponse
-			if resp, errs[i] = s.claimAnswer(ctx, items[i], res[j], storeErrs[j]); errs[i] == nil {
-				results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Response{Response: resp}}
-			}
-		}
-	}
-	s.logItems(ctx, idemv1.IdempotencyService_BatchClaim_FullMethodName, errs)
-	for i, err := range errs {
-		if err != nil {
-			results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Error{Error: itemStatus(err)}}
+	resps, errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchClaim_FullMethodName, req.GetRequests(),
+		unaryParts[*idemv1.ClaimRequest, *store.ClaimParams, *store.ClaimResult, *idemv1.ClaimResponse]{
+			before: func(ctx context.Context, i int, item *idemv1.ClaimRequest) (*store.ClaimParams, error) {
+				if err := noBatchWait(i, item); err != nil {
+					return nil, err
+				}
+				return s.claimParams(ctx, item)
+			},
+			many:  s.store.RecordClaimMany,
+			after: s.claimAnswer,
+		})
+	results := make([]*idemv1.BatchClaimResult, len(resps))
+	for i, resp := range resps {
+		if errs[i] != nil {
+			results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Error{Error: itemStatus(errs[i])}}
+		} else {
+			results[i] = &idemv1.BatchClaimResult{Result: &idemv1.BatchClaimResult_Response{Response: resp}}
 		}
 	}
 	return &idemv1.BatchClaimResponse{Results: results}, nil
@@ -246,18 +246,22 @@ func (s *Service) BatchComplete(ctx context.Context, req *idemv1.BatchCompleteRe
 	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
 		return nil, err
 	}
-	results := make([]*idemv1.BatchCompleteResult, len(req.GetRequests()))
-	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchComplete_FullMethodName, req.GetRequests(),
-		func(ctx context.Context, i int, item *idemv1.CompleteRequest) error {
-			resp, err := s.complete(ctx, item)
-			if err == nil {
-				results[i] = &idemv1.BatchCompleteResult{Result: &idemv1.BatchCompleteResult_Response{Response: resp}}
-			}
-			return err
+	resps, errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchComplete_FullMethodName, req.GetRequests(),
+		unaryParts[*idemv1.CompleteRequest, *store.CompleteParams, *store.Record, *idemv1.CompleteResponse]{
+			before: func(ctx context.Context, _ int, item *idemv1.CompleteRequest) (*store.CompleteParams, error) {
+				return s.completeParams(ctx, item)
+			},
+			many: s.store.RecordCompleteMany,
+			after: func(ctx context.Context, _ *idemv1.CompleteRequest, rec *store.Record, err error) (*idemv1.CompleteResponse, error) {
+				return s.completeAnswer(ctx, rec, err)
+			},
 		})
-	for i, err := range errs {
-		if err != nil {
-			results[i] = &idemv1.BatchCompleteResult{Result: &idemv1.BatchCompleteResult_Error{Error: itemStatus(err)}}
+	results := make([]*idemv1.BatchCompleteResult, len(resps))
+	for i, resp := range resps {
+		if errs[i] != nil {
+			results[i] = &idemv1.BatchCompleteResult{Result: &idemv1.BatchCompleteResult_Error{Error: itemStatus(errs[i])}}
+		} else {
+			results[i] = &idemv1.BatchCompleteResult{Result: &idemv1.BatchCompleteResult_Response{Response: resp}}
 		}
 	}
 	return &idemv1.BatchCompleteResponse{Results: results}, nil
@@ -268,18 +272,22 @@ func (s *Service) BatchFail(ctx context.Context, req *idemv1.BatchFailRequest) (
 	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
 		return nil, err
 	}
-	results := make([]*idemv1.BatchFailResult, len(req.GetRequests()))
-	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchFail_FullMethodName, req.GetRequests(),
-		func(ctx context.Context, i int, item *idemv1.FailRequest) error {
-			resp, err := s.fail(ctx, item)
-			if err == nil {
-				results[i] = &idemv1.BatchFailResult{Result: &idemv1.BatchFailResult_Response{Response: resp}}
-			}
-			return err
+	resps, errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchFail_FullMethodName, req.GetRequests(),
+		unaryParts[*idemv1.FailRequest, *store.FailParams, *store.Record, *idemv1.FailResponse]{
+			before: func(ctx context.Context, _ int, item *idemv1.FailRequest) (*store.FailParams, error) {
+				return s.failParams(ctx, item)
+			},
+			many: s.store.RecordFailMany,
+			after: func(ctx context.Context, _ *idemv1.FailRequest, rec *store.Record, err error) (*idemv1.FailResponse, error) {
+				return s.failAnswer(ctx, rec, err)
+			},
 		})
-	for i, err := range errs {
-		if err != nil {
-			results[i] = &idemv1.BatchFailResult{Result: &idemv1.BatchFailResult_Error{Error: itemStatus(err)}}
+	results := make([]*idemv1.BatchFailResult, len(resps))
+	for i, resp := range resps {
+		if errs[i] != nil {
+			results[i] = &idemv1.BatchFailResult{Result: &idemv1.BatchFailResult_Error{Error: itemStatus(errs[i])}}
+		} else {
+			results[i] = &idemv1.BatchFailResult{Result: &idemv1.BatchFailResult_Response{Response: resp}}
 		}
 	}
 	return &idemv1.BatchFailResponse{Results: results}, nil
@@ -290,18 +298,22 @@ func (s *Service) BatchHeartbeat(ctx context.Context, req *idemv1.BatchHeartbeat
 	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
 		return nil, err
 	}
-	results := make([]*idemv1.BatchHeartbeatResult, len(req.GetRequests()))
-	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchHeartbeat_FullMethodName, req.GetRequests(),
-		func(ctx context.Context, i int, item *idemv1.HeartbeatRequest) error {
-			resp, err := s.heartbeat(ctx, item)
-			if err == nil {
-				results[i] = &idemv1.BatchHeartbeatResult{Result: &idemv1.BatchHeartbeatResult_Response{Response: resp}}
-			}
-			return err
+	resps, errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchHeartbeat_FullMethodName, req.GetRequests(),
+		unaryParts[*idemv1.HeartbeatRequest, *store.HeartbeatParams, *store.Record, *idemv1.HeartbeatResponse]{
+			before: func(ctx context.Context, _ int, item *idemv1.HeartbeatRequest) (*store.HeartbeatParams, error) {
+				return s.heartbeatParams(ctx, item)
+			},
+			many: s.store.RecordHeartbeatMany,
+			after: func(ctx context.Context, _ *idemv1.HeartbeatRequest, rec *store.Record, err error) (*idemv1.HeartbeatResponse, error) {
+				return s.heartbeatAnswer(ctx, rec, err)
+			},
 		})
-	for i, err := range errs {
-		if err != nil {
-			results[i] = &idemv1.BatchHeartbeatResult{Result: &idemv1.BatchHeartbeatResult_Error{Error: itemStatus(err)}}
+	results := make([]*idemv1.BatchHeartbeatResult, len(resps))
+	for i, resp := range resps {
+		if errs[i] != nil {
+			results[i] = &idemv1.BatchHeartbeatResult{Result: &idemv1.BatchHeartbeatResult_Error{Error: itemStatus(errs[i])}}
+		} else {
+			results[i] = &idemv1.BatchHeartbeatResult{Result: &idemv1.BatchHeartbeatResult_Response{Response: resp}}
 		}
 	}
 	return &idemv1.BatchHeartbeatResponse{Results: results}, nil
@@ -312,18 +324,22 @@ func (s *Service) BatchLookup(ctx context.Context, req *idemv1.BatchLookupReques
 	if err := s.checkBatch(req, len(req.GetRequests())); err != nil {
 		return nil, err
 	}
-	results := make([]*idemv1.BatchLookupResult, len(req.GetRequests()))
-	errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchLookup_FullMethodName, req.GetRequests(),
-		func(ctx context.Context, i int, item *idemv1.LookupRequest) error {
-			resp, err := s.lookup(ctx, item)
-			if err == nil {
-				results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Response{Response: resp}}
-			}
-			return err
+	resps, errs := runBatch(ctx, s, idemv1.IdempotencyService_BatchLookup_FullMethodName, req.GetRequests(),
+		unaryParts[*idemv1.LookupRequest, store.RecordID, *store.Record, *idemv1.LookupResponse]{
+			before: func(ctx context.Context, _ int, item *idemv1.LookupRequest) (store.RecordID, error) {
+				return s.lookupID(ctx, item)
+			},
+			many: s.store.RecordGetMany,
+			after: func(ctx context.Context, _ *idemv1.LookupRequest, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
+				return s.lookupAnswer(ctx, rec, err)
+			},
 		})
-	for i, err := range errs {
-		if err != nil {
-			results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Error{Error: itemStatus(err)}}
+	results := make([]*idemv1.BatchLookupResult, len(resps))
+	for i, resp := range resps {
+		if errs[i] != nil {
+			results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Error{Error: itemStatus(errs[i])}}
+		} else {
+			results[i] = &idemv1.BatchLookupResult{Result: &idemv1.BatchLookupResult_Response{Response: resp}}
 		}
 	}
 	return &idemv1.BatchLookupResponse{Results: results}, nil

@@ -173,9 +173,30 @@ func TestBatchLargest(t *testing.T) {
 	if st := requireStatus(t, err, codes.ResourceExhausted, "REQUEST_TOO_LARGE"); !strings.Contains(st.Message(), "--batch-max-bytes") {
 		t.Fatalf("message %q does not name --batch-max-bytes", st.Message())
 	}
+	// Over HTTP it is 413, as for any body too large, on REST and Connect
+	// (JSON and binary).
 	overJSON, _ := protojson.Marshal(over)
-	req, _ := http.NewRequest(http.MethodPost, ts.JSONURL+"/v1/records:batchComplete", bytes.NewReader(overJSON))
-	checkJSONError(t, doHTTP(t, req, ""), true, "resource_exhausted", "REQUEST_TOO_LARGE")
+	overProto, _ := proto.Marshal(over)
+	for _, c := range []struct {
+		path, contentType string
+		body              []byte
+	}{
+		{"/v1/records:batchComplete", "application/json", overJSON},
+		{"/idem.v1.IdempotencyService/BatchComplete", "application/json", overJSON},
+		{"/idem.v1.IdempotencyService/BatchComplete", "application/proto", overProto},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, ts.JSONURL+c.path, bytes.NewReader(c.body))
+		req.Header.Set("Content-Type", c.contentType)
+		a := doHTTP(t, req, "")
+		if a.status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("%s (%s) of %d bytes: HTTP %d; want 413", c.path, c.contentType, len(c.body), a.status)
+		}
+		if c.contentType == "application/json" {
+			if _, reason, _, msg := errorOf(t, a, strings.HasPrefix(c.path, "/v1/")); reason != "REQUEST_TOO_LARGE" || !strings.Contains(msg, "--batch-max-bytes") {
+				t.Fatalf("%s: %q %q; want REQUEST_TOO_LARGE naming --batch-max-bytes", c.path, reason, msg)
+			}
+		}
+	}
 
 	tooMany := &idemv1.BatchLookupRequest{}
 	for i := range cfg.BatchMaxItems + 1 {

@@ -252,24 +252,44 @@ func (h *hookStore) RecordClaim(ctx context.Context, p *store.ClaimParams) (*sto
 	return h.Store.RecordClaim(ctx, p)
 }
 
-// RecordClaimMany runs the hook for each call, as RecordClaim, and sends
-// the calls it lets through together.
-func (h *hookStore) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
-	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
-	var through []*store.ClaimParams
+// hookMany runs the hook for each of ps, as method, and sends those it
+// lets through together with many.
+func hookMany[P, R any](ctx context.Context, h *hookStore, method string, ps []P, many func(context.Context, []P) ([]R, []error)) ([]R, []error) {
+	res, errs := make([]R, len(ps)), make([]error, len(ps))
+	var through []P
 	var at []int
 	for i, p := range ps {
-		if errs[i] = h.before(ctx, "RecordClaim"); errs[i] == nil {
+		if errs[i] = h.before(ctx, method); errs[i] == nil {
 			through, at = append(through, p), append(at, i)
 		}
 	}
 	if len(through) > 0 {
-		r, e := h.Store.RecordClaimMany(ctx, through)
+		r, e := many(ctx, through)
 		for j, i := range at {
 			res[i], errs[i] = r[j], e[j]
 		}
 	}
 	return res, errs
+}
+
+func (h *hookStore) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	return hookMany(ctx, h, "RecordClaim", ps, h.Store.RecordClaimMany)
+}
+
+func (h *hookStore) RecordCompleteMany(ctx context.Context, ps []*store.CompleteParams) ([]*store.Record, []error) {
+	return hookMany(ctx, h, "RecordComplete", ps, h.Store.RecordCompleteMany)
+}
+
+func (h *hookStore) RecordFailMany(ctx context.Context, ps []*store.FailParams) ([]*store.Record, []error) {
+	return hookMany(ctx, h, "RecordFail", ps, h.Store.RecordFailMany)
+}
+
+func (h *hookStore) RecordHeartbeatMany(ctx context.Context, ps []*store.HeartbeatParams) ([]*store.Record, []error) {
+	return hookMany(ctx, h, "RecordHeartbeat", ps, h.Store.RecordHeartbeatMany)
+}
+
+func (h *hookStore) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	return hookMany(ctx, h, "RecordGet", ids, h.Store.RecordGetMany)
 }
 
 func (h *hookStore) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {

@@ -93,7 +93,7 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTP/JSON API: %w", err)
 	}
-	h := &jsonHandler{transcoder: transcoder, limit: limit, methods: map[string]protoreflect.MethodDescriptor{}}
+	h := &jsonHandler{transcoder: transcoder, limit: limit, batchMaxBytes: svc.cfg.BatchMaxBytes, methods: map[string]protoreflect.MethodDescriptor{}}
 	for _, sd := range services {
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
@@ -121,9 +121,12 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 type jsonHandler struct {
 	transcoder http.Handler
 	limit      int64
-	methods    map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
-	routes     []*restRoute
-	verbs      map[string]bool // the custom verbs of the REST routes: "claim", …
+	// batchMaxBytes bounds a batch call's request as protobuf: one over it
+	// is refused with 413, as a body over limit is.
+	batchMaxBytes int
+	methods       map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
+	routes        []*restRoute
+	verbs         map[string]bool // the custom verbs of the REST routes: "claim", …
 }
 
 func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -159,11 +162,18 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, call, err, status)
 		return
 	}
+	size := len(body)
 	if codec == vanguard.CodecJSON {
-		if _, err := decodeJSONRequest(body, md.Input(), nil); err != nil {
+		msg, err := decodeJSONRequest(body, md.Input(), nil)
+		if err != nil {
 			h.refuse(w, r, call, err, 0)
 			return
 		}
+		size = proto.Size(msg)
+	}
+	if err := h.checkBatch(md, size); err != nil {
+		h.refuse(w, r, call, err, http.StatusRequestEntityTooLarge)
+		return
 	}
 	r.Header.Set("Content-Type", "application/"+codec)
 	// A plain HTTP client does not send the header that tells vanguard a
@@ -216,8 +226,13 @@ func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
 		if len(body) == 0 {
 			body = []byte("{}") // a POST without a body sets no field
 		}
-		if _, err := decodeJSONRequest(body, route.method.Input(), route.inPath); err != nil {
+		msg, err := decodeJSONRequest(body, route.method.Input(), route.inPath)
+		if err != nil {
 			h.refuse(w, r, call, err, 0)
+			return
+		}
+		if err := h.checkBatch(route.method, proto.Size(msg)); err != nil {
+			h.refuse(w, r, call, err, http.StatusRequestEntityTooLarge)
 			return
 		}
 		r.Header.Set("Content-Type", "application/json")
@@ -227,6 +242,16 @@ func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	r.URL.Path, r.URL.RawPath = restPath(r.URL.EscapedPath(), h.verbs), ""
 	h.transcoder.ServeHTTP(w, r)
+}
+
+// checkBatch refuses a request of md, size bytes as protobuf, when md is a
+// batch call and size is over --batch-max-bytes: the server would refuse it
+// REQUEST_TOO_LARGE too, and over HTTP that is 413, whichever bound it broke.
+func (h *jsonHandler) checkBatch(md protoreflect.MethodDescriptor, size int) error {
+	if !batchMethods["/"+string(md.Parent().FullName())+"/"+string(md.Name())] {
+		return nil
+	}
+	return checkBatchBytes(size, h.batchMaxBytes)
 }
 
 // connectCodec is the codec of a Connect unary call's Content-Type, in any

@@ -30,7 +30,7 @@ func startStrict(t *testing.T) *strictServer {
 	s := &strictServer{metrics: server.NewMetrics(), log: &syncBuffer{}}
 	logger := slog.New(slog.NewJSONHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s.Server = testserver.StartWith(t, testserver.Options{JSON: true, Logger: logger,
-		Config: server.Config{Metrics: s.metrics, MaxResultBytes: 1024}})
+		Config: server.Config{Metrics: s.metrics, MaxResultBytes: 1024, BatchMaxBytes: 1024, BatchMaxItems: 10}})
 	return s
 }
 

@@ -147,12 +147,6 @@ func (s *Service) id(ctx context.Context, namespace, key string) store.RecordID 
 
 // Claim implements idem.v1.IdempotencyService.
 func (s *Service) Claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
-	return s.claim(ctx, req)
-}
-
-// claim is one Claim, for Claim: every rule, store call, metric and error
-// of the call. Its errors are statuses.
-func (s *Service) claim(ctx context.Context, req *idemv1.ClaimRequest) (*idemv1.ClaimResponse, error) {
 	params, err := s.claimParams(ctx, req)
 	if err != nil {
 		return nil, err
@@ -208,11 +202,19 @@ func (s *Service) claimAnswer(ctx context.Context, req *idemv1.ClaimRequest, res
 
 // Complete implements idem.v1.IdempotencyService.
 func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*idemv1.CompleteResponse, error) {
-	return s.complete(ctx, req)
+	p, err := s.completeParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordComplete(ctx, p)
+	return s.completeAnswer(ctx, rec, err)
 }
 
-// complete is one Complete, for Complete and each item of BatchComplete. Its errors are statuses.
-func (s *Service) complete(ctx context.Context, req *idemv1.CompleteRequest) (*idemv1.CompleteResponse, error) {
+// completeParams is what the store is asked for the Complete req, after
+// its validation, the namespace allow-list and the result limit: the part
+// of a Complete before the store, shared by Complete and BatchComplete's
+// items. Its errors are statuses.
+func (s *Service) completeParams(ctx context.Context, req *idemv1.CompleteRequest) (*store.CompleteParams, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -226,11 +228,15 @@ func (s *Service) complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 	if err := s.checkResult(t, len(req.GetResult())); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.RecordComplete(ctx, &store.CompleteParams{
+	return &store.CompleteParams{
 		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:    req.GetToken(),
 		Result:   req.GetResult(),
-	})
+	}, nil
+}
+
+// completeAnswer is a Complete's answer from the store's, rec or err.
+func (s *Service) completeAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.CompleteResponse, error) {
 	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
@@ -240,11 +246,18 @@ func (s *Service) complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 
 // Fail implements idem.v1.IdempotencyService.
 func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.FailResponse, error) {
-	return s.fail(ctx, req)
+	p, err := s.failParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordFail(ctx, p)
+	return s.failAnswer(ctx, rec, err)
 }
 
-// fail is one Fail, for Fail and each item of BatchFail. Its errors are statuses.
-func (s *Service) fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.FailResponse, error) {
+// failParams is what the store is asked for the Fail req, after its
+// validation and the namespace allow-list: the part of a Fail before the
+// store, shared by Fail and BatchFail's items. Its errors are statuses.
+func (s *Service) failParams(ctx context.Context, req *idemv1.FailRequest) (*store.FailParams, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -257,12 +270,16 @@ func (s *Service) fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.RecordFail(ctx, &store.FailParams{
+	return &store.FailParams{
 		RecordID:  s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:     req.GetToken(),
 		Error:     req.GetError(),
 		Retryable: req.GetRetryable(),
-	})
+	}, nil
+}
+
+// failAnswer is a Fail's answer from the store's, rec or err.
+func (s *Service) failAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.FailResponse, error) {
 	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
@@ -272,11 +289,19 @@ func (s *Service) fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 
 // Heartbeat implements idem.v1.IdempotencyService.
 func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error) {
-	return s.heartbeat(ctx, req)
+	p, err := s.heartbeatParams(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordHeartbeat(ctx, p)
+	return s.heartbeatAnswer(ctx, rec, err)
 }
 
-// heartbeat is one Heartbeat, for Heartbeat and each item of BatchHeartbeat. Its errors are statuses.
-func (s *Service) heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (*idemv1.HeartbeatResponse, error) {
+// heartbeatParams is what the store is asked for the Heartbeat req, after
+// its validation, the namespace allow-list and the namespace's policy: the
+// part of a Heartbeat before the store, shared by Heartbeat and
+// BatchHeartbeat's items. Its errors are statuses.
+func (s *Service) heartbeatParams(ctx context.Context, req *idemv1.HeartbeatRequest) (*store.HeartbeatParams, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -294,11 +319,15 @@ func (s *Service) heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 	if leaseTTL, err = s.policyFor(t, req.GetNamespace()).lease(req.GetLeaseTtl() != nil, leaseTTL); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.RecordHeartbeat(ctx, &store.HeartbeatParams{
+	return &store.HeartbeatParams{
 		RecordID: s.id(ctx, req.GetNamespace(), req.GetKey()),
 		Token:    req.GetToken(),
 		LeaseTTL: leaseTTL,
-	})
+	}, nil
+}
+
+// heartbeatAnswer is a Heartbeat's answer from the store's, rec or err.
+func (s *Service) heartbeatAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.HeartbeatResponse, error) {
 	s.cfg.Metrics.observeTokenCall(err)
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
@@ -308,18 +337,29 @@ func (s *Service) heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 
 // Lookup implements idem.v1.IdempotencyService.
 func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
-	return s.lookup(ctx, req)
+	id, err := s.lookupID(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.RecordGet(ctx, id)
+	return s.lookupAnswer(ctx, rec, err)
 }
 
-// lookup is one Lookup, for Lookup and each item of BatchLookup. Its errors are statuses.
-func (s *Service) lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv1.LookupResponse, error) {
+// lookupID is the record the Lookup req reads, after its validation and the
+// namespace allow-list: the part of a Lookup before the store, shared by
+// Lookup and BatchLookup's items. Its errors are statuses.
+func (s *Service) lookupID(ctx context.Context, req *idemv1.LookupRequest) (store.RecordID, error) {
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
-		return nil, err
+		return store.RecordID{}, err
 	}
 	if _, err := s.authorize(ctx, req.GetNamespace()); err != nil {
-		return nil, err
+		return store.RecordID{}, err
 	}
-	rec, err := s.store.RecordGet(ctx, s.id(ctx, req.GetNamespace(), req.GetKey()))
+	return s.id(ctx, req.GetNamespace(), req.GetKey()), nil
+}
+
+// lookupAnswer is a Lookup's answer from the store's, rec or err.
+func (s *Service) lookupAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}

@@ -40,8 +40,19 @@ type Store interface {
 	RecordFail(ctx context.Context, params *FailParams) (*Record, error)
 	// RecordHeartbeat extends the lease of the record held with params.Token.
 	RecordHeartbeat(ctx context.Context, params *HeartbeatParams) (*Record, error)
+	// RecordCompleteMany, RecordFailMany and RecordHeartbeatMany are the
+	// calls above for calls of distinct records made at once (a batch
+	// request): each call gets what its unary method would answer it, in
+	// the order of params. A store may send them in one statement.
+	RecordCompleteMany(ctx context.Context, params []*CompleteParams) ([]*Record, []error)
+	RecordFailMany(ctx context.Context, params []*FailParams) ([]*Record, []error)
+	RecordHeartbeatMany(ctx context.Context, params []*HeartbeatParams) ([]*Record, []error)
 	// RecordGet reads one record.
 	RecordGet(ctx context.Context, id RecordID) (*Record, error)
+	// RecordGetMany is RecordGet for many records at once (a batch
+	// request): each id gets what RecordGet would answer it, in the order
+	// of ids. A store may read them in one statement.
+	RecordGetMany(ctx context.Context, ids []RecordID) ([]*Record, []error)
 	// SweepExpire marks at most limit PROCESSING records whose lease ran out
 	// as EXPIRED and returns how many it marked.
 	SweepExpire(ctx context.Context, limit int) (int, error)

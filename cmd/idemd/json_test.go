@@ -439,7 +439,7 @@ func TestJSONOverH2C(t *testing.T) {
 		t.Fatalf("REST Claim over h2c: HTTP/%d %d %s %v; want HTTP/2 200 IN_PROGRESS", a.proto, a.status, a.raw, a.err)
 	}
 	// A refusal with its own status, and the connection serves on.
-	a = postJSON(c, base, "/v1/namespaces/jobs/records/h2c:complete", `{"token":"1","result":"`+strings.Repeat("A", 1<<20)+`"}`)
+	a = postJSON(c, base, "/v1/namespaces/jobs/records/h2c:complete", `{"token":"1","result":"`+strings.Repeat("A", 8<<20)+`"}`) // past the largest batch too
 	if a.err != nil || a.proto != 2 || a.status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a Complete over the body limit over h2c: HTTP/%d %d %s %v; want HTTP/2 413", a.proto, a.status, a.raw, a.err)
 	}

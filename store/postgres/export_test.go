@@ -156,6 +156,7 @@ func HotStatements() []HotStatement {
 		{"heartbeat", heartbeatOneSQL, one + `, 1, 60000000`},
 		{"heartbeat batch", heartbeatManySQL, two + `, '{1,2}', '{60000000,60000000}'`},
 		{"lookup", getSQL, one},
+		{"lookup batch", getManySQL, two},
 		{"a waiting claim's mark", markWaitedSQL, one + `, 1`},
 		{"resolve", resolveSQL, one + `, 'completed', 'result', ''`},
 		{"delete", deleteSQL, one},

@@ -40,6 +40,7 @@ var (
 // decide what each row means (claim.go, tokencall.go).
 type Store struct {
 	store.TokenCalls
+	store.TokenCallsMany
 	pool *pgxpool.Pool
 
 	// The coalescers of Claim and of each kind of token call, indexed by
@@ -70,6 +71,7 @@ func New(pool *pgxpool.Pool) *Store {
 func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
 	s := &Store{pool: pool, batchRows: newBatchRows()}
 	s.TokenCalls = s.runTokenCall
+	s.TokenCallsMany = s.runTokenCallsMany
 	s.listen = &listener{pool: pool, watches: &s.watches}
 	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
 	cfg := func(kind string) coalesce.Config {

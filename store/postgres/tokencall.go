@@ -18,26 +18,73 @@ import (
 // times: a one-row statement's second branch reads its snapshot, which may
 // show the row as it was before a concurrent change the update waited for.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
-	for try := 0; try < maxStatementTries; try++ {
+	return s.tokenTries(ctx, call, 0)
+}
+
+// runTokenCallsMany is the store.TokenCallsMany the Store embeds: the calls,
+// all of one kind, go in their kind's coalescer together
+// (coalesce.DoMany), so they fill as few statements as its MaxRows allows;
+// a call its statement did not settle runs again alone, with the tries
+// runTokenCall has left.
+func (s *Store) runTokenCallsMany(ctx context.Context, calls []*store.TokenCall) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(calls)), make([]error, len(calls))
+	if len(calls) == 0 {
+		return recs, errs
+	}
+	ids := make([]store.RecordID, len(calls))
+	for i, c := range calls {
+		if c.Kind != calls[0].Kind {
+			panic("postgres: runTokenCallsMany with calls of several kinds")
+		}
+		ids[i] = c.RecordID
+	}
+	rows, rowErrs := s.tokens[calls[0].Kind].DoMany(ctx, ids, calls)
+	for i, c := range calls {
+		if rowErrs[i] != nil {
+			errs[i] = rowErrs[i]
+			continue
+		}
+		var settled bool
+		if recs[i], settled, errs[i] = settleTokenCall(c, rows[i]); !settled {
+			recs[i], errs[i] = s.tokenTries(ctx, c, 1)
+		}
+	}
+	return recs, errs
+}
+
+// tokenTries runs the call's statement from try on until the statement
+// settles it, at most maxStatementTries times in all.
+func (s *Store) tokenTries(ctx context.Context, call *store.TokenCall, try int) (*store.Record, error) {
+	for ; try < maxStatementTries; try++ {
 		row, err := s.tokens[call.Kind].Do(ctx, call.RecordID, call)
-		switch {
-		case err != nil:
+		if err != nil {
 			return nil, err
-		case row.rec == nil:
-			return nil, store.ErrNotFound
-		case row.changed:
-			return row.rec, nil
 		}
-		switch d := call.Decide(row.rec); d.Action {
-		case store.ChangeRepeat:
-			return row.rec, nil
-		case store.ChangeRefuse:
-			return nil, d.Err
+		if rec, settled, err := settleTokenCall(call, row); settled {
+			return rec, err
 		}
-		// ChangeApplies: another transaction changed the row while the
-		// statement waited for its lock. A new statement sees what it did.
 	}
 	return nil, store.ErrContention
+}
+
+// settleTokenCall is the call's answer from the row its statement
+// returned, or settled false when another transaction changed the row
+// while the statement waited for its lock (ChangeApplies): a new statement
+// sees what it did.
+func settleTokenCall(call *store.TokenCall, row tokenRow) (rec *store.Record, settled bool, err error) {
+	switch {
+	case row.rec == nil:
+		return nil, true, store.ErrNotFound
+	case row.changed:
+		return row.rec, true, nil
+	}
+	switch d := call.Decide(row.rec); d.Action {
+	case store.ChangeRepeat:
+		return row.rec, true, nil
+	case store.ChangeRefuse:
+		return nil, true, d.Err
+	}
+	return nil, false, nil
 }
 
 type tokenCall = coalesce.Call[*store.TokenCall, tokenRow]

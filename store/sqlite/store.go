@@ -69,6 +69,7 @@ const readConns = 4
 // use.
 type Store struct {
 	store.TokenCalls
+	store.TokenCallsMany
 	// write has exactly one connection, which the writer holds: every
 	// write runs on it, in the writer's batches (writer.go).
 	write *sql.DB
@@ -134,6 +135,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s := &Store{write: write}
 	s.w = startWriter(conn, &s.watches)
 	s.TokenCalls = s.runTokenCall
+	// The writer's group commit takes concurrent calls in as few
+	// transactions as it can.
+	s.TokenCallsMany = store.Concurrently(s.runTokenCall)
 	if _, err := s.migrate(ctx, slog.Default()); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)

@@ -100,6 +100,7 @@ var tests = []struct {
 	{"TokenCallsUnknownKey", testTokenCallsUnknownKey},
 	{"Fencing", testFencing},
 	{"CompleteStoresBinaryResult", testCompleteStoresBinaryResult},
+	{"TokenCallsManyAnswerEachAsAlone", testTokenCallsManyAnswerEachAsAlone},
 
 	{"ClaimConcurrentNewKey", testClaimConcurrentNewKey},
 	{"ClaimConcurrentManyKeys", testClaimConcurrentManyKeys},
@@ -114,6 +115,7 @@ var tests = []struct {
 	{"SweepEmptyStore", testSweepEmptyStore},
 	{"TokensIncreaseAfterPurge", testTokensIncreaseAfterPurge},
 
+	{"GetManyAnswersEach", testGetManyAnswersEach},
 	{"ListPagesInKeyOrder", testListPagesInKeyOrder},
 	{"ListFilters", testListFilters},
 	{"ListKeyPrefix", testListKeyPrefix},
