@@ -3,14 +3,10 @@ package robustness
 import (
 	"context"
 	"errors"
-	"path"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/store"
 )
@@ -40,12 +36,6 @@ func TestCorrectServerIsLinearizable(t *testing.T) {
 	if lost := res.LostCompletes(); len(lost) > 0 {
 		t.Errorf("acknowledged Completes lost: %v", lost)
 	}
-}
-
-// inBatch reports whether the store was called for an item of a batch RPC.
-func inBatch(ctx context.Context) bool {
-	m, _ := grpc.Method(ctx)
-	return strings.HasPrefix(path.Base(m), "Batch")
 }
 
 // lieLog counts a broken store's lies and the keys it told them about.
@@ -78,7 +68,8 @@ func (l *lieLog) about(key string) bool {
 }
 
 // dropsCompletes acknowledges one Complete in three without writing it;
-// with batchOnly, only Completes that are items of a BatchComplete.
+// with batchOnly, only Completes that are items of a BatchComplete (those
+// reach the store through RecordCompleteMany).
 type dropsCompletes struct {
 	store.Store
 	batchOnly bool
@@ -87,20 +78,49 @@ type dropsCompletes struct {
 }
 
 func (s *dropsCompletes) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
-	if s.batchOnly && !inBatch(ctx) {
-		return s.Store.RecordComplete(ctx, p)
-	}
-	if s.calls.Add(1)%3 == 0 {
-		rec, err := s.RecordGet(ctx, p.RecordID)
-		if err == nil && rec.Token == p.Token && (rec.State == store.StateProcessing || rec.State == store.StateExpired) {
-			s.lies.add(p.RecordID.Key)
-			lie := *rec
-			lie.State, lie.Result, lie.LeaseExpiresAt = store.StateCompleted, p.Result, time.Time{}
-			lie.CompletedAt, lie.ExpiresAt = lie.UpdatedAt, lie.UpdatedAt.Add(lie.Retention)
-			return &lie, nil
+	if !s.batchOnly {
+		if lie, ok := s.lie(ctx, p); ok {
+			return lie, nil
 		}
 	}
 	return s.Store.RecordComplete(ctx, p)
+}
+
+func (s *dropsCompletes) RecordCompleteMany(ctx context.Context, ps []*store.CompleteParams) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ps)), make([]error, len(ps))
+	var honest []*store.CompleteParams
+	var at []int
+	for i, p := range ps {
+		if lie, ok := s.lie(ctx, p); ok {
+			recs[i] = lie
+			continue
+		}
+		honest, at = append(honest, p), append(at, i)
+	}
+	if len(honest) > 0 {
+		r, e := s.Store.RecordCompleteMany(ctx, honest)
+		for j, i := range at {
+			recs[i], errs[i] = r[j], e[j]
+		}
+	}
+	return recs, errs
+}
+
+// lie returns, for one call in three that could succeed, the record the
+// Complete would have written, unwritten.
+func (s *dropsCompletes) lie(ctx context.Context, p *store.CompleteParams) (*store.Record, bool) {
+	if s.calls.Add(1)%3 != 0 {
+		return nil, false
+	}
+	rec, err := s.RecordGet(ctx, p.RecordID)
+	if err != nil || rec.Token != p.Token || (rec.State != store.StateProcessing && rec.State != store.StateExpired) {
+		return nil, false
+	}
+	s.lies.add(p.RecordID.Key)
+	lie := *rec
+	lie.State, lie.Result, lie.LeaseExpiresAt = store.StateCompleted, p.Result, time.Time{}
+	lie.CompletedAt, lie.ExpiresAt = lie.UpdatedAt, lie.UpdatedAt.Add(lie.Retention)
+	return &lie, true
 }
 
 // skipsTokenCheck lets a Complete with a superseded token through: it
@@ -115,7 +135,24 @@ type skipsTokenCheck struct {
 
 func (s *skipsTokenCheck) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	rec, err := s.Store.RecordComplete(ctx, p)
-	if !errors.Is(err, store.ErrLeaseLost) || (s.batchOnly && !inBatch(ctx)) {
+	if s.batchOnly {
+		return rec, err
+	}
+	return s.overrule(ctx, p, rec, err)
+}
+
+func (s *skipsTokenCheck) RecordCompleteMany(ctx context.Context, ps []*store.CompleteParams) ([]*store.Record, []error) {
+	recs, errs := s.Store.RecordCompleteMany(ctx, ps)
+	for i, p := range ps {
+		recs[i], errs[i] = s.overrule(ctx, p, recs[i], errs[i])
+	}
+	return recs, errs
+}
+
+// overrule turns a Complete's LEASE_LOST on a record that a successor holds
+// into a success, completing the successor's record.
+func (s *skipsTokenCheck) overrule(ctx context.Context, p *store.CompleteParams, rec *store.Record, err error) (*store.Record, error) {
+	if !errors.Is(err, store.ErrLeaseLost) {
 		return rec, err
 	}
 	cur, gerr := s.RecordGet(ctx, p.RecordID)
