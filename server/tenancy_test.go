@@ -396,11 +396,12 @@ func TestRateLimitIsPerTenant(t *testing.T) {
 }
 
 // TestMessageOverTheLimitWritesNothing: a request larger than the server's
-// receive limit (--max-result-bytes plus headroom, not grpc-go's 4 MiB) is
-// refused by gRPC with RESOURCE_EXHAUSTED before any handler runs.
+// receive limit (the larger of --max-result-bytes and --batch-max-bytes,
+// plus headroom; not grpc-go's 4 MiB) is refused by gRPC with
+// RESOURCE_EXHAUSTED before any handler runs.
 func TestMessageOverTheLimitWritesNothing(t *testing.T) {
 	t.Parallel()
-	ts, calls := startTenancy(t, tenancyFile(), testserver.Options{Config: server.Config{MaxResultBytes: 1024}})
+	ts, calls := startTenancy(t, tenancyFile(), testserver.Options{Config: server.Config{MaxResultBytes: 1024, BatchMaxBytes: 64 << 10}})
 	c := ts.Client
 	ctx := asTenant(testContext(t), billingToken)
 	claim, err := c.Claim(ctx, &idemv1.ClaimRequest{Namespace: "jobs", Key: "big"})

@@ -249,13 +249,16 @@ func TestBoundsAreInclusive(t *testing.T) {
 	}
 }
 
-// TestOversizedResult: a result far above MaxResultBytes is refused by the
-// transport's message limit (RESOURCE_EXHAUSTED) before it reaches the
-// handler; nothing is written either way.
+// TestOversizedResult: a result above MaxResultBytes is INVALID_RESULT, and
+// one past the transport's message limit (the larger of MaxResultBytes and
+// BatchMaxBytes, plus headroom) is refused by gRPC (RESOURCE_EXHAUSTED)
+// before it reaches the handler; nothing is written either way.
 func TestOversizedResult(t *testing.T) {
 	t.Parallel()
 	ts, calls := startCounted(t)
 	_, err := ts.Client.Complete(testContext(t), &idemv1.CompleteRequest{Namespace: ns, Key: "k", Token: 1, Result: make([]byte, 32<<10)})
+	requireStatus(t, err, codes.InvalidArgument, "INVALID_RESULT")
+	_, err = ts.Client.Complete(testContext(t), &idemv1.CompleteRequest{Namespace: ns, Key: "k", Token: 1, Result: make([]byte, server.DefaultBatchMaxBytes+32<<10)})
 	requireStatus(t, err, codes.ResourceExhausted, "")
 	if n := calls.len(); n != 0 {
 		t.Errorf("store called: %s", calls)
