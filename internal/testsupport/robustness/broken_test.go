@@ -3,6 +3,7 @@ package robustness
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 func inProcessWorkload(addr string, seed uint64) Workload {
 	return Workload{
 		Targets: []string{addr}, Workers: 6, Keys: 4, Duration: 3 * time.Second, MaxCalls: 2000,
-		LeaseTTL: time.Second, CallTimeout: 5 * time.Second, Profile: Mixed, Seed: seed,
+		LeaseTTL: time.Second, CallTimeout: 5 * time.Second, Profile: Mixed, BatchShare: DefaultBatchShare, Seed: seed,
 	}
 }
 
@@ -28,7 +29,7 @@ func TestCorrectServerIsLinearizable(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := Check(res.History.Ops(), time.Minute, t.TempDir(), "correct")
-	t.Logf("%s; %s", v, res.Stats.Summary())
+	t.Logf("%s; %s; %s", v, res.Stats.Summary(), res.Stats.Batched())
 	if !v.OK() {
 		t.Errorf("a correct server's history: %s", v)
 	}
@@ -37,36 +38,120 @@ func TestCorrectServerIsLinearizable(t *testing.T) {
 	}
 }
 
-// dropsCompletes acknowledges one Complete in three without writing it.
+// lieLog counts a broken store's lies and the keys it told them about.
+type lieLog struct {
+	mu   sync.Mutex
+	keys map[string]bool
+	n    int64
+}
+
+func (l *lieLog) add(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keys == nil {
+		l.keys = map[string]bool{}
+	}
+	l.keys[key] = true
+	l.n++
+}
+
+func (l *lieLog) count() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+func (l *lieLog) about(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keys[key]
+}
+
+// dropsCompletes acknowledges one Complete in three without writing it;
+// with batchOnly, only Completes that are items of a BatchComplete (those
+// reach the store through RecordCompleteMany).
 type dropsCompletes struct {
 	store.Store
-	calls, lies atomic.Int64
+	batchOnly bool
+	calls     atomic.Int64
+	lies      *lieLog
 }
 
 func (s *dropsCompletes) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
-	if s.calls.Add(1)%3 == 0 {
-		rec, err := s.RecordGet(ctx, p.RecordID)
-		if err == nil && rec.Token == p.Token && (rec.State == store.StateProcessing || rec.State == store.StateExpired) {
-			s.lies.Add(1)
-			lie := *rec
-			lie.State, lie.Result, lie.LeaseExpiresAt = store.StateCompleted, p.Result, time.Time{}
-			lie.CompletedAt, lie.ExpiresAt = lie.UpdatedAt, lie.UpdatedAt.Add(lie.Retention)
-			return &lie, nil
+	if !s.batchOnly {
+		if lie, ok := s.lie(ctx, p); ok {
+			return lie, nil
 		}
 	}
 	return s.Store.RecordComplete(ctx, p)
 }
 
+func (s *dropsCompletes) RecordCompleteMany(ctx context.Context, ps []*store.CompleteParams) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ps)), make([]error, len(ps))
+	var honest []*store.CompleteParams
+	var at []int
+	for i, p := range ps {
+		if lie, ok := s.lie(ctx, p); ok {
+			recs[i] = lie
+			continue
+		}
+		honest, at = append(honest, p), append(at, i)
+	}
+	if len(honest) > 0 {
+		r, e := s.Store.RecordCompleteMany(ctx, honest)
+		for j, i := range at {
+			recs[i], errs[i] = r[j], e[j]
+		}
+	}
+	return recs, errs
+}
+
+// lie returns, for one call in three that could succeed, the record the
+// Complete would have written, unwritten.
+func (s *dropsCompletes) lie(ctx context.Context, p *store.CompleteParams) (*store.Record, bool) {
+	if s.calls.Add(1)%3 != 0 {
+		return nil, false
+	}
+	rec, err := s.RecordGet(ctx, p.RecordID)
+	if err != nil || rec.Token != p.Token || (rec.State != store.StateProcessing && rec.State != store.StateExpired) {
+		return nil, false
+	}
+	s.lies.add(p.RecordID.Key)
+	lie := *rec
+	lie.State, lie.Result, lie.LeaseExpiresAt = store.StateCompleted, p.Result, time.Time{}
+	lie.CompletedAt, lie.ExpiresAt = lie.UpdatedAt, lie.UpdatedAt.Add(lie.Retention)
+	return &lie, true
+}
+
 // skipsTokenCheck lets a Complete with a superseded token through: it
 // completes the successor's record with the stale worker's result and
-// answers as if the stale token were current.
+// answers as if the stale token were current; with batchOnly, only for
+// items of a BatchComplete.
 type skipsTokenCheck struct {
 	store.Store
-	lies atomic.Int64
+	batchOnly bool
+	lies      *lieLog
 }
 
 func (s *skipsTokenCheck) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	rec, err := s.Store.RecordComplete(ctx, p)
+	if s.batchOnly {
+		return rec, err
+	}
+	return s.overrule(ctx, p, rec, err)
+}
+
+func (s *skipsTokenCheck) RecordCompleteMany(ctx context.Context, ps []*store.CompleteParams) ([]*store.Record, []error) {
+	recs, errs := s.Store.RecordCompleteMany(ctx, ps)
+	for i, p := range ps {
+		recs[i], errs[i] = s.overrule(ctx, p, recs[i], errs[i])
+	}
+	return recs, errs
+}
+
+// overrule turns a Complete's LEASE_LOST on a record that a successor holds
+// into a success, completing the successor's record.
+func (s *skipsTokenCheck) overrule(ctx context.Context, p *store.CompleteParams, rec *store.Record, err error) (*store.Record, error) {
 	if !errors.Is(err, store.ErrLeaseLost) {
 		return rec, err
 	}
@@ -80,58 +165,102 @@ func (s *skipsTokenCheck) RecordComplete(ctx context.Context, p *store.CompleteP
 	if err != nil {
 		return nil, err
 	}
-	s.lies.Add(1)
+	s.lies.add(p.RecordID.Key)
 	lie := *rec
 	lie.Token = p.Token
 	return &lie, nil
 }
 
+// grantsHeldRecords answers one in three of a batch's Claims that found the
+// record held under a live lease ACQUIRED, with a token of its own, without
+// writing it: two holders at once. A batch's Claims reach the store through
+// RecordClaimMany, which a broken RecordClaim would not see.
+type grantsHeldRecords struct {
+	store.Store
+	calls atomic.Int64
+	lies  *lieLog
+}
+
+func (s *grantsHeldRecords) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := s.Store.RecordClaimMany(ctx, ps)
+	for i, r := range res {
+		// Well inside the lease, so that the grant cannot pass for a
+		// takeover at its end.
+		if errs[i] != nil || r.Outcome != store.OutcomeInProgress || r.RetryAfter < 200*time.Millisecond || s.calls.Add(1)%3 != 0 {
+			continue
+		}
+		s.lies.add(ps[i].Key)
+		lie := *r.Record
+		lie.Token += 1000
+		lie.Claimant, lie.LeaseExpiresAt = ps[i].Claimant, time.Now().Add(ps[i].LeaseTTL).UTC()
+		res[i] = &store.ClaimResult{Outcome: store.OutcomeAcquired, Record: &lie, Takeover: true}
+	}
+	return res, errs
+}
+
 // TestCheckerCatchesBrokenStores runs the workload against the real service
 // over stores broken on purpose and expects the checker to find the
-// violation: a checker that passes these would prove nothing.
+// violation, and only on keys the store lied about: a checker that passes
+// these would prove nothing. The stores that lie only to batch items prove
+// that the items are checked too.
 func TestCheckerCatchesBrokenStores(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name string
-		wrap func(store.Store) store.Store
-		lies func(store.Store) int64
+		wrap func(store.Store, *lieLog) store.Store
+		// batchOnly: the store lies to batch items only, and the workload
+		// sends nothing but batches, to give it the chance.
+		batchOnly bool
 	}{
 		{"acknowledges a Complete it does not write",
-			func(s store.Store) store.Store { return &dropsCompletes{Store: s} },
-			func(s store.Store) int64 { return s.(*dropsCompletes).lies.Load() }},
+			func(s store.Store, l *lieLog) store.Store { return &dropsCompletes{Store: s, lies: l} }, false},
 		{"skips the token check",
-			func(s store.Store) store.Store { return &skipsTokenCheck{Store: s} },
-			func(s store.Store) int64 { return s.(*skipsTokenCheck).lies.Load() }},
+			func(s store.Store, l *lieLog) store.Store { return &skipsTokenCheck{Store: s, lies: l} }, false},
+		{"acknowledges a batch item's Complete it does not write",
+			func(s store.Store, l *lieLog) store.Store { return &dropsCompletes{Store: s, batchOnly: true, lies: l} }, true},
+		{"skips the token check of batch items",
+			func(s store.Store, l *lieLog) store.Store {
+				return &skipsTokenCheck{Store: s, batchOnly: true, lies: l}
+			}, true},
+		{"grants a batch item's Claim of a record held under a live lease",
+			func(s store.Store, l *lieLog) store.Store { return &grantsHeldRecords{Store: s, lies: l} }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var broken store.Store
-			addr := ServeInProcess(t, func(s store.Store) store.Store {
-				broken = c.wrap(s)
-				return broken
-			})
-			// Bounded: a few short runs, each ended once the store has lied
-			// three times.
+			// Bounded: a few short runs, each on a store of its own (the
+			// next run's keys would find the last one's records) and ended
+			// once the store has lied three times.
 			var lies int64
-			for round := 0; round < 5 && lies == 0; round++ {
+			const runs = 8
+			for round := 0; round < runs && lies == 0; round++ {
+				log := &lieLog{}
+				addr := ServeInProcess(t, func(s store.Store) store.Store { return c.wrap(s, log) })
 				w := inProcessWorkload(addr, uint64(10+round))
-				w.Stop = func() bool { return c.lies(broken) >= 3 }
+				if c.batchOnly {
+					w.BatchShare = 1
+				}
+				w.Stop = func() bool { return log.count() >= 3 }
 				res, err := Run(context.Background(), w)
 				if err != nil {
 					t.Fatal(err)
 				}
-				lies = c.lies(broken)
+				lies = log.count()
 				if lies == 0 {
 					continue
 				}
 				v := Check(res.History.Ops(), time.Minute, t.TempDir(), "broken")
-				t.Logf("the store lied %d times; %s", lies, v)
+				t.Logf("run %d: the store lied %d times; %s", round+1, lies, v)
 				if len(v.Illegal) == 0 {
 					t.Errorf("the checker found no violation in the history of a store that lied %d times: %s", lies, v)
 				}
+				for _, k := range v.Illegal {
+					if !log.about(k) {
+						t.Errorf("the checker found %s not linearizable, where the store told no lie", k)
+					}
+				}
 			}
 			if lies == 0 {
-				t.Fatal("the broken store never lied in 5 runs: the workload does not exercise what it breaks")
+				t.Fatalf("the broken store never lied in %d runs: the workload does not exercise what it breaks", runs)
 			}
 		})
 	}

@@ -15,14 +15,27 @@ import (
 // Op is one recorded call.
 type Op struct {
 	Worker int
-	In     Input
-	Out    Output
+	// Batch numbers, from 1, the batch RPC the call was an item of; 0 for a
+	// unary call. Each item is a call of its own, whose interval is the
+	// RPC's.
+	Batch int64
+	In    Input
+	Out   Output
 }
 
 // History collects the calls of every worker. It is safe for concurrent use.
 type History struct {
-	mu  sync.Mutex
-	ops []Op
+	mu      sync.Mutex
+	ops     []Op
+	batches int64
+}
+
+// nextBatch numbers a batch RPC.
+func (h *History) nextBatch() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.batches++
+	return h.batches
 }
 
 // Add records a call.
@@ -95,8 +108,9 @@ type Verdict struct {
 	// Calls is how many calls were checked; Maybe how many of them had their
 	// answer lost (UNAVAILABLE, DEADLINE_EXCEEDED, a transport error).
 	// Lookups whose answer was lost change nothing and are left out.
-	Calls, Maybe int
-	Keys         int
+	// BatchItems is how many of the calls were items of a batch RPC.
+	Calls, Maybe, BatchItems int
+	Keys                     int
 	// Illegal lists the keys whose history no order of the calls explains;
 	// Undecided those porcupine gave up on within the time it was given.
 	Illegal, Undecided []string
@@ -109,7 +123,7 @@ type Verdict struct {
 func (v Verdict) OK() bool { return len(v.Illegal) == 0 && len(v.Undecided) == 0 }
 
 func (v Verdict) String() string {
-	s := fmt.Sprintf("%d calls (%d maybe applied) on %d keys checked in %s: ", v.Calls, v.Maybe, v.Keys, v.Took.Round(time.Millisecond))
+	s := fmt.Sprintf("%d calls (%d maybe applied, %d batch items) on %d keys checked in %s: ", v.Calls, v.Maybe, v.BatchItems, v.Keys, v.Took.Round(time.Millisecond))
 	switch {
 	case len(v.Illegal) > 0:
 		s += fmt.Sprintf("NOT linearizable on %d keys %v", len(v.Illegal), v.Illegal)
@@ -130,6 +144,14 @@ func (v Verdict) String() string {
 // Check checks ops key by key, giving porcupine at most perKey for each.
 // When a key is not linearizable and vizDir is not empty, porcupine's
 // visualization of that key is written there (at most three of them).
+//
+// An item of a batch RPC is checked as a call of its own over the RPC's
+// interval. Two items of one key in one batch share that interval, so the
+// checker may put them in either order, while the server promises the
+// order of the request: the check is weaker there than the promise, never
+// stricter, and it cannot reject a history the server may produce. An
+// order of its own for the two cannot be expressed by intervals without
+// claiming to know when within the RPC the first one took effect.
 func Check(ops []Op, perKey time.Duration, vizDir, name string) Verdict {
 	started := time.Now()
 	var v Verdict
@@ -141,12 +163,28 @@ func Check(ops []Op, perKey time.Duration, vizDir, name string) Verdict {
 		}
 	}
 	lanes := 0
+	type batchKey struct {
+		batch int64
+		key   string
+	}
+	inBatch := map[batchKey]bool{}
 	for _, op := range ops {
 		if op.Out.Code == CodeMaybe && op.In.Kind == OpLookup {
 			continue
 		}
 		v.Calls++
 		client, end := op.Worker, op.In.End
+		if op.Batch != 0 {
+			v.BatchItems++
+			// A second item of the key in the same batch overlaps the first:
+			// a lane of its own, for the visualization.
+			bk := batchKey{op.Batch, op.In.Key}
+			if inBatch[bk] {
+				lanes++
+				client = -lanes
+			}
+			inBatch[bk] = true
+		}
 		if op.Out.Code == CodeMaybe {
 			v.Maybe++
 			// Open to the end of the history, on a lane of its own so that the

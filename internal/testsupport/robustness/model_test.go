@@ -30,6 +30,13 @@ func (s *script) call(worker int, start, end int64, in Input, out Output) {
 	s.ops = append(s.ops, Op{Worker: worker, In: in, Out: out})
 }
 
+// item adds an item of batch RPC batch (numbered from 1): a call of its own
+// whose interval is the RPC's.
+func (s *script) item(batch int64, worker int, start, end int64, in Input, out Output) {
+	s.call(worker, start, end, in, out)
+	s.ops[len(s.ops)-1].Batch = batch
+}
+
 const ttl = time.Second
 
 func claim(c string) Input { return Input{Kind: OpClaim, Claimant: c, TTL: ttl} }
@@ -160,6 +167,43 @@ func TestModel(t *testing.T) {
 			s.call(0, 800, 805, Input{Kind: OpHeartbeat, Token: 5, TTL: ttl}, s.processing(5, "a", 1803))
 			s.call(1, 1200, 1205, claim("b"), s.acquired(6, "b", 2203))
 		}},
+		{"one key twice in a batch: a Complete and its repeat", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 10, 15, complete(5, "r1"), done(5, "r1"))
+			s.item(1, 0, 10, 15, complete(5, "r1"), done(5, "r1"))
+		}},
+		{"one key twice in a batch: a Complete, then another value ALREADY_TERMINAL", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 10, 15, complete(5, "r1"), done(5, "r1"))
+			s.item(1, 0, 10, 15, complete(5, "r2"), Output{Code: CodeAlreadyTerminal})
+		}},
+		{"one key twice in a batch: both values acknowledged", false, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 10, 15, complete(5, "r1"), done(5, "r1"))
+			s.item(1, 0, 10, 15, complete(5, "r2"), done(5, "r2"))
+		}},
+		{"one key thrice in a BatchClaim: the claimant, again, then a rival", true, func(s *script) {
+			s.item(1, 0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 0, 5, claim("b"), s.inProgress(5, "a", 1002))
+		}},
+		{"two grants of live leases in one BatchClaim", false, func(s *script) {
+			s.item(1, 0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 0, 5, claim("b"), s.acquired(6, "b", 1003))
+		}},
+		{"a batch item's acknowledged Complete lost", false, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.item(1, 0, 10, 15, complete(5, "r1"), done(5, "r1"))
+			s.call(1, 2000, 2005, lookup(), s.processing(5, "a", 1002))
+		}},
+		{"a batch whose answer was lost: each item applied or not", true, func(s *script) {
+			s.call(0, 0, 5, Input{Kind: OpClaim, Key: "k1", Claimant: "a", TTL: ttl}, s.acquired(5, "a", 1002))
+			s.call(0, 0, 5, Input{Kind: OpClaim, Key: "k2", Claimant: "b", TTL: ttl}, s.acquired(3, "b", 1002))
+			s.item(1, 0, 10, -1, Input{Kind: OpComplete, Key: "k1", Token: 5, Value: "r1"}, maybe)
+			s.item(1, 0, 10, -1, Input{Kind: OpComplete, Key: "k2", Token: 3, Value: "r2"}, maybe)
+			s.call(1, 2000, 2005, Input{Kind: OpLookup, Key: "k1"}, done(5, "r1"))
+			s.call(1, 2000, 2005, Input{Kind: OpLookup, Key: "k2"}, Output{Rec: Rec{State: RecExpired, Token: 3, Claimant: "b", Lease: s.at(1002)}})
+		}},
 		{"released record taken over at once", true, func(s *script) {
 			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
 			s.call(0, 10, 15, Input{Kind: OpFail, Token: 5, Value: "e", Retryable: true}, Output{Rec: Rec{State: RecReleased, Token: 5, Value: "e"}})
@@ -174,6 +218,15 @@ func TestModel(t *testing.T) {
 			v := Check(s.ops, 10*time.Second, "", "")
 			if v.OK() != c.legal || len(v.Undecided) > 0 {
 				t.Errorf("want legal=%t, got %s", c.legal, v)
+			}
+			items := 0
+			for _, op := range s.ops {
+				if op.Batch != 0 {
+					items++
+				}
+			}
+			if v.BatchItems != items {
+				t.Errorf("%d batch items checked, want %d", v.BatchItems, items)
 			}
 		})
 	}

@@ -27,8 +27,9 @@ import (
 )
 
 var (
-	full   = flag.Bool("full", false, "run every scenario at full length (make robustness); without it, the short version CI runs")
-	outDir = flag.String("out", "", "where porcupine's visualizations of a violation and report.json go (default: a new temporary directory)")
+	full       = flag.Bool("full", false, "run every scenario at full length (make robustness); without it, the short version CI runs")
+	outDir     = flag.String("out", "", "where porcupine's visualizations of a violation and report.json go (default: a new temporary directory)")
+	batchShare = flag.Float64("batch-share", DefaultBatchShare, "the share of the workers' calls sent as items of batch RPCs (0: unary calls only)")
 )
 
 var (
@@ -54,6 +55,7 @@ type Report struct {
 	Seconds       float64  `json:"seconds"`
 	Calls         int      `json:"calls"`
 	Maybe         int      `json:"maybe_applied"`
+	BatchItems    int      `json:"batch_items"`
 	Keys          int      `json:"keys"`
 	Acquired      int      `json:"acquired"`
 	Completes     int      `json:"acknowledged_completes"`
@@ -61,6 +63,7 @@ type Report struct {
 	Verdict       string   `json:"verdict"`
 	CheckSeconds  float64  `json:"check_seconds"`
 	Answers       string   `json:"answers"`
+	Batched       string   `json:"batched"`
 	Unexpected    []string `json:"unexpected_errors,omitempty"`
 	Observed      string   `json:"observed,omitempty"`
 	// FirstWrite is, for each fault of the scenario that measures it, the
@@ -104,9 +107,9 @@ func printReports() {
 		return
 	}
 	fmt.Println("\nrobustness summary")
-	fmt.Printf("%-22s %6s %7s %6s %6s %8s %5s  %s\n", "scenario", "secs", "calls", "maybe", "acq", "completes", "lost", "verdict")
+	fmt.Printf("%-22s %6s %7s %6s %7s %6s %8s %5s  %s\n", "scenario", "secs", "calls", "maybe", "batched", "acq", "completes", "lost", "verdict")
 	for _, r := range reports {
-		fmt.Printf("%-22s %6.1f %7d %6d %6d %8d %5d  %s\n", r.Scenario, r.Seconds, r.Calls, r.Maybe, r.Acquired, r.Completes, len(r.LostCompletes), r.Verdict)
+		fmt.Printf("%-22s %6.1f %7d %6d %7d %6d %8d %5d  %s\n", r.Scenario, r.Seconds, r.Calls, r.Maybe, r.BatchItems, r.Acquired, r.Completes, len(r.LostCompletes), r.Verdict)
 		if r.Observed != "" {
 			fmt.Printf("%-22s observed: %s\n", "", r.Observed)
 		}
@@ -226,9 +229,9 @@ func (sc scenario) run(t *testing.T, w Workload, observe func(*Result) string) {
 	v := Check(ops, perKey, *outDir, sc.name)
 	r := Report{
 		Scenario: sc.name, Injected: sc.injected, Seconds: time.Since(started).Seconds(),
-		Calls: v.Calls, Maybe: v.Maybe, Keys: v.Keys, Acquired: res.Stats.Count("Claim ACQUIRED"),
+		Calls: v.Calls, Maybe: v.Maybe, BatchItems: v.BatchItems, Keys: v.Keys, Acquired: res.Stats.Count("Claim ACQUIRED"),
 		Completes: len(res.Completes), LostCompletes: res.LostCompletes(), Verdict: v.String(),
-		CheckSeconds: v.Took.Seconds(), Answers: res.Stats.Summary(), Unexpected: res.Stats.Unexpected,
+		CheckSeconds: v.Took.Seconds(), Answers: res.Stats.Summary(), Batched: res.Stats.Batched(), Unexpected: res.Stats.Unexpected,
 	}
 	if observe != nil {
 		r.Observed = observe(res)
@@ -241,6 +244,7 @@ func (sc scenario) run(t *testing.T, w Workload, observe func(*Result) string) {
 	reportMu.Unlock()
 	t.Logf("%s: %s", sc.name, v)
 	t.Logf("answers: %s", r.Answers)
+	t.Logf("batched: %s", r.Batched)
 	bad := t.Errorf
 	if !sc.strict {
 		bad = t.Logf
@@ -256,6 +260,9 @@ func (sc scenario) run(t *testing.T, w Workload, observe func(*Result) string) {
 	}
 	if r.Acquired == 0 || res.Stats.Count("Complete ok")+res.Stats.Count("Complete LEASE_LOST") == 0 {
 		t.Errorf("%s: the workload made no progress (%s)", sc.name, r.Answers)
+	}
+	if w.BatchShare > 0 && v.BatchItems == 0 {
+		t.Errorf("%s: no batch item was checked (%s)", sc.name, r.Batched)
 	}
 }
 
@@ -277,7 +284,7 @@ func workload(targets []string, seed uint64) Workload {
 	dur, workers, keys := size()
 	return Workload{
 		Targets: targets, Workers: workers, Keys: keys, Duration: dur, MaxCalls: 1 << 20,
-		LeaseTTL: time.Second, CallTimeout: 3 * time.Second, Profile: Mixed, Seed: seed,
+		LeaseTTL: time.Second, CallTimeout: 3 * time.Second, Profile: Mixed, BatchShare: *batchShare, Seed: seed,
 	}
 }
 

@@ -57,7 +57,11 @@ type Workload struct {
 	// CallTimeout is each call's deadline.
 	CallTimeout time.Duration
 	Profile     Profile
-	Seed        uint64
+	// BatchShare is the share of each worker's calls that it sends as items
+	// of batch RPCs (BatchClaim, BatchComplete, …), whole jobs at a time; 0
+	// sends none.
+	BatchShare float64
+	Seed       uint64
 	// Stop, when set, ends the run early once it returns true.
 	Stop func() bool
 	// Settle, when set, runs after the workers stopped and before the final
@@ -67,16 +71,26 @@ type Workload struct {
 
 // Stats counts what the calls answered.
 type Stats struct {
-	mu         sync.Mutex
-	Calls      int
-	ByAnswer   map[string]int // "Claim ACQUIRED", "Complete ok", "Fail maybe: Unavailable", …
-	Unexpected []string       // answers that are errors the service should never send
+	mu sync.Mutex
+	// Calls counts the recorded calls, unary ones and batch items alike;
+	// BatchItems those of them that were items of a batch RPC.
+	Calls, BatchItems int
+	// ByAnswer counts unary calls and batch items together, by the unary
+	// call's name: "Claim ACQUIRED", "Complete ok", "Fail maybe: Unavailable", …
+	ByAnswer map[string]int
+	// BatchRPCs counts the batch RPCs sent, by name ("BatchClaim", …), and
+	// BatchAnswers the batch items' part of ByAnswer.
+	BatchRPCs, BatchAnswers map[string]int
+	Unexpected              []string // answers that are errors the service should never send
 }
 
-func (s *Stats) add(in Input, out Output, err error) {
+func (s *Stats) add(in Input, out Output, err error, batched bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Calls++
+	if batched {
+		s.BatchItems++
+	}
 	if s.ByAnswer == nil {
 		s.ByAnswer = map[string]int{}
 	}
@@ -96,6 +110,12 @@ func (s *Stats) add(in Input, out Output, err error) {
 		}
 	}
 	s.ByAnswer[what]++
+	if batched {
+		if s.BatchAnswers == nil {
+			s.BatchAnswers = map[string]int{}
+		}
+		s.BatchAnswers[what]++
+	}
 }
 
 func (s *Stats) notSent(in Input) {
@@ -107,18 +127,51 @@ func (s *Stats) notSent(in Input) {
 	s.ByAnswer[in.Kind.String()+" not sent"]++
 }
 
+func (s *Stats) batchSent(kind OpKind) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.BatchRPCs == nil {
+		s.BatchRPCs = map[string]int{}
+	}
+	s.BatchRPCs["Batch"+kind.String()]++
+}
+
+// Batched says on one line how many of the recorded calls were batch items
+// and how many batch RPCs of each kind were sent, and what the items
+// answered.
+func (s *Stats) Batched() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rpcs, n := make([]string, 0, len(s.BatchRPCs)), 0
+	for k, v := range s.BatchRPCs {
+		rpcs = append(rpcs, fmt.Sprintf("%s=%d", k, v))
+		n += v
+	}
+	sort.Strings(rpcs)
+	share := 0.0
+	if s.Calls > 0 {
+		share = float64(s.BatchItems) / float64(s.Calls)
+	}
+	return fmt.Sprintf("%d of %d recorded calls (%.0f %%) were items of %d batch RPCs (%s); the items answered %s",
+		s.BatchItems, s.Calls, 100*share, n, strings.Join(rpcs, ", "), counts(s.BatchAnswers))
+}
+
 // Summary is the counts on one line, sorted.
 func (s *Stats) Summary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.ByAnswer))
-	for k := range s.ByAnswer {
+	return counts(s.ByAnswer)
+}
+
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, s.ByAnswer[k])
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
 }
@@ -190,7 +243,9 @@ type caller struct {
 	stats   *Stats
 	rng     *mrand.Rand
 	timeout time.Duration
-	calls   int
+	// calls counts the calls made, unary ones and batch items; batched the
+	// batch items among them.
+	calls, batched int
 	// base is the context calls run in: the run's end stops workers between
 	// calls, not in the middle of one.
 	base context.Context
@@ -202,19 +257,38 @@ func (c *caller) client() idemv1.IdempotencyServiceClient {
 
 func (c *caller) do(ctx context.Context, in Input, call func(ctx context.Context, cl idemv1.IdempotencyServiceClient) (*idemv1.Record, idemv1.Outcome, error)) Output {
 	c.calls++
+	var rec *idemv1.Record
+	var outcome idemv1.Outcome
+	var err error
+	start, end, sent := c.send(ctx, func(ctx context.Context, cl idemv1.IdempotencyServiceClient) {
+		rec, outcome, err = call(ctx, cl)
+	})
+	return c.record(0, in, start, end, sent, rec, outcome, err)
+}
+
+// send makes one RPC on a client picked at random and returns when it was
+// sent and answered, and whether its request reached a connection.
+func (c *caller) send(ctx context.Context, call func(ctx context.Context, cl idemv1.IdempotencyServiceClient)) (start, end int64, sent bool) {
 	cl := c.client()
 	if c.base != nil {
 		ctx = c.base
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	sent := new(atomic.Bool)
-	cctx = context.WithValue(cctx, sentKey{}, sent)
-	in.Start = time.Now().UnixNano()
-	rec, outcome, err := call(cctx, cl)
-	end := time.Now().UnixNano()
-	cancel()
+	defer cancel()
+	wrote := new(atomic.Bool)
+	cctx = context.WithValue(cctx, sentKey{}, wrote)
+	start = time.Now().UnixNano()
+	call(cctx, cl)
+	end = time.Now().UnixNano()
+	return start, end, wrote.Load()
+}
+
+// record classifies one call's answer and adds the call to the history; a
+// call that failed before its request was sent is only counted. batch is
+// the batch RPC the call was an item of, 0 for a unary call.
+func (c *caller) record(batch int64, in Input, start, end int64, sent bool, rec *idemv1.Record, outcome idemv1.Outcome, err error) Output {
 	out := classify(err)
-	in.End = end
+	in.Start, in.End = start, end
 	if out.Code == CodeMaybe {
 		in.End = Never
 	}
@@ -222,12 +296,12 @@ func (c *caller) do(ctx context.Context, in Input, call func(ctx context.Context
 		out.Rec = recFromProto(rec)
 		out.Outcome = outcomeFromProto(outcome)
 	}
-	if out.Code == CodeMaybe && !sent.Load() {
+	if out.Code == CodeMaybe && !sent {
 		c.stats.notSent(in)
 		return out
 	}
-	c.hist.Add(Op{Worker: c.id, In: in, Out: out})
-	c.stats.add(in, out, err)
+	c.hist.Add(Op{Worker: c.id, Batch: batch, In: in, Out: out})
+	c.stats.add(in, out, err, batch != 0)
 	return out
 }
 
@@ -362,6 +436,18 @@ func (ks *keySpace) pick(rng *mrand.Rand) string {
 	return ks.slots[rng.IntN(len(ks.slots))]
 }
 
+// pickN returns n distinct live keys (all of them when there are fewer).
+func (ks *keySpace) pickN(rng *mrand.Rand, n int) []string {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	perm := rng.Perm(len(ks.slots))
+	out := make([]string, 0, n)
+	for _, i := range perm[:min(n, len(perm))] {
+		out = append(out, ks.slots[i])
+	}
+	return out
+}
+
 func (ks *keySpace) retire(key string) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -494,8 +580,10 @@ type worker struct {
 	ks    *keySpace
 	seq   *atomic.Int64
 	acked func(key, value string)
-	// old remembers tokens this worker held, to send stale ones.
-	old []heldToken
+	// old remembers tokens this worker held, to send stale ones; gaveUp
+	// those of the jobs of its batches that it released or abandoned, whose
+	// keys a successor may hold by now.
+	old, gaveUp []heldToken
 }
 
 type heldToken struct {
@@ -530,7 +618,23 @@ func retry(ctx context.Context, call func() Output) Output {
 	return out
 }
 
+// remember keeps a token the worker held, to send it stale later.
+func (wk *worker) remember(key string, token int64) {
+	if len(wk.old) < 16 {
+		wk.old = append(wk.old, heldToken{key, token})
+	} else {
+		wk.old[wk.rng.IntN(len(wk.old))] = heldToken{key, token}
+	}
+}
+
+// job is one job: a unary one, or a batch of them while the worker's batch
+// items are no more than the workload's share of its calls (a share of 1:
+// batches only).
 func (wk *worker) job(ctx context.Context) {
+	if wk.w.BatchShare > 0 && float64(wk.batched) <= wk.w.BatchShare*float64(wk.calls) {
+		wk.batchJob(ctx)
+		return
+	}
 	rng := wk.rng
 	ttl := wk.w.LeaseTTL
 	if wk.w.Profile == Mixed {
@@ -584,11 +688,7 @@ func (wk *worker) job(ctx context.Context) {
 		return
 	}
 	tok := out.Rec.Token
-	if len(wk.old) < 16 {
-		wk.old = append(wk.old, heldToken{key, tok})
-	} else {
-		wk.old[rng.IntN(len(wk.old))] = heldToken{key, tok}
-	}
+	wk.remember(key, tok)
 	complete := func() {
 		v := wk.value("done")
 		o := retry(ctx, func() Output { return wk.complete(ctx, key, tok, v) })
