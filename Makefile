@@ -278,8 +278,7 @@ endef
 BENCH_RUN = bin/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
 	--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" --duration 8s --rounds 4
 # BENCH_COALESCE_FLAGS turn the Go SDK's coalescing on in the service targets
-# of bench's third run; while idem-bench has no such flag that run is skipped
-# with a notice.
+# of bench's third run.
 BENCH_COALESCE_FLAGS ?= --coalesce
 bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL and a Redis lock, interleaved, with CPU per job by process and WAL per job, in three runs of about 4 minutes in all (docs/BENCHMARKS.md): C=32 unique, hot, replay and batch (100 messages a delivery); C=1 unique and replay; C=32 unique with the Go SDK's coalescing (BENCH_COALESCE_FLAGS). BENCH_FLAGS adds flags to each run.
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
@@ -290,12 +289,7 @@ bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL an
 	@echo "make bench 2/3: C=1, unique and replay: one worker's latency, service against sql"
 	$(BENCH_RUN) --target service,sql --concurrency 1 --scenario unique,replay $(BENCH_FLAGS)
 	@echo "make bench 3/3: C=32, unique with the Go SDK's coalescing ($(BENCH_COALESCE_FLAGS))"
-	@if bin/idem-bench --help | grep -q -e '$(firstword $(subst =, ,$(BENCH_COALESCE_FLAGS)))'; then \
-		echo '$(BENCH_RUN) --target service,service-sqlite,sql --concurrency 32 --scenario unique $(BENCH_COALESCE_FLAGS) $(BENCH_FLAGS)'; \
-		$(BENCH_RUN) --target service,service-sqlite,sql --concurrency 32 --scenario unique $(BENCH_COALESCE_FLAGS) $(BENCH_FLAGS); \
-	else \
-		echo "##  NOTICE: idem-bench has no $(firstword $(subst =, ,$(BENCH_COALESCE_FLAGS))): the coalescing run DID NOT RUN."; \
-	fi
+	$(BENCH_RUN) --target service,service-sqlite,sql --concurrency 32 --scenario unique $(BENCH_COALESCE_FLAGS) $(BENCH_FLAGS)
 
 .PHONY: bench-growth
 bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 million records (interleaved), then Claim latency while idemd's sweeper purges 1 million expired records; 5 to 10 minutes (docs/BENCHMARKS.md).
