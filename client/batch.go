@@ -225,13 +225,24 @@ func batchItems[P any, R batchResult[P], T any](ctx context.Context, n int, resu
 	return items, nil
 }
 
-// refusedForSize reports whether the server refused a batch as a whole for
-// its number of items or its size: nothing of it was done, and smaller
-// batches of the same items would be taken.
+// refusedForSize reports whether a batch was refused as a whole for its
+// number of items or its size, so that smaller batches of the same items
+// would be taken: the server's INVALID_BATCH_SIZE or REQUEST_TOO_LARGE, or
+// gRPC's own message size limit (RESOURCE_EXHAUSTED with neither an
+// ErrorInfo nor a RetryInfo), which grpc-go applies before idem reads the
+// request, or on this side to an answer larger than the client reads. In
+// that last case the server did the items; DoBatch's items carry their
+// claimant, token and value, so sending them again is a repeat, answered
+// as the first time.
 func refusedForSize(err error) bool {
 	switch ReasonOf(err) {
 	case idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE, idemv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE:
 		return true
+	case idemv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+		if status.Code(err) == codes.ResourceExhausted {
+			_, hinted := retryInfoDelay(err)
+			return !hinted
+		}
 	}
 	return false
 }

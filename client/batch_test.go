@@ -741,6 +741,34 @@ func TestDoBatchRidesOutARestartOfIdemd(t *testing.T) {
 // TestDoBatchSendsAnItemTooLargeForABatchUnary: a server whose batch byte
 // limit is below its result limit refuses a BatchComplete of even one such
 // result; DoBatch halves, then sends that Complete as the unary call.
+// TestDoBatchHalvesABatchGRPCRefuses: a batch over the server's gRPC
+// receive limit (its --batch-max-bytes plus 16 KiB) is refused by grpc-go
+// before idem reads it, RESOURCE_EXHAUSTED without an ErrorInfo; DoBatch
+// halves it as it halves one idem refuses.
+func TestDoBatchHalvesABatchGRPCRefuses(t *testing.T) {
+	t.Parallel()
+	var counts rpcCounts
+	c := setupWith(t, server.Config{BatchMaxBytes: 64 << 10}, nil, counts.interceptor())
+	result := make([]byte, 40<<10)
+	jobs := make([]client.Job, 4)
+	for i := range jobs {
+		jobs[i] = client.Job{Namespace: "grpc-limit", Key: fmt.Sprint(i)}
+	}
+	items, err := c.DoBatch(t.Context(), jobs, func(context.Context, int, client.Attempt) ([]byte, error) { return result, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range items {
+		if it.Err != nil || it.Value.Record.State != client.StateCompleted {
+			t.Errorf("job %d: %v, %v; want COMPLETED", i, it.Value.Record.State, it.Err)
+		}
+	}
+	// The batches of 4 and 2 never reach idem's handlers.
+	if got := counts.batchSizes("BatchComplete"); !slices.Equal(got, []int{1, 1, 1, 1}) {
+		t.Errorf("BatchComplete sizes idem saw = %v; want [1 1 1 1]", got)
+	}
+}
+
 func TestDoBatchSendsAnItemTooLargeForABatchUnary(t *testing.T) {
 	t.Parallel()
 	var counts rpcCounts
