@@ -8,7 +8,8 @@ import (
 )
 
 // A Claim, from RecordClaim to its SQL: RecordClaim queues the call in the
-// Claim coalescer (s.claims), which sends it with the Claims queued beside
+// Claim coalescer (s.claims) (a Claim of a record lately seen finished is
+// first read in the read slot, replay.go), which sends it with the Claims queued beside
 // it through runClaims to the driver (claimIfAbsent, then claimOne if the
 // record it read may be taken over, or claimMany; driver_claim.go). The row that comes back for the call is decided by
 // store.DecideClaim here, and the decision done: answered, acquired (the
@@ -27,6 +28,11 @@ const maxStatementTries = 5
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
+	}
+	if s.finished.has(p.RecordID) {
+		if res, answered, err := s.claimReplay(ctx, p); answered {
+			return res, err
+		}
 	}
 	return s.claimTries(ctx, p, 0)
 }
@@ -86,6 +92,7 @@ func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claim
 	}
 	switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
 	case store.ClaimAnswer:
+		s.finished.note(row.rec)
 		return d.Answer, true, d.Err
 	case store.ClaimMakeUnresolved:
 		held, err := detached(ctx, s, func(ctx context.Context, d driver) (heldRow, error) { return d.holdLapsed(ctx, p.RecordID) })

@@ -87,7 +87,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	if err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
+	rec, err := detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
 		for try := 0; try < maxStatementTries; try++ {
 			row, err := d.resolve(ctx, p, target)
 			if err != nil {
@@ -110,4 +110,8 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		}
 		return nil, store.ErrContention
 	})
+	// Whatever the answer, the record may no longer be what this process
+	// last saw of it.
+	s.finished.forget(p.RecordID)
+	return rec, err
 }

@@ -46,6 +46,11 @@ type Store struct {
 	// The coalescers of Claim and of each kind of token call, indexed by
 	// store.TokenCallKind.
 	claims *coalesce.Coalescer[*store.ClaimParams, claimRow]
+	// replays is the read slot: a Claim of a record this process lately saw
+	// finished (finished) is read there first, since it only replays
+	// (replay.go).
+	replays  *coalesce.Coalescer[*store.ClaimParams, claimRow]
+	finished *finishedHint
 	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
 	// batchRows counts the calls each statement carried, by kind.
 	batchRows *prometheus.HistogramVec
@@ -69,7 +74,7 @@ func New(pool *pgxpool.Pool) *Store {
 // newStore is New with the coalescers' bounds; Kind, Calls and Deadline are
 // filled in.
 func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
-	s := &Store{pool: pool, batchRows: newBatchRows()}
+	s := &Store{pool: pool, batchRows: newBatchRows(), finished: newFinishedHint()}
 	s.TokenCalls = s.runTokenCall
 	s.TokenCallsMany = s.runTokenCallsMany
 	s.listen = &listener{pool: pool, watches: &s.watches}
@@ -80,6 +85,7 @@ func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
 		return c
 	}
 	s.claims = coalesce.New(cfg("claim"), s.runClaims, followClaim)
+	s.replays = coalesce.New(cfg("claim_read"), s.runReplays, followReplay)
 	for _, kind := range []store.TokenCallKind{store.CallComplete, store.CallFail, store.CallHeartbeat} {
 		s.tokens[kind] = coalesce.New(cfg(kind.String()), s.runTokens(kind), nil)
 	}
@@ -91,7 +97,7 @@ func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
 func newBatchRows() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_db_batch_calls",
-		Help:    "Calls answered by one statement of the coalescer, by kind (claim, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the statement count with it.",
+		Help:    "Calls answered by one statement of the coalescer, by kind (claim, claim_read: the reads of Claims that replay a finished record, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the statement count with it.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	}, []string{"kind"})
 }

@@ -18,7 +18,11 @@ import (
 // times: a one-row statement's second branch reads its snapshot, which may
 // show the row as it was before a concurrent change the update waited for.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
-	return s.tokenTries(ctx, call, 0)
+	rec, err := s.tokenTries(ctx, call, 0)
+	if err == nil && call.Kind != store.CallHeartbeat {
+		s.finished.note(rec)
+	}
+	return rec, err
 }
 
 // runTokenCallsMany is the store.TokenCallsMany the Store embeds: the calls,
@@ -47,6 +51,9 @@ func (s *Store) runTokenCallsMany(ctx context.Context, calls []*store.TokenCall)
 		var settled bool
 		if recs[i], settled, errs[i] = settleTokenCall(c, rows[i]); !settled {
 			recs[i], errs[i] = s.tokenTries(ctx, c, 1)
+		}
+		if errs[i] == nil && c.Kind != store.CallHeartbeat {
+			s.finished.note(recs[i])
 		}
 	}
 	return recs, errs
