@@ -46,12 +46,12 @@ type Store struct {
 	// The coalescers of Claim and of each kind of token call, indexed by
 	// store.TokenCallKind.
 	claims *coalesce.Coalescer[*store.ClaimParams, claimRow]
+	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
 	// replays is the read slot: a Claim of a record this process lately saw
 	// finished (finished) is read there first, since it only replays
 	// (replay.go).
 	replays  *coalesce.Coalescer[*store.ClaimParams, claimRow]
 	finished *finishedHint
-	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
 	// batchRows counts the calls each statement carried, by kind.
 	batchRows *prometheus.HistogramVec
 	// manyOnly sends a lone call as the many-row statement too: the
