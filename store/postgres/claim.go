@@ -40,19 +40,43 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 // RecordClaimMany implements store.Store: the calls go in the Claim
 // coalescer together (coalesce.DoMany), so they fill as few statements as
 // its MaxRows allows; a call its statement did not settle runs again alone,
-// with the tries RecordClaim has left.
+// with the tries RecordClaim has left. The calls of records lately seen
+// finished are read first in the read slot, together, as RecordClaim's
+// are, and only those the read does not answer join the others.
 func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
 	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
-	ids := make([]store.RecordID, 0, len(ps))
-	sent := make([]*store.ClaimParams, 0, len(ps))
-	at := make([]int, 0, len(ps)) // the index in ps of each call sent
+	var hinted, rest []int // indexes in ps
 	for i, p := range ps {
-		if errs[i] = p.CheckText(); errs[i] == nil {
-			ids, sent, at = append(ids, p.RecordID), append(sent, p), append(at, i)
+		switch errs[i] = p.CheckText(); {
+		case errs[i] != nil:
+		case s.finished.has(p.RecordID):
+			hinted = append(hinted, i)
+		default:
+			rest = append(rest, i)
 		}
 	}
+	if len(hinted) > 0 {
+		ids, sent := claimsAt(ps, hinted)
+		rows, rowErrs := s.replays.DoMany(ctx, ids, sent)
+		for j, i := range hinted {
+			if rowErrs[j] != nil {
+				errs[i] = rowErrs[j]
+				continue
+			}
+			if d, ok := replayFrom(ps[i], rows[j]); ok {
+				res[i], errs[i] = d.Answer, d.Err
+				continue
+			}
+			s.finished.forget(ps[i].RecordID)
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 {
+		return res, errs
+	}
+	ids, sent := claimsAt(ps, rest)
 	rows, rowErrs := s.claims.DoMany(ctx, ids, sent)
-	for j, i := range at {
+	for j, i := range rest {
 		if rowErrs[j] != nil {
 			errs[i] = rowErrs[j]
 			continue
@@ -63,6 +87,15 @@ func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([
 		}
 	}
 	return res, errs
+}
+
+// claimsAt is the ids and the calls of ps at the indexes at.
+func claimsAt(ps []*store.ClaimParams, at []int) ([]store.RecordID, []*store.ClaimParams) {
+	ids, sent := make([]store.RecordID, len(at)), make([]*store.ClaimParams, len(at))
+	for j, i := range at {
+		ids[j], sent[j] = ps[i].RecordID, ps[i]
+	}
+	return ids, sent
 }
 
 // claimTries runs the Claim's statement from try on until the statement

@@ -244,3 +244,47 @@ func TestConcurrentReplays(t *testing.T) {
 			c-c0, r-r0, calls-calls0, workers, workers)
 	}
 }
+
+// RecordClaimMany reads the calls of records it saw finished in the read
+// slot, together, and sends only the others, with those the read did not
+// answer, to the Claim coalescer.
+func TestClaimManyReadsFinishedRecordsFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := []store.RecordID{recordID("many-a"), recordID("many-b"), recordID("many-c")}
+	results := make([]*store.Record, len(done))
+	for i, id := range done {
+		p := claimParams(id, "w1")
+		p.Fingerprint = []byte("request")
+		rec := b.claim(t, p).Record
+		results[i] = b.complete(t, id, rec.Token, id.Key)
+	}
+	gone, fresh := recordID("many-gone"), recordID("many-new")
+	rec := b.acquire(t, gone, "w1")
+	b.complete(t, gone, rec.Token, "gone")
+	b.exec(t, `DELETE FROM idem_records WHERE key = $1`, gone.Key) // behind the hint's back
+
+	mismatch := claimParams(done[2], "w2")
+	mismatch.Fingerprint = []byte("other")
+	ps := []*store.ClaimParams{claimParams(done[0], "w2"), claimParams(fresh, "w2"), claimParams(done[1], "w2"),
+		claimParams(gone, "w2"), mismatch, claimParams(done[0], "w3")}
+	c0, r0 := statements(b.store)
+	res, errs := b.store.RecordClaimMany(b.ctx, ps)
+	for i, want := range []struct {
+		outcome store.Outcome
+		rec     *store.Record
+	}{{store.OutcomeCompleted, results[0]}, {store.OutcomeAcquired, nil}, {store.OutcomeCompleted, results[1]},
+		{store.OutcomeAcquired, nil}, {}, {store.OutcomeCompleted, results[0]}} {
+		if want.outcome == 0 {
+			requireErr(t, fmt.Sprintf("call %d", i), errs[i], store.ErrFingerprintMismatch)
+			continue
+		}
+		if errs[i] != nil || res[i].Outcome != want.outcome {
+			t.Fatalf("call %d (%s): %+v, %v; want %v", i, ps[i].Key, res[i], errs[i], want.outcome)
+		}
+		if want.rec != nil {
+			requireSameRecord(t, fmt.Sprintf("call %d", i), res[i].Record, want.rec)
+		}
+	}
+	requireStatements(t, "RecordClaimMany", b.store, c0, r0, 1, 1)
+}
