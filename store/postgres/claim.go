@@ -7,10 +7,10 @@ import (
 	"github.com/idemhq/idem/store/coalesce"
 )
 
-// A Claim, from RecordClaim to its SQL: RecordClaim queues the call in the
-// Claim coalescer (s.claims) (a Claim of a record lately seen finished is
-// first read in the read slot, replay.go), which sends it with the Claims queued beside
-// it through runClaims to the driver (claimIfAbsent, then claimOne if the
+// A Claim, from RecordClaim to its SQL: a Claim of a record lately seen
+// finished is first read in the read slot (replay.go). Otherwise
+// RecordClaim queues the call in the Claim coalescer (s.claims), which
+// sends it with the Claims queued beside it through runClaims to the driver (claimIfAbsent, then claimOne if the
 // record it read may be taken over, or claimMany; driver_claim.go). The row that comes back for the call is decided by
 // store.DecideClaim here, and the decision done: answered, acquired (the
 // statement did it), or made UNRESOLVED (holdLapsed, hold.go).

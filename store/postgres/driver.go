@@ -17,6 +17,7 @@ import (
 // decide under its row lock, nor how calls are gathered into batches:
 //
 //	claimIfAbsent, claimOne, claimMany  claim rows          driver_claim.go
+//	readClaim, getMany                  records as read     replay.go, getmany.go
 //	tokenCallOne, tokenCallMany         token-call rows     driver_tokencall.go
 //	holdLapsed, resolve                 a held or resolved record   hold.go
 //	getRecord, listRecords, deleteRecord, recordStats, countByState  admin.go, record.go

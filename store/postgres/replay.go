@@ -21,7 +21,10 @@ import (
 // during the call, and a finished record changes only by going away
 // (expiry, purge, delete), so the answer was true at a moment within the
 // call. Anything else (no record, another state) drops the hint and the
-// Claim goes through the Claim coalescer as any other.
+// Claim goes through the Claim coalescer as any other. RecordClaimMany
+// does the same for the calls of its batch. SQLite has its own way to the
+// same end: its Claims read a committed snapshot first, without waiting for
+// its in-process writer, while such reads have been answering them.
 //
 // The hint (finishedHint) is never trusted for an answer: a stale one (the
 // record was purged, deleted or expired here or by another replica) costs
