@@ -31,14 +31,15 @@ import (
 // each of 4 KiB), with room to spare.
 const jsonHeadroom = 32 << 10
 
-// JSONBodyLimit is the largest request body the HTTP/JSON API of a server
-// with cfg reads (zero fields take their defaults): the larger of the
-// largest valid unary request, a Complete with a result of MaxResultBytes
-// (a result travels in JSON as base64), and the largest batch's
-// (batchJSONBodyLimit).
+// JSONBodyLimit is the largest body of a unary call that the HTTP/JSON API
+// of a server with cfg reads (zero fields take their defaults): the largest
+// valid one, a Complete with a result of MaxResultBytes (a result travels in
+// JSON as base64). A batch call's body may be larger (batchJSONBodyLimit);
+// a unary call's is not read that far, so that a listener full of unary
+// calls holds no more memory than they can need.
 func JSONBodyLimit(cfg Config) int64 {
 	cfg = cfg.withDefaults()
-	return max(int64(4*((cfg.MaxResultBytes+2)/3)+jsonHeadroom), batchJSONBodyLimit(cfg.BatchMaxBytes, cfg.BatchMaxItems))
+	return int64(4*((cfg.MaxResultBytes+2)/3) + jsonHeadroom)
 }
 
 // NewJSONHandler serves the IdempotencyService and AdminService registered
@@ -64,7 +65,11 @@ func JSONBodyLimit(cfg Config) int64 {
 // like every call, and a caller without credentials learns nothing about
 // its input.
 func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
-	limit := JSONBodyLimit(svc.cfg)
+	unaryLimit := JSONBodyLimit(svc.cfg)
+	batchLimit := max(unaryLimit, batchJSONBodyLimit(svc.cfg.BatchMaxBytes, svc.cfg.BatchMaxItems))
+	// vanguard reads what the handler does not (gRPC-Web) with one bound
+	// for every method: the largest.
+	limit := batchLimit
 	opts := []vanguard.ServiceOption{
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),
@@ -93,7 +98,7 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTP/JSON API: %w", err)
 	}
-	h := &jsonHandler{transcoder: transcoder, limit: limit, batchMaxBytes: svc.cfg.BatchMaxBytes, methods: map[string]protoreflect.MethodDescriptor{}}
+	h := &jsonHandler{transcoder: transcoder, unaryLimit: unaryLimit, batchLimit: batchLimit, batchMaxBytes: svc.cfg.BatchMaxBytes, methods: map[string]protoreflect.MethodDescriptor{}}
 	for _, sd := range services {
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
@@ -120,7 +125,9 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 
 type jsonHandler struct {
 	transcoder http.Handler
-	limit      int64
+	// unaryLimit and batchLimit bound the body of a unary call and of a
+	// batch call (limitFor).
+	unaryLimit, batchLimit int64
 	// batchMaxBytes bounds a batch call's request as protobuf: one over it
 	// is refused with 413, as a body over limit is.
 	batchMaxBytes int
@@ -157,7 +164,7 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, call, unknownField(q[0], "query parameter", "; a Connect call sends every field in its body"), 0)
 		return
 	}
-	body, status, err := h.readBody(r)
+	body, status, err := h.readBody(r, h.limitFor(md))
 	if err != nil {
 		h.refuse(w, r, call, err, status)
 		return
@@ -211,7 +218,7 @@ func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, status, err := h.readBody(r)
+	body, status, err := h.readBody(r, h.limitFor(route.method))
 	if err != nil {
 		h.refuse(w, r, call, err, status)
 		return
@@ -244,11 +251,24 @@ func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
 	h.transcoder.ServeHTTP(w, r)
 }
 
+// isBatch reports whether md is one of the batch calls.
+func isBatch(md protoreflect.MethodDescriptor) bool {
+	return batchMethods["/"+string(md.Parent().FullName())+"/"+string(md.Name())]
+}
+
+// limitFor is the largest body the handler reads for a call of md.
+func (h *jsonHandler) limitFor(md protoreflect.MethodDescriptor) int64 {
+	if isBatch(md) {
+		return h.batchLimit
+	}
+	return h.unaryLimit
+}
+
 // checkBatch refuses a request of md, size bytes as protobuf, when md is a
 // batch call and size is over --batch-max-bytes: the server would refuse it
 // REQUEST_TOO_LARGE too, and over HTTP that is 413, whichever bound it broke.
 func (h *jsonHandler) checkBatch(md protoreflect.MethodDescriptor, size int) error {
-	if !batchMethods["/"+string(md.Parent().FullName())+"/"+string(md.Name())] {
+	if !isBatch(md) {
 		return nil
 	}
 	return checkBatchBytes(size, h.batchMaxBytes)
@@ -304,24 +324,24 @@ func tooLarge(format string, args ...any) error {
 }
 
 // readBody reads r's body, inflated when its Content-Encoding is gzip, up
-// to h.limit. On error, status is the HTTP status of the refusal (0: the
+// to limit. On error, status is the HTTP status of the refusal (0: the
 // status of its code).
-func (h *jsonHandler) readBody(r *http.Request) ([]byte, int, error) {
-	if r.ContentLength > h.limit {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is %d bytes; the limit is %d", r.ContentLength, h.limit)
+func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error) {
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is %d bytes; the limit is %d", r.ContentLength, limit)
 	}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if enc != "" && enc != "identity" && enc != "gzip" {
 		return nil, http.StatusUnsupportedMediaType, unsupportedMedia("Content-Encoding",
 			fmt.Sprintf("Content-Encoding %q is not one this API reads; send gzip or an uncompressed body", enc))
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.limit+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		// Cut off by the listener's read timeout, or by the client.
 		return nil, 0, malformed("", "reading the request body failed: %v", err)
 	}
-	if int64(len(body)) > h.limit {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is over the limit of %d bytes", h.limit)
+	if int64(len(body)) > limit {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is over the limit of %d bytes", limit)
 	}
 	if enc != "gzip" {
 		return body, 0, nil
@@ -330,10 +350,10 @@ func (h *jsonHandler) readBody(r *http.Request) ([]byte, int, error) {
 	if err != nil {
 		return nil, 0, malformed("", "the body is not gzip, as its Content-Encoding says: %v", err)
 	}
-	inflated, err := io.ReadAll(io.LimitReader(zr, h.limit+1))
+	inflated, err := io.ReadAll(io.LimitReader(zr, limit+1))
 	switch {
-	case int64(len(inflated)) > h.limit:
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request inflates to over %d bytes, the limit", h.limit)
+	case int64(len(inflated)) > limit:
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request inflates to over %d bytes, the limit", limit)
 	case err != nil:
 		return nil, 0, malformed("", "the body is not gzip, as its Content-Encoding says: %v", err)
 	}
