@@ -10,10 +10,13 @@ import (
 // A Claim, from RecordClaim to its SQL: a Claim of a record lately seen
 // finished is first read in the read slot (replay.go). Otherwise
 // RecordClaim queues the call in the Claim coalescer (s.claims), which
-// sends it with the Claims queued beside it through runClaims to the driver (claimIfAbsent, then claimOne if the
-// record it read may be taken over, or claimMany; driver_claim.go). The row that comes back for the call is decided by
-// store.DecideClaim here, and the decision done: answered, acquired (the
-// statement did it), or made UNRESOLVED (holdLapsed, hold.go).
+// sends it with the Claims queued beside it through runClaims to the driver
+// (alone: claimNew or claimIfAbsent, then claimOne if the record it read
+// may be taken over; with others: claimMany; driver_claim.go). The row that
+// comes back for the call is decided by store.DecideClaim here, and the
+// decision done: answered, acquired (the statement did it), or made
+// UNRESOLVED (holdLapsed, hold.go). What the call found goes in the hints
+// (hint.go), which choose the way of the key's next Claim.
 
 // maxStatementTries bounds how often a call re-runs its statement when a
 // concurrent transaction changed the row while the statement ran.
@@ -29,7 +32,7 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	if s.finished.has(p.RecordID) {
+	if s.hints.finished(p.RecordID) {
 		if res, answered, err := s.claimReplay(ctx, p); answered {
 			return res, err
 		}
@@ -49,7 +52,7 @@ func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([
 	for i, p := range ps {
 		switch errs[i] = p.CheckText(); {
 		case errs[i] != nil:
-		case s.finished.has(p.RecordID):
+		case s.hints.finished(p.RecordID):
 			hinted = append(hinted, i)
 		default:
 			rest = append(rest, i)
@@ -67,7 +70,7 @@ func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([
 				res[i], errs[i] = d.Answer, d.Err
 				continue
 			}
-			s.finished.forget(ps[i].RecordID)
+			s.hints.saw(ps[i].RecordID, rows[j].rec)
 			rest = append(rest, i)
 		}
 	}
@@ -121,11 +124,12 @@ func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claim
 	case row.rec == nil:
 		return nil, false, nil // neither written nor seen: a concurrent insert
 	case row.acquired:
+		s.hints.note(row.rec)
 		return store.Acquired(row.rec), true, nil
 	}
 	switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
 	case store.ClaimAnswer:
-		s.finished.note(row.rec)
+		s.hints.note(row.rec)
 		return d.Answer, true, d.Err
 	case store.ClaimMakeUnresolved:
 		held, err := detached(ctx, s, func(ctx context.Context, d driver) (heldRow, error) { return d.holdLapsed(ctx, p.RecordID) })
@@ -144,15 +148,32 @@ func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claim
 
 type claimCall = coalesce.Call[*store.ClaimParams, claimRow]
 
-// runClaims sends one batch of Claims to the driver.
+// runClaims sends one batch of Claims to the driver. A lone Claim of a key
+// this process has not lately seen with a record goes as claimNew, the
+// insert alone, and is read (readClaim) only when the key turns out to
+// have a record: a new key, the common case, costs Postgres one statement
+// with the least it can return. A key lately seen with a record in some
+// state other than finished (a Claim answered IN_PROGRESS, a lease held or
+// released) goes as claimIfAbsent, which reads it in the same round trip.
+// Either way a record that may be taken over is then taken over by
+// claimOne, which decides that again under the row's lock.
 func (s *Store) runClaims(ctx context.Context, batch []*claimCall) error {
 	d := driver{q: s.pool}
 	if len(batch) == 1 && !s.manyOnly {
 		p := batch[0].Params
-		row, err := d.claimIfAbsent(ctx, p)
+		var (
+			row     claimRow
+			created bool
+			err     error
+		)
+		if s.hints.present(p.RecordID) {
+			row, err = d.claimIfAbsent(ctx, p)
+		} else if row, created, err = d.claimNew(ctx, p); err == nil && !created {
+			// ON CONFLICT waited for any transaction inserting the key, so
+			// this read's snapshot has its record.
+			row, err = d.readClaim(ctx, p.RecordID)
+		}
 		if err == nil && row.rec != nil && !row.acquired && store.DecideClaim(row.rec, p, row.now).Action == store.ClaimAcquire {
-			// A record that may be taken over: the takeover is decided
-			// again under the row's lock.
 			row, err = d.claimOne(ctx, p)
 		}
 		batch[0].Res = row

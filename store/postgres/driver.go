@@ -16,7 +16,7 @@ import (
 // It knows neither the rules of DESIGN §1 beyond what a statement must
 // decide under its row lock, nor how calls are gathered into batches:
 //
-//	claimIfAbsent, claimOne, claimMany  claim rows          driver_claim.go
+//	claimNew, claimIfAbsent, claimOne, claimMany  claim rows  driver_claim.go
 //	readClaim, getMany                  records as read     replay.go, getmany.go
 //	tokenCallOne, tokenCallMany         token-call rows     driver_tokencall.go
 //	holdLapsed, resolve                 a held or resolved record   hold.go
@@ -29,8 +29,9 @@ import (
 // one row the one-row statement costs Postgres much less than the many-row
 // one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). A lone call
 // tries a plainer statement first that settles the common case: a Claim
-// creates its record or reads it (claimIfAbsent), leaving takeovers to
-// claimOne; a token call of the holder updates its record (tokenHeldSQL),
+// creates its record (claimNew), or creates it or reads it (claimIfAbsent)
+// when its key was lately seen with one, leaving takeovers to claimOne; a
+// token call of the holder updates its record (tokenHeldSQL),
 // leaving to tokenCallOne's one-row statement to tell why a call does not
 // apply. The many-row operations take their calls sorted by primary key
 // with distinct keys, and lock rows in that order.

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -45,12 +46,58 @@ func (d driver) claimOne(ctx context.Context, p *store.ClaimParams) (claimRow, e
 	return row, nil
 }
 
+// claimNew runs the Claim p as claimNewSQL alone: it creates the record
+// when there is none, and reports created false, having written nothing,
+// when there is one. The statement returns only what the database chose
+// (the token and the clock); the rest of the new record is p's.
+func (d driver) claimNew(ctx context.Context, p *store.ClaimParams) (row claimRow, created bool, err error) {
+	var (
+		token     int64
+		lease, at pgtype.Timestamptz
+	)
+	err = d.q.QueryRow(ctx, claimNewSQL, p.Tenant, p.Namespace, p.Key,
+		p.Claimant, fingerprint(p), micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold).Scan(&token, &lease, &at)
+	if err != nil {
+		if err = interpretError(err); err == store.ErrNotFound {
+			return claimRow{}, false, nil // the key has a record
+		}
+		return claimRow{}, false, err
+	}
+	return claimRow{acquired: true, rec: newRecord(p, token, lease, at), now: at.Time}, true, nil
+}
+
+// newRecord is the record claimNewSQL created for p, as scanRecord would
+// read it back: the columns the statement did not return are p's, or the
+// INSERT's constants.
+func newRecord(p *store.ClaimParams, token int64, lease, created pgtype.Timestamptz) *store.Record {
+	var fp []byte // a copy, NULL when empty, as scanRecord reads it
+	if len(p.Fingerprint) > 0 {
+		fp = bytes.Clone(p.Fingerprint)
+	}
+	return &store.Record{
+		RecordID:       p.RecordID,
+		State:          store.StateProcessing,
+		Token:          token,
+		Attempt:        1,
+		Claimant:       p.Claimant,
+		Fingerprint:    fp,
+		LeaseExpiresAt: utc(lease),
+		Retention:      time.Duration(micros(p.Retention)) * time.Microsecond,
+		CreatedAt:      utc(created),
+		UpdatedAt:      utc(created),
+		Policy:         p.Policy,
+		Hold:           p.Hold,
+	}
+}
+
 // claimIfAbsent runs the Claim p as claimIfAbsentSQL and then
 // claimSeenSQL, in one round trip and one transaction: it creates the
 // record when there is none, and otherwise reads it as it stands once any
 // transaction that was inserting it has ended. It takes over nothing: what
 // the row it read means for p, and whether p must then take the record over
-// with claimOne, is for the caller to decide.
+// with claimOne, is for the caller to decide. It is the lone Claim of a key
+// this process lately saw with a record; claimNew is that of any other
+// (claim.go).
 func (d driver) claimIfAbsent(ctx context.Context, p *store.ClaimParams) (claimRow, error) {
 	b := &pgx.Batch{}
 	b.Queue(claimIfAbsentSQL, p.Tenant, p.Namespace, p.Key,
@@ -156,20 +203,32 @@ SELECT true, now(), claimed.* FROM claimed
 UNION ALL
 SELECT false, now(), cur.* FROM cur WHERE NOT EXISTS (SELECT 1 FROM claimed)`
 
-// claimIfAbsentSQL creates the record of a Claim whose key has none, and
+// claimIfAbsentInsert creates the record of a Claim whose key has none, and
 // does nothing otherwise: the common first Claim of a key, without the
 // takeover's update or the reading of claimOneSQL. NOT EXISTS keeps a key
 // that has a record from drawing a token (and the transaction from writing
 // the sequence); ON CONFLICT waits for a concurrent insert of the key that
 // the statement's snapshot missed, and then does nothing either.
-var claimIfAbsentSQL = `
+const claimIfAbsentInsert = `
 INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 	lease_expires_at, retention, created_at, updated_at, policy, hold)
 SELECT $1::text, $2::text, $3::text, 'processing', nextval('idem_token_seq'), 1, $4::text, $5::bytea,
 	now() + $6::bigint * interval '1 microsecond', $7::bigint * interval '1 microsecond', now(), now(), $8::text, $9::boolean
 WHERE NOT EXISTS (SELECT 1 FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3)
-ON CONFLICT (tenant, namespace, key) DO NOTHING
+ON CONFLICT (tenant, namespace, key) DO NOTHING`
+
+// claimIfAbsentSQL is claimIfAbsentInsert answering with the record it
+// created, for claimIfAbsent's pipeline.
+var claimIfAbsentSQL = claimIfAbsentInsert + `
 RETURNING true, now(), ` + recordCols
+
+// claimNewSQL is claimIfAbsentInsert answering with only what the
+// database chose for the record it created: its token, its lease's end,
+// and the clock (created_at is now()). A new record's other columns are
+// the Claim's own or constants, which claimNew fills in; reading back all
+// of them cost Postgres more than the reading of the row did.
+var claimNewSQL = claimIfAbsentInsert + `
+RETURNING token, lease_expires_at, created_at`
 
 // claimSeenSQL reads the record that claimIfAbsentSQL found, with a
 // snapshot of its own, taken after any insert that statement waited for.

@@ -112,6 +112,6 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	})
 	// Whatever the answer, the record may no longer be what this process
 	// last saw of it.
-	s.finished.forget(p.RecordID)
+	s.hints.forget(p.RecordID)
 	return rec, err
 }

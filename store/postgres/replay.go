@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"hash/maphash"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -26,56 +24,9 @@ import (
 // same end: its Claims read a committed snapshot first, without waiting for
 // its in-process writer, while such reads have been answering them.
 //
-// The hint (finishedHint) is never trusted for an answer: a stale one (the
-// record was purged, deleted or expired here or by another replica) costs
-// one read.
-
-// finishedHintSlots is how many records finishedHint remembers at most.
-const finishedHintSlots = 1 << 16
-
-// finishedHint remembers, lossily, the records this process lately saw
-// COMPLETED or FAILED: a direct-mapped table of their ids' hashes. A new id
-// overwrites the one in its slot, so the table stays bounded; two ids share
-// a hash only by chance, which costs a read and never an answer.
-type finishedHint struct {
-	seed  maphash.Seed
-	slots [finishedHintSlots]atomic.Uint64
-}
-
-func newFinishedHint() *finishedHint { return &finishedHint{seed: maphash.MakeSeed()} }
-
-// hash is id's hash, never 0 (the empty slot).
-func (h *finishedHint) hash(id store.RecordID) uint64 {
-	return max(maphash.Comparable(h.seed, id), 1)
-}
-
-func (h *finishedHint) slot(x uint64) *atomic.Uint64 { return &h.slots[x%finishedHintSlots] }
-
-// has reports whether id is remembered as finished.
-func (h *finishedHint) has(id store.RecordID) bool {
-	x := h.hash(id)
-	return h.slot(x).Load() == x
-}
-
-// forget drops id, leaving a slot that another id took over as it is.
-func (h *finishedHint) forget(id store.RecordID) {
-	x := h.hash(id)
-	h.slot(x).CompareAndSwap(x, 0)
-}
-
-// note remembers rec's id when rec is COMPLETED or FAILED, and forgets it
-// otherwise.
-func (h *finishedHint) note(rec *store.Record) {
-	if rec == nil {
-		return
-	}
-	if !finished(rec) {
-		h.forget(rec.RecordID)
-		return
-	}
-	x := h.hash(rec.RecordID)
-	h.slot(x).Store(x)
-}
+// The hint (recordHint, hint.go) is never trusted for an answer: a stale
+// one (the record was purged, deleted or expired here or by another
+// replica) costs one read.
 
 // finished reports whether rec is COMPLETED or FAILED: the states a Claim
 // only replays.
@@ -84,8 +35,9 @@ func finished(rec *store.Record) bool {
 }
 
 // claimReplay answers the Claim p from a read of its record through the
-// read slot when the record is finished, and reports false, having
-// forgotten the hint, when the Claim must go through the Claim coalescer.
+// read slot when the record is finished, and reports false, having noted
+// what the read found in the hint, when the Claim must go through the
+// Claim coalescer.
 // An error of the read is the Claim's: the Claim's own statement would
 // meet the same database.
 func (s *Store) claimReplay(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, bool, error) {
@@ -96,7 +48,7 @@ func (s *Store) claimReplay(ctx context.Context, p *store.ClaimParams) (*store.C
 	if d, ok := replayFrom(p, row); ok {
 		return d.Answer, true, d.Err
 	}
-	s.finished.forget(p.RecordID)
+	s.hints.saw(p.RecordID, row.rec)
 	return nil, false, nil
 }
 

@@ -48,10 +48,11 @@ type Store struct {
 	claims *coalesce.Coalescer[*store.ClaimParams, claimRow]
 	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
 	// replays is the read slot: a Claim of a record this process lately saw
-	// finished (finished) is read there first, since it only replays
+	// finished (hints) is read there first, since it only replays
 	// (replay.go).
-	replays  *coalesce.Coalescer[*store.ClaimParams, claimRow]
-	finished *finishedHint
+	replays *coalesce.Coalescer[*store.ClaimParams, claimRow]
+	// hints is what this process lately saw of records (hint.go).
+	hints *recordHint
 	// batchRows counts the calls each statement carried, by kind.
 	batchRows *prometheus.HistogramVec
 	// manyOnly sends a lone call as the many-row statement too: the
@@ -74,7 +75,7 @@ func New(pool *pgxpool.Pool) *Store {
 // newStore is New with the coalescers' bounds; Kind, Calls and Deadline are
 // filled in.
 func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
-	s := &Store{pool: pool, batchRows: newBatchRows(), finished: newFinishedHint()}
+	s := &Store{pool: pool, batchRows: newBatchRows(), hints: newRecordHint()}
 	s.TokenCalls = s.runTokenCall
 	s.TokenCallsMany = s.runTokenCallsMany
 	s.listen = &listener{pool: pool, watches: &s.watches}

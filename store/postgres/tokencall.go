@@ -20,7 +20,7 @@ import (
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
 	rec, err := s.tokenTries(ctx, call, 0)
 	if err == nil && call.Kind != store.CallHeartbeat {
-		s.finished.note(rec)
+		s.hints.note(rec)
 	}
 	return rec, err
 }
@@ -53,7 +53,7 @@ func (s *Store) runTokenCallsMany(ctx context.Context, calls []*store.TokenCall)
 			recs[i], errs[i] = s.tokenTries(ctx, c, 1)
 		}
 		if errs[i] == nil && c.Kind != store.CallHeartbeat {
-			s.finished.note(recs[i])
+			s.hints.note(recs[i])
 		}
 	}
 	return recs, errs

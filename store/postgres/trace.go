@@ -49,7 +49,8 @@ func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 }
 
 // TraceBatchStart implements pgx.BatchTracer: statements sent together
-// (a lone Claim's, claimIfAbsent) make one span, as one statement does.
+// (claimIfAbsent's, a lone Claim of a key seen with a record) make one
+// span, as one statement does.
 func (t *queryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	sqls := make([]string, len(data.Batch.QueuedQueries))
 	for i, q := range data.Batch.QueuedQueries {

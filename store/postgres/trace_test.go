@@ -193,9 +193,10 @@ func linksTo(links []sdktrace.Link, sc trace.SpanContext) bool {
 	return false
 }
 
-// TestTracedLoneClaim: a Claim that runs alone (its statements sent
-// together, as one pgx batch) gets a call span under its caller's span and
-// one statement span under that, for a new key and for a replay.
+// TestTracedLoneClaim: a Claim that runs alone gets a call span under its
+// caller's span and one statement span under that, for a new key (the
+// insert alone) and for a key the store has seen held (the insert and the
+// read sent together, as one pgx batch).
 func TestTracedLoneClaim(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
