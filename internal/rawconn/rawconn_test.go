@@ -27,11 +27,11 @@ func pair(t *testing.T) (*Conn, net.Conn) {
 	defer lis.Close()
 	accepted := make(chan net.Conn, 1)
 	go func() {
-		c, err := Listener{lis}.Accept()
+		c, err := lis.Accept()
 		if err != nil {
 			t.Error(err)
 		}
-		accepted <- c
+		accepted <- wrap(c) // Wrap itself, under the race detector, would not
 	}()
 	client, err := net.Dial("tcp", lis.Addr().String())
 	if err != nil {
@@ -229,7 +229,35 @@ func TestWrapOthers(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if Wrap(a) != a {
+	if wrap(a) != a {
 		t.Fatal("Wrap changed a net.Pipe connection")
+	}
+}
+
+// TestListener: the listener's connections have raw reads and writes,
+// except under the race detector (Wrap).
+func TestListener(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		if c, err := net.Dial("tcp", lis.Addr().String()); err == nil {
+			defer c.Close()
+			_, _ = c.Write([]byte("x"))
+		}
+	}()
+	c, err := Listener{lis}.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, raw := c.(*Conn); raw == raceEnabled {
+		t.Fatalf("Accept gave a %T with the race detector %v", c, raceEnabled)
+	}
+	if n, err := c.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("Read: %d, %v", n, err)
 	}
 }
