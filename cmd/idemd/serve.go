@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/maintenance"
+	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
@@ -246,7 +247,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	g.Go(func() error {
-		if err := grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		// Raw reads and writes on the calls' connections: each read
+		// and write through the runtime's entersyscall woke its
+		// monitor thread after every idle spell (internal/rawconn).
+		if err := grpcServer.Serve(rawconn.Listener{Listener: lis}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serve: %w", err)
 		}
 		return nil

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -390,5 +392,50 @@ func TestFind(t *testing.T) {
 		if got := Find(batch, id(k)); got != -1 {
 			t.Errorf("Find(%s) = %d, want -1", k, got)
 		}
+	}
+}
+
+// goroutineID is the id of the calling goroutine, from its stack's header.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	return f[1]
+}
+
+// TestLoneCallsReuseWorkers: calls made one after another, each alone, run
+// their statements on goroutines that outlive them (goDrain) and keep the
+// stacks the driver grew, instead of on a new goroutine each. The idle
+// workers are the process's, so earlier tests' workers take turns too.
+func TestLoneCallsReuseWorkers(t *testing.T) {
+	// Not parallel: other tests' drains would start workers meanwhile.
+	var mu sync.Mutex
+	ran := map[string]int{}
+	c := New(Config{Kind: "test"}, func(ctx context.Context, batch []*Call[int, int]) error {
+		mu.Lock()
+		ran[goroutineID()]++
+		mu.Unlock()
+		for _, call := range batch {
+			call.Res = call.Params
+		}
+		return nil
+	}, nil)
+	idle := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue) == 0 && c.inFlight == 0
+	}
+	for i := range 50 {
+		if res, err := c.Do(context.Background(), id(fmt.Sprint("k", i)), i); err != nil || res != i {
+			t.Fatalf("call %d: %d, %v", i, res, err)
+		}
+		waitFor(t, "an idle coalescer", idle)
+		// The worker parks once its drain returned; give it the time to.
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) > 10 {
+		t.Fatalf("50 lone calls ran their statements on %d goroutines; want a few workers, each running many", len(ran))
 	}
 }

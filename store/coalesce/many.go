@@ -47,7 +47,7 @@ func (c *Coalescer[P, R]) DoMany(ctx context.Context, ids []store.RecordID, para
 	}
 	c.mu.Unlock()
 	if start {
-		go c.drain()
+		goDrain(c.drainFn)
 	}
 	for i, call := range calls {
 		select {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rawconn
+
+const raceEnabled = false
