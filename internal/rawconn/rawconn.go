@@ -61,14 +61,14 @@ type Conn struct {
 }
 
 // Wrap returns c with raw reads and writes when c is a *net.TCPConn, and
-// c itself otherwise.
+// c itself otherwise or after SetEnabled(false).
 //
 // Under the race detector Wrap returns c as it is: the net package's reads
 // and writes tell the detector that what one goroutine wrote before a
 // write happened before what another does after the read, as between a
 // client and a server in one test process, and raw system calls would not.
 func Wrap(c net.Conn) net.Conn {
-	if raceEnabled {
+	if raceEnabled || off.Load() {
 		return c
 	}
 	return wrap(c)

@@ -261,3 +261,21 @@ func TestListener(t *testing.T) {
 		t.Fatalf("Read: %d, %v", n, err)
 	}
 }
+
+// TestSetEnabled: after SetEnabled(false) Wrap gives connections back as the
+// net package made them, and SetEnabled(true) brings raw ones back.
+func TestSetEnabled(t *testing.T) {
+	server, client := pair(t)
+	defer server.Close()
+	defer client.Close()
+	plain := server.TCPConn
+	SetEnabled(false)
+	defer SetEnabled(true)
+	if got := Wrap(plain); got != net.Conn(plain) {
+		t.Fatalf("Wrap after SetEnabled(false) gave a %T", got)
+	}
+	SetEnabled(true)
+	if _, raw := Wrap(plain).(*Conn); raw == raceEnabled {
+		t.Fatalf("Wrap after SetEnabled(true) gave raw %v with the race detector %v", raw, raceEnabled)
+	}
+}
