@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -182,23 +183,13 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 
 	fnCtx, cancelFn := context.WithCancelCause(ctx)
 	defer cancelFn(nil)
-	beatCtx, stopBeats := context.WithCancel(fnCtx)
-	held := make(chan heldLease, 1)
-	if o.noHeartbeat {
-		held <- heldLease{until: claimed.Add(lease)}
-	} else {
-		go func() {
-			h := c.keepLease(beatCtx, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease, claimed.Add(lease))
-			if h.lost != nil {
-				cancelFn(h.lost)
-			}
-			held <- h
-		}()
+	stopBeats := func() heldLease { return heldLease{until: claimed.Add(lease)} }
+	if !o.noHeartbeat {
+		stopBeats = c.heartbeat(fnCtx, cancelFn, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease, claimed.Add(lease))
 	}
 
 	value, panicked, fnErr := callFn(fnCtx, fn, Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1})
-	stopBeats()
-	h := <-held
+	h := stopBeats()
 
 	// Complete and Fail record what already happened, so a caller that gives
 	// up now must not skip them: they are retried until the lease runs out,
@@ -265,21 +256,62 @@ type heldLease struct {
 	lost error
 }
 
-// keepLease heartbeats every third of lease until ctx is done, and returns
-// when the lease runs out, starting from until. It returns early with the
-// first error that is not transient: the lease was lost, or the record
-// changed under the worker. Transient failures are retried and then left to
-// the next beat: the lease outlives two missed beats, and a lease that ran
-// out is still ours until someone takes it over.
+// heartbeat keeps the lease held with req's token, which runs out at until,
+// while fn runs under fnCtx: a Heartbeat every third of lease, the first a
+// third of lease from now (see keepLease). A lease that is lost cancels fnCtx with the error. stop ends
+// the beats, a Heartbeat in flight included, and returns what is known of
+// the lease then.
+//
+// No goroutine runs until the first beat is due: a job that ends within a
+// third of its lease, most of them, costs a timer that never fires, where a
+// goroutine waiting for it would cost two hand-offs between goroutines.
+func (c *Client) heartbeat(fnCtx context.Context, cancelFn context.CancelCauseFunc, req HeartbeatRequest, lease time.Duration, until time.Time) (stop func() heldLease) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		cancel  context.CancelFunc // of the beats' context, once they started
+	)
+	held := make(chan heldLease, 1)
+	beats := time.AfterFunc(lease/3, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			held <- heldLease{until: until}
+			return
+		}
+		var beatCtx context.Context
+		beatCtx, cancel = context.WithCancel(fnCtx)
+		mu.Unlock()
+		h := c.keepLease(beatCtx, req, lease, until)
+		if h.lost != nil {
+			cancelFn(h.lost)
+		}
+		held <- h
+	})
+	return func() heldLease {
+		if beats.Stop() {
+			return heldLease{until: until} // no beat was due yet
+		}
+		mu.Lock()
+		stopped = true
+		if cancel != nil {
+			cancel()
+		}
+		mu.Unlock()
+		return <-held
+	}
+}
+
+// keepLease heartbeats at once and then every third of lease until ctx is
+// done, and returns when the lease runs out, starting from until. It returns
+// early with the first error that is not transient: the lease was lost, or
+// the record changed under the worker. Transient failures are retried and
+// then left to the next beat: the lease outlives two missed beats, and a
+// lease that ran out is still ours until someone takes it over.
 func (c *Client) keepLease(ctx context.Context, req HeartbeatRequest, lease time.Duration, until time.Time) heldLease {
 	t := time.NewTicker(lease / 3)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return heldLease{until: until}
-		case <-t.C:
-		}
+	for ctx.Err() == nil {
 		var sent time.Time
 		_, err := retry(ctx, c, retryLimit{attempts: c.retry.MaxAttempts}, func(ctx context.Context) (Record, error) {
 			sent = time.Now()
@@ -291,7 +323,12 @@ func (c *Client) keepLease(ctx context.Context, req HeartbeatRequest, lease time
 		case ctx.Err() == nil && !isTransient(err):
 			return heldLease{until: until, lost: err}
 		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
 	}
+	return heldLease{until: until}
 }
 
 type panicValue struct{ value any }

@@ -319,6 +319,55 @@ func TestDoHeartbeatKeepsLease(t *testing.T) {
 	}
 }
 
+// TestDoStopsAHeartbeatInFlight returns from fn while a heartbeat hangs on
+// the server: Do cancels it rather than wait for it, and completes.
+func TestDoStopsAHeartbeatInFlight(t *testing.T) {
+	t.Parallel()
+	beating := make(chan struct{}, 1)
+	c := setup(t, onMethod(idemv1.IdempotencyService_Heartbeat_FullMethodName, func(ctx context.Context, _ any, _ int, _ grpc.UnaryHandler) (any, error) {
+		select {
+		case beating <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // until the client gives up on it
+		return nil, ctx.Err()
+	}))
+	job := client.Job{Namespace: "lease", Key: "beat-in-flight", LeaseTTL: time.Second}
+	start := time.Now()
+	res, err := c.Do(t.Context(), job, func(ctx context.Context, _ client.Attempt) ([]byte, error) {
+		select {
+		case <-beating:
+		case <-ctx.Done():
+		}
+		return []byte("done"), ctx.Err()
+	})
+	if err != nil || string(res.Value) != "done" || res.Record.State != client.StateCompleted {
+		t.Fatalf("Do = %+v, %v; want the value completed", res, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Do took %s: it waited for the hanging heartbeat", took)
+	}
+}
+
+// TestDoEndsAtTheFirstBeat returns from fn about when the first heartbeat is
+// due, a third of the lease, so that Do stops the beats as they start, or
+// just before or after: each Do completes its job.
+func TestDoEndsAtTheFirstBeat(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	const lease = time.Second
+	for i := range 8 {
+		job := client.Job{Namespace: "lease", Key: fmt.Sprintf("first-beat-%d", i), LeaseTTL: lease}
+		res, err := c.Do(t.Context(), job, func(context.Context, client.Attempt) ([]byte, error) {
+			time.Sleep(lease/3 + time.Duration(i-4)*time.Millisecond)
+			return []byte("v"), nil
+		})
+		if err != nil || res.Record.State != client.StateCompleted {
+			t.Fatalf("Do %d = %+v, %v; want it completed", i, res, err)
+		}
+	}
+}
+
 func TestDoRetriesTransientErrors(t *testing.T) {
 	t.Parallel()
 	failFirst := func(ctx context.Context, req any, n int, handler grpc.UnaryHandler) (any, error) {
