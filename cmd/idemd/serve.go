@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -146,7 +147,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	defer db.Close()
 	db.poolerNotes(ctx, logger)
-	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
@@ -227,7 +227,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
 	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "console_url", jsonAPI.consoleURL(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", procs)
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", runtime.GOMAXPROCS(0))
 	if u := jsonAPI.consoleURL(); u != "" {
 		if consoleOpts.Authenticated {
 			logger.Info("operator console: open it in a browser and sign in with the token of a tenant with admin: true or operator: true", "url", u)
