@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/console"
-	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/server"
 )
 
@@ -161,9 +160,7 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, consoleOpts *co
 		j.srv.TLSConfig = cfg
 		j.tls = true
 	}
-	// Raw reads and writes on the API's connections, as on the gRPC
-	// listener's (internal/rawconn).
-	lis := netutil.LimitListener(rawconn.Listener{Listener: j.lis}, j.flags.JSONMaxConnections)
+	lis := netutil.LimitListener(j.lis, j.flags.JSONMaxConnections)
 	go func() {
 		var err error
 		if j.srv.TLSConfig != nil {

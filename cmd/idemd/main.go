@@ -129,7 +129,6 @@ func (versionCmd) Run() error {
 }
 
 func main() {
-	setGCPercent(os.Getenv)
 	var c cli
 	parser := kong.Must(&c,
 		kong.Name("idemd"),

@@ -157,21 +157,10 @@ func TestServeRefusesAnUnmigratedSchemaWithMigrateOff(t *testing.T) {
 	}
 }
 
-// TestServeClaimsAndShutsDownGracefully runs idemd with raw socket reads and
-// writes (the default) and with the net package's (--no-raw-sockets).
 func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
-	for _, sockets := range []string{"--raw-sockets", "--no-raw-sockets"} {
-		t.Run(sockets, func(t *testing.T) {
-			t.Parallel()
-			serveClaimAndShutDown(t, sockets)
-		})
-	}
-}
-
-func serveClaimAndShutDown(t *testing.T, sockets string) {
 	db := testdb.New(t, testdb.Unmigrated())
-	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json", sockets)
+	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+db.URL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -21,7 +22,6 @@ import (
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/maintenance"
-	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
@@ -50,7 +50,6 @@ type serveCmd struct {
 	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
 	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
 	MetricsNamespaces   int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
-	RawSockets          bool          `default:"true" negatable:"" env:"IDEM_RAW_SOCKETS" help:"Read and write the gRPC, HTTP/JSON and Postgres connections with raw system calls, which spare the Go runtime's monitor thread a wake-up after every idle spell (Linux; a third less CPU per call at low load). --no-raw-sockets goes back to the net package's."`
 	Pprof               bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
 }
 
@@ -112,7 +111,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	rawconn.SetEnabled(c.RawSockets)
 	logger := c.logger(os.Stderr)
 	sec, err := c.securityFlags.load(c.Listen, c.MaxResultBytes)
 	if err != nil {
@@ -149,7 +147,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	defer db.Close()
 	db.poolerNotes(ctx, logger)
-	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
@@ -230,7 +227,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
 	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "console_url", jsonAPI.consoleURL(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", procs)
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", runtime.GOMAXPROCS(0))
 	if u := jsonAPI.consoleURL(); u != "" {
 		if consoleOpts.Authenticated {
 			logger.Info("operator console: open it in a browser and sign in with the token of a tenant with admin: true or operator: true", "url", u)
@@ -249,10 +246,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	g.Go(func() error {
-		// Raw reads and writes on the calls' connections: each read
-		// and write through the runtime's entersyscall woke its
-		// monitor thread after every idle spell (internal/rawconn).
-		if err := grpcServer.Serve(rawconn.Listener{Listener: lis}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serve: %w", err)
 		}
 		return nil

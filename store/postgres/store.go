@@ -26,7 +26,6 @@ import (
 	"github.com/jackc/puddle/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
 )
@@ -181,20 +180,6 @@ func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, err
 func connectConfig(ctx context.Context, cfg *pgxpool.Config, pooler Pooler) (*pgxpool.Pool, error) {
 	if err := configure(cfg, pooler); err != nil {
 		return nil, err
-	}
-	// Raw reads and writes on the connections to Postgres: each read and
-	// write through the runtime's entersyscall woke its monitor thread
-	// after every idle spell, a third of idemd's CPU at one call in flight
-	// (internal/rawconn). TLS, when the URL asks for it, goes over the
-	// wrapped connection.
-	if dial := cfg.ConnConfig.DialFunc; dial != nil {
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return rawconn.Wrap(c), nil
-		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
