@@ -111,6 +111,9 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		// it grow to 16 MiB.
 		grpc.InitialWindowSize(streamWindow(maxRequestBytes(svc.cfg))),
 		grpc.InitialConnWindowSize(connWindow(svc.cfg.MaxResultBytes+messageHeadroom, maxRequestBytes(svc.cfg))),
+		// An answer waiting for its client to read it holds its own size,
+		// not a pooled buffer of 1 MiB (protoCodec).
+		grpc.ForceServerCodecV2(newProtoCodec()),
 	}
 	if tp := svc.cfg.Tracing; tp != nil {
 		// A stats handler, not an interceptor: its span starts before the
