@@ -68,16 +68,20 @@ type jsonAPI struct {
 }
 
 // withConsole serves the console under console.Path and everything else
-// with api. It matches the path itself rather than with an http.ServeMux,
-// which would clean and redirect the API's REST paths (a key may hold
-// "//" or "..").
+// with api; the root, where a browser pointed at the listener lands,
+// redirects to the console. It matches the path itself rather than with an
+// http.ServeMux, which would clean and redirect the API's REST paths (a key
+// may hold "//" or "..").
 func withConsole(consoleHandler, api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, console.Path) || r.URL.Path == strings.TrimSuffix(console.Path, "/") {
+		switch {
+		case strings.HasPrefix(r.URL.Path, console.Path) || r.URL.Path == strings.TrimSuffix(console.Path, "/"):
 			consoleHandler.ServeHTTP(w, r)
-			return
+		case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			http.Redirect(w, r, console.Path, http.StatusFound)
+		default:
+			api.ServeHTTP(w, r)
 		}
-		api.ServeHTTP(w, r)
 	})
 }
 
