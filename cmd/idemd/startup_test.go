@@ -72,6 +72,10 @@ func TestFlagErrorsAreOneLineWithAHint(t *testing.T) {
 		{[]string{"serve", "--nope"}, `idemd: unknown flag --nope; run "idemd serve --help" for its flags`},
 		{[]string{"serve", "--log-format", "xml"}, `run "idemd serve --help" for its flags`},
 		{[]string{"nope"}, `; run "idemd --help" for the commands`},
+		// A flag of a command before any command: say which, and how.
+		{[]string{"--listen", "127.0.0.1:7999"}, `idemd: unknown flag --listen: it is a flag of "idemd serve"; the command goes first: idemd serve --listen 127.0.0.1:7999`},
+		{[]string{"--database-url=postgres://x", "--log-level", "debug"}, `it is a flag of "idemd serve", "idemd migrate" and "idemd sweep"; the command goes first: idemd serve --database-url=postgres://x --log-level debug`},
+		{[]string{"--no-migrate", "--data-dir", "my dir"}, `it is a flag of "idemd serve"; the command goes first: idemd serve --no-migrate --data-dir 'my dir'`},
 	}
 	for _, tc := range cases {
 		out, code := run(t, nil, tc.args...)
