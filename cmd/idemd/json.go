@@ -112,9 +112,9 @@ func (f *jsonFlags) listenJSON() (*jsonAPI, error) {
 	if f.JSONListen == "" {
 		return nil, nil
 	}
-	lis, err := net.Listen("tcp", f.JSONListen)
+	lis, err := listen(f.JSONListen, "--json-listen", "IDEM_JSON_LISTEN")
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s (--json-listen): %w", f.JSONListen, err)
+		return nil, err
 	}
 	return &jsonAPI{flags: f, lis: lis}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -166,16 +167,16 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 
-	lis, err := net.Listen("tcp", c.Listen)
+	lis, err := listen(c.Listen, "--listen", "IDEM_LISTEN")
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+		return err
 	}
 
 	var httpLis net.Listener
 	if c.HTTPListen != "" {
-		if httpLis, err = net.Listen("tcp", c.HTTPListen); err != nil {
+		if httpLis, err = listen(c.HTTPListen, "--http-listen", "IDEM_HTTP_LISTEN"); err != nil {
 			lis.Close()
-			return fmt.Errorf("listen on %s (--http-listen): %w", c.HTTPListen, err)
+			return err
 		}
 	}
 
@@ -324,6 +325,20 @@ func (c *serveCmd) drain(svc *server.Service, grpcServer *grpc.Server, healthSer
 		<-stopped
 	}
 	<-jsonDone
+}
+
+// listen opens a TCP listener on addr, the value of flag or of the
+// environment variable env: an address in use says which of them moves it.
+func listen(addr, flag, env string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return lis, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("listen on %s (%s): the address is in use, by another idemd or another program; stop it, "+
+			"or give idemd another address with %s or %s (port 0 lets the system choose one)", addr, flag, flag, env)
+	}
+	return nil, fmt.Errorf("listen on %s (%s or %s): %w", addr, flag, env, err)
 }
 
 // listenAddr is the address lis listens on as the flag wrote it, with the

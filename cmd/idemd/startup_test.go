@@ -169,3 +169,31 @@ func TestMigrateCreatesTheSchemaOfSearchPath(t *testing.T) {
 		t.Fatalf("idemd migrate with search_path=%s: exit %d, output %q; want the schema created and migrated", schema, code, out)
 	}
 }
+
+// TestBusyPortNamesTheFlag: an address another program listens on stops
+// idemd with a message that names the flag and the variable that move it.
+func TestBusyPortNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	for _, tc := range []struct{ flag, env string }{
+		{"--listen", "IDEM_LISTEN"},
+		{"--http-listen", "IDEM_HTTP_LISTEN"},
+		{"--json-listen", "IDEM_JSON_LISTEN"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--json-listen", "127.0.0.1:0"}
+			out, code := run(t, nil, append(args, tc.flag, busy.Addr().String())...)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if code == 0 || !strings.Contains(last, busy.Addr().String()) || !strings.Contains(last, "in use") ||
+				!strings.Contains(last, tc.flag+" ") || !strings.Contains(last, tc.env) {
+				t.Fatalf("exit %d, output:\n%s\nwant a last line that says %s is in use and names %s and %s", code, out, busy.Addr(), tc.flag, tc.env)
+			}
+		})
+	}
+}
