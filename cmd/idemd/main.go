@@ -18,6 +18,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/idemhq/idem/internal/buildinfo"
+	"github.com/idemhq/idem/internal/envflag"
 	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/store/migrate"
 	"github.com/idemhq/idem/store/sqlite"
@@ -142,6 +143,7 @@ func main() {
 			"sweep_duty":       strconv.FormatFloat(maintenance.DefaultSweepDuty, 'g', -1, 64),
 		},
 	)
+	envflag.UnsetEmptyBools(parser.Model)
 	kctx, err := parser.Parse(os.Args[1:])
 	if err != nil {
 		// The same one line as idem's: what was wrong and where to look.
