@@ -137,10 +137,11 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	idemv1.RegisterIdempotencyServiceServer(srv, svc)
 	idemv1.RegisterAdminServiceServer(srv, NewAdminService(svc.store, svc.cfg, logger))
 	healthSrv := health.NewServer()
-	// Known from the start, NOT_SERVING until WatchHealth has seen the store
-	// answer: a readiness probe that asks before the first check gets "not
-	// yet", not "unknown service".
+	// Known from the start, NOT_SERVING until a ping or a call has seen the
+	// store answer: a readiness probe that asks before the first check gets
+	// "not yet", not "unknown service".
 	healthSrv.SetServingStatus(HealthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	svc.health.attach(healthSrv)
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	reflection.Register(srv)
 	if m := svc.cfg.Metrics; m != nil {

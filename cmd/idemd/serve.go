@@ -49,7 +49,7 @@ type serveCmd struct {
 	Migrate             bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
 	ShutdownTimeout     time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
-	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
+	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database; between checks it follows what the calls see."`
 	MetricsNamespaces   int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
 	RawSockets          bool          `default:"true" negatable:"" env:"IDEM_RAW_SOCKETS" help:"Read and write the gRPC, HTTP/JSON and Postgres connections with raw system calls, which spare the Go runtime's monitor thread a wake-up after every idle spell (Linux; a third less CPU per call at low load). --no-raw-sockets goes back to the net package's."`
 	Pprof               bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
@@ -272,7 +272,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		g.Go(func() error { sw.Run(background); return nil })
 	}
 	g.Go(func() error {
-		server.WatchHealth(background, st, healthServer, c.HealthInterval, logger)
+		svc.WatchHealth(background, c.HealthInterval)
 		return nil
 	})
 	g.Go(func() error {
