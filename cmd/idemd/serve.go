@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -48,7 +49,7 @@ type serveCmd struct {
 	Migrate             bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
 	ShutdownTimeout     time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
-	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
+	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database; between checks it follows what the calls see."`
 	MetricsNamespaces   int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
 	Pprof               bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
 }
@@ -163,16 +164,16 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 
-	lis, err := net.Listen("tcp", c.Listen)
+	lis, err := listen(c.Listen, "--listen", "IDEM_LISTEN")
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+		return err
 	}
 
 	var httpLis net.Listener
 	if c.HTTPListen != "" {
-		if httpLis, err = net.Listen("tcp", c.HTTPListen); err != nil {
+		if httpLis, err = listen(c.HTTPListen, "--http-listen", "IDEM_HTTP_LISTEN"); err != nil {
 			lis.Close()
-			return fmt.Errorf("listen on %s (--http-listen): %w", c.HTTPListen, err)
+			return err
 		}
 	}
 
@@ -265,7 +266,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		g.Go(func() error { sw.Run(background); return nil })
 	}
 	g.Go(func() error {
-		server.WatchHealth(background, st, healthServer, c.HealthInterval, logger)
+		svc.WatchHealth(background, c.HealthInterval)
 		return nil
 	})
 	g.Go(func() error {
@@ -318,6 +319,20 @@ func (c *serveCmd) drain(svc *server.Service, grpcServer *grpc.Server, healthSer
 		<-stopped
 	}
 	<-jsonDone
+}
+
+// listen opens a TCP listener on addr, the value of flag or of the
+// environment variable env: an address in use says which of them moves it.
+func listen(addr, flag, env string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return lis, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("listen on %s (%s): the address is in use, by another idemd or another program; stop it, "+
+			"or give idemd another address with %s or %s (port 0 lets the system choose one)", addr, flag, flag, env)
+	}
+	return nil, fmt.Errorf("listen on %s (%s or %s): %w", addr, flag, env, err)
 }
 
 // listenAddr is the address lis listens on as the flag wrote it, with the
