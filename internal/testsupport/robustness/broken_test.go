@@ -70,14 +70,24 @@ func (l *lieLog) about(key string) bool {
 	return l.keys[key]
 }
 
-// dropsCompletes acknowledges one Complete in three without writing it;
-// with batchOnly, only Completes that are items of a BatchComplete (those
-// reach the store through RecordCompleteMany).
+// dropsCompletes acknowledges one Complete in three without writing it, and
+// every repeat of one it dropped; with batchOnly, only Completes that are
+// items of a BatchComplete (those reach the store through
+// RecordCompleteMany).
 type dropsCompletes struct {
 	store.Store
 	batchOnly bool
 	calls     atomic.Int64
 	lies      *lieLog
+	mu        sync.Mutex
+	dropped   map[droppedComplete]bool
+}
+
+// droppedComplete is a Complete dropsCompletes acknowledged unwritten.
+type droppedComplete struct {
+	id     store.RecordID
+	token  int64
+	result string
 }
 
 func (s *dropsCompletes) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
@@ -109,16 +119,28 @@ func (s *dropsCompletes) RecordCompleteMany(ctx context.Context, ps []*store.Com
 	return recs, errs
 }
 
-// lie returns, for one call in three that could succeed, the record the
-// Complete would have written, unwritten.
+// lie returns, for one call in three that could succeed and for every
+// repeat of a call it lied to, the record the Complete would have written,
+// unwritten. A repeat written would store what the lie acknowledged, and
+// leave a history with nothing wrong in it.
 func (s *dropsCompletes) lie(ctx context.Context, p *store.CompleteParams) (*store.Record, bool) {
-	if s.calls.Add(1)%3 != 0 {
+	d := droppedComplete{p.RecordID, p.Token, string(p.Result)}
+	s.mu.Lock()
+	repeat := s.dropped[d]
+	s.mu.Unlock()
+	if !repeat && s.calls.Add(1)%3 != 0 {
 		return nil, false
 	}
 	rec, err := s.RecordGet(ctx, p.RecordID)
 	if err != nil || rec.Token != p.Token || (rec.State != store.StateProcessing && rec.State != store.StateExpired) {
 		return nil, false
 	}
+	s.mu.Lock()
+	if s.dropped == nil {
+		s.dropped = map[droppedComplete]bool{}
+	}
+	s.dropped[d] = true
+	s.mu.Unlock()
 	s.lies.add(p.RecordID.Key)
 	lie := *rec
 	lie.State, lie.Result, lie.LeaseExpiresAt = store.StateCompleted, p.Result, time.Time{}
@@ -356,5 +378,57 @@ func TestSkipsTokenCheckCountsEveryLie(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDropsCompletesDropsRepeats holds the broken store of "acknowledges a
+// Complete it does not write" to a lie the checker can see: a repeat of a
+// dropped Complete (a batch that names the item twice runs the second in a
+// wave of its own) must not write what the first acknowledged, or the
+// history is legal and a run whose lies were all repeated finds nothing.
+func TestDropsCompletesDropsRepeats(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch %t", batch), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+			if err != nil {
+				t.Fatalf("open SQLite: %v", err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			id := store.RecordID{Namespace: Namespace, Key: "k"}
+			res, err := st.RecordClaim(ctx, &store.ClaimParams{RecordID: id, Claimant: "w", LeaseTTL: time.Minute, Retention: time.Hour})
+			if err != nil || res.Outcome != store.OutcomeAcquired {
+				t.Fatalf("claim: %+v, %v", res, err)
+			}
+			log := &lieLog{}
+			broken := &dropsCompletes{Store: st, batchOnly: batch, lies: log}
+			broken.calls.Store(2) // the next Complete is the one in three it drops
+			p := &store.CompleteParams{RecordID: id, Token: res.Record.Token, Result: []byte("done")}
+			complete := func() (*store.Record, error) {
+				if batch {
+					recs, errs := broken.RecordCompleteMany(ctx, []*store.CompleteParams{p})
+					return recs[0], errs[0]
+				}
+				return broken.RecordComplete(ctx, p)
+			}
+			for try := 1; try <= 2; try++ {
+				rec, err := complete()
+				if err != nil || rec.State != store.StateCompleted || string(rec.Result) != "done" {
+					t.Fatalf("Complete %d: %+v, %v; want it acknowledged", try, rec, err)
+				}
+			}
+			if log.count() == 0 {
+				t.Fatal("the store told no lie")
+			}
+			got, err := st.RecordGet(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != store.StateProcessing {
+				t.Errorf("after a dropped Complete and its repeat, both acknowledged, the record is %s: the repeat wrote what the lie acknowledged", got.State)
+			}
+		})
 	}
 }
