@@ -392,9 +392,11 @@ func (m *middleware) fingerprintOf(r *http.Request, body []byte) []byte {
 }
 
 // ran logs what went wrong after the handler ran, whose response goes out
-// whatever happened to its record: the effect happened. A Complete that
-// idemd refused for the size of the stored response is made again with the
-// body omitted, so that a repeat does not run the handler again.
+// whatever happened to its record: the effect happened. A Complete that was
+// not confirmed (idemd refused the stored response for its size, or could
+// not be reached until the lease ran out) is made once more with the body
+// omitted, so that a repeat gets the status instead of running the handler
+// again.
 func (m *middleware) ran(ctx context.Context, job client.Job, cw *capture, err error) {
 	var (
 		release errRelease
@@ -407,18 +409,22 @@ func (m *middleware) ran(ctx context.Context, job client.Job, cw *capture, err e
 			m.log.Error("idemhttp: the key could not be given back after a response that releases it; a retry waits for its lease to run out",
 				"namespace", job.Namespace, "key", job.Key, "error", err)
 		}
-	case errors.As(err, &unknown) && client.Reason(unknown.Err) == "INVALID_RESULT":
+	case errors.As(err, &unknown):
 		cw.omitted = true
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		marker := cw.envelope(m.storedHeaders)
-		if _, cerr := m.c.Complete(ctx, client.CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: unknown.Record.Token, Result: marker}); cerr != nil {
+		_, cerr := m.c.Complete(ctx, client.CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: unknown.Record.Token, Result: marker})
+		switch {
+		case cerr == nil:
+			m.log.Warn("idemhttp: idem did not store the response; its record keeps the status with the body omitted (for a response too large, raise idemd's --max-result-bytes or lower MaxBodyBytes)",
+				"namespace", job.Namespace, "key", job.Key, "error", err)
+		case errors.Is(cerr, client.ErrAlreadyTerminal):
+			// The first Complete was stored after all; its answer was lost.
+		default:
 			m.log.Error("idemhttp: the response was sent but not stored; a repeat of the request may run the handler again once its lease runs out",
 				"namespace", job.Namespace, "key", job.Key, "error", errors.Join(err, cerr))
-			return
 		}
-		m.log.Warn("idemhttp: idem refused the stored response for its size; its body is omitted from the record (raise idemd's --max-result-bytes, or lower MaxBodyBytes)",
-			"namespace", job.Namespace, "key", job.Key, "error", err)
 	default:
 		m.log.Error("idemhttp: the response was sent but its record was not completed; a repeat of the request may run the handler again",
 			"namespace", job.Namespace, "key", job.Key, "error", err)

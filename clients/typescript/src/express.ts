@@ -33,8 +33,8 @@ import { Readable } from "node:stream";
 import type { IdemClient } from "./client.js";
 import type { Job } from "./do.js";
 import {
+  AlreadyTerminalError,
   CompletionUnknownError,
-  errorReason,
   FingerprintMismatchError,
   InProgressError,
   JobFailedError,
@@ -42,7 +42,6 @@ import {
   RpcError,
   UnresolvedError,
 } from "./errors.js";
-import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import {
   decodeEnvelope,
   encodeEnvelope,
@@ -352,9 +351,11 @@ async function handle<Req extends IncomingMessage>(client: IdemClient, o: Checke
 
 /**
  * ran logs what went wrong after the handler ran, whose response goes out
- * whatever happened to its record: the effect happened. A Complete idemd
- * refused for the size of the stored response is made again with the body
- * omitted, so that a repeat does not run the handler again.
+ * whatever happened to its record: the effect happened. A Complete that was
+ * not confirmed (idemd refused the stored response for its size, or could
+ * not be reached until the lease ran out) is made once more with the body
+ * omitted, so that a repeat gets the status instead of running the handler
+ * again.
  */
 async function ran<Req extends IncomingMessage>(client: IdemClient, o: Checked<Req>, job: Job, cap: Capture, err: unknown): Promise<void> {
   const fields = { namespace: job.namespace, key: job.key };
@@ -365,13 +366,15 @@ async function ran<Req extends IncomingMessage>(client: IdemClient, o: Checked<R
     o.logger.error("idem: the key could not be given back after a response that releases it; a retry waits for its lease to run out", { ...fields, error: messageOf(err) });
     return;
   }
-  if (err instanceof CompletionUnknownError && errorReason(err.cause) === ErrorReason.INVALID_RESULT) {
+  if (err instanceof CompletionUnknownError) {
     cap.omitted = true;
     try {
       await client.complete({ namespace: job.namespace, key: job.key, token: err.record.token, result: cap.envelope(o.storedHeaders) }, { timeoutMs: 10_000 });
-      o.logger.warn("idem: idem refused the stored response for its size; its body is omitted from the record (raise idemd's --max-result-bytes, or lower maxBodyBytes)", { ...fields, error: messageOf(err) });
+      o.logger.warn("idem: idem did not store the response; its record keeps the status with the body omitted (for a response too large, raise idemd's --max-result-bytes or lower maxBodyBytes)", { ...fields, error: messageOf(err) });
     } catch (e) {
-      o.logger.error("idem: the response was sent but not stored; a repeat of the request may run the handler again once its lease runs out", { ...fields, error: `${messageOf(err)}; ${messageOf(e)}` });
+      if (!(e instanceof AlreadyTerminalError)) {
+        o.logger.error("idem: the response was sent but not stored; a repeat of the request may run the handler again once its lease runs out", { ...fields, error: `${messageOf(err)}; ${messageOf(e)}` });
+      } // else the first Complete was stored after all; its answer was lost
     }
     return;
   }
