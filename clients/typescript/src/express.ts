@@ -401,7 +401,7 @@ function replay<Req extends IncomingMessage>(res: ServerResponse, o: Checked<Req
     res.removeHeader(name);
   }
   for (const [name, vs] of values) {
-    res.setHeader(name, vs.length === 1 ? vs[0]! : vs);
+    res.setHeader(display(name), vs.length === 1 ? vs[0]! : vs);
   }
   res.setHeader("Idempotent-Replayed", "true");
   if (s.omitted) {
@@ -412,6 +412,11 @@ function replay<Req extends IncomingMessage>(res: ServerResponse, o: Checked<Req
   }
   res.statusCode = s.status;
   res.end(s.body.length > 0 ? s.body : undefined);
+}
+
+/** display is a header name as it is usually written (Content-Type), for a replay of the lowercase name a record holds. */
+function display(name: string): string {
+  return name.replace(/(^|-)([a-z])/g, (_, dash: string, c: string) => dash + c.toUpperCase());
 }
 
 function writeProblem(res: ServerResponse, p: Problem, detail: string): void {

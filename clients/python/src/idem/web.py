@@ -330,6 +330,12 @@ def _problem(p: _Problem, detail: str) -> Tuple[int, List[Tuple[str, str]], byte
     return p.status, headers, body
 
 
+def _display(name: str) -> str:
+    """A header name as it is usually written (Content-Type), for a replay of
+    the lowercase name a record holds."""
+    return "-".join(part[:1].upper() + part[1:] for part in name.split("-"))
+
+
 def _status_line(status: int) -> str:
     try:
         return f"{status} {http.HTTPStatus(status).phrase}"
@@ -441,7 +447,7 @@ def _replayed(o: _Options, job: Job, envelope: bytes) -> Tuple[int, List[Tuple[s
         o.log.error("idem: a completed record holds no stored response this version reads: namespace=%s key=%s "
                     "error=%s", job.namespace, job.key, err)
         return _problem(PROBLEMS["record_unreadable"], str(err))
-    headers = [(n, v) for n, v in s.headers if not s.omitted or not n.startswith("content-")]
+    headers = [(_display(n), v) for n, v in s.headers if not s.omitted or not n.startswith("content-")]
     headers.append(("Idempotent-Replayed", "true"))
     if s.omitted:
         headers.append(("Idempotent-Body-Omitted", "true"))
