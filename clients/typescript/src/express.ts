@@ -63,12 +63,12 @@ export const DEFAULT_STORED_HEADERS: readonly string[] = ["Content-Type", "Conte
 /** DEFAULT_METHODS are the methods guarded by default: those HTTP does not define as idempotent. */
 export const DEFAULT_METHODS: readonly string[] = ["POST", "PATCH"];
 
-// The bounds of idem's Claim (limits/limits.go in the Go module).
+// Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 const MIN_LEASE_TTL_MS = 1000;
 const MAX_LEASE_TTL_MS = 24 * 3_600_000;
 const MIN_RETENTION_MS = 60_000;
 const MAX_RETENTION_MS = 90 * 24 * 3_600_000;
-const RESULT_BYTES_CEILING = 16 << 20;
+const RESULT_BYTES_CEILING = 16 * 1024 * 1024;
 
 /** Logger is where the middleware says what the client is not told. console fits. */
 export interface Logger {

@@ -6,7 +6,8 @@
 
 import { createHash } from "node:crypto";
 
-/** MAX_KEY_BYTES is idem's bound on a record's key (limits.MaxKeyBytes in the Go module). */
+// Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
+/** MAX_KEY_BYTES is idem's bound on a record's key. */
 const MAX_KEY_BYTES = 256;
 
 /**

@@ -60,11 +60,13 @@ DEFAULT_STORED_HEADERS = ("Content-Type", "Content-Encoding", "Content-Language"
 #: The methods guarded by default: those HTTP does not define as idempotent.
 DEFAULT_METHODS = ("POST", "PATCH")
 
-# idem's bounds (limits/limits.go in the Go module).
+# Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 _MAX_KEY_BYTES = 256
-_MIN_LEASE_TTL, _MAX_LEASE_TTL = 1.0, 24 * 3600.0
-_MIN_RETENTION, _MAX_RETENTION = 60.0, 90 * 24 * 3600.0
-_RESULT_BYTES_CEILING = 16 << 20
+_MIN_LEASE_TTL = 1.0
+_MAX_LEASE_TTL = 24 * 3600.0
+_MIN_RETENTION = 60.0
+_MAX_RETENTION = 90 * 24 * 3600.0
+_RESULT_BYTES_CEILING = 16 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------
