@@ -11,9 +11,10 @@ import (
 // the body is not copied to make it. A head that does not fit costs a copy.
 const headReserve = 512
 
-// The sizes of the chunks a body of unknown length is captured in: a chunk
-// twice the last, up to maxChunk, so that a large body is never copied to
-// grow a buffer and costs its size in chunks and once more joined.
+// The sizes of the chunks a body of unknown length is captured in: the
+// first as large as the first Write, the others twice the last up to
+// maxChunk, so that a large body is never copied to grow a buffer, and one
+// written in pieces costs its size in chunks and once more joined.
 const (
 	firstChunk = 4 << 10
 	maxChunk   = 64 << 10
@@ -87,7 +88,9 @@ func (c *capture) keep(p []byte) {
 	c.size += len(p)
 	for len(p) > 0 {
 		if len(c.chunks) == 0 {
-			c.chunks = [][]byte{make([]byte, headReserve, headReserve+max(firstChunk, min(len(p), maxChunk)))}
+			// A body written whole in one Write (a marshalled document)
+			// fits its first chunk, and is never joined.
+			c.chunks = [][]byte{make([]byte, headReserve, headReserve+max(firstChunk, len(p)))}
 		}
 		last := &c.chunks[len(c.chunks)-1]
 		if room := cap(*last) - len(*last); room > 0 {
