@@ -166,9 +166,9 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
 			tallies[i] = newTally(t.name(), scenario)
-			if st, ok := t.(*serviceTarget); ok && st.idemd != nil {
+			if d := idemdOf(t); d != nil {
 				tallies[i].hasIdemd = true
-				tallies[i].pgStore = st.idemd.appName != ""
+				tallies[i].pgStore = d.appName != ""
 			}
 			if _, ok := t.(*sqlTarget); ok {
 				tallies[i].pgStore = true
@@ -230,7 +230,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 // be skipped, after saying why on stderr and in the report.
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
-	case "service", "service-sqlite", "service-prefilled", "service-b", "service-sqlite-b":
+	case "service", "service-sqlite", "service-prefilled", "service-b", "service-sqlite-b", "http":
 		addr := c.Addr
 		var idemd *localIdemd
 		if c.StartIdemd {
@@ -261,6 +261,9 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 				opts.bin = c.IdemdBinB
 				opts.schema += "_b"
 				opts.appName = "idem-bench-idemd-b-" + runID
+			case "http":
+				opts.schema += "_http"
+				opts.appName = "idem-bench-idemd-http-" + runID
 			}
 			var err error
 			if idemd, err = startIdemd(ctx, opts); err != nil {
@@ -294,7 +297,17 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 				return nil, fmt.Errorf("--prefill: %w", err)
 			}
 		}
+		if name == "http" {
+			ht, err := c.newHTTPTarget(name, t, result, c.Concurrency)
+			if err != nil {
+				_ = t.close(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			return ht, nil
+		}
 		return t, nil
+	case "http-plain":
+		return c.newHTTPTarget(name, nil, result, c.Concurrency)
 	case "sql":
 		maxConns := c.SQLPoolMaxConns
 		if maxConns <= 0 {
@@ -319,23 +332,36 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 }
 
 // isServiceTarget reports whether name is a target served by idemd.
-func isServiceTarget(name string) bool { return strings.HasPrefix(name, "service") }
+func isServiceTarget(name string) bool { return strings.HasPrefix(name, "service") || name == "http" }
 
 // needsPostgres reports whether one of the targets cannot run without the
 // Postgres at --database-url.
 func (c *cli) needsPostgres(targets []string) bool {
-	return slices.Contains(targets, "sql") || (c.StartIdemd && slices.Contains(targets, "service"))
+	return slices.Contains(targets, "sql") || (c.StartIdemd && (slices.Contains(targets, "service") || slices.Contains(targets, "http")))
 }
 
 // startedIdemds returns the targets' started idemds, by target name.
 func startedIdemds(targets []target) map[string]*localIdemd {
 	out := map[string]*localIdemd{}
 	for _, t := range targets {
-		if st, ok := t.(*serviceTarget); ok && st.idemd != nil {
-			out[st.label] = st.idemd
+		if d := idemdOf(t); d != nil {
+			out[t.name()] = d
 		}
 	}
 	return out
+}
+
+// idemdOf is the idemd that --start-idemd started for t, or nil.
+func idemdOf(t target) *localIdemd {
+	switch t := t.(type) {
+	case *serviceTarget:
+		return t.idemd
+	case *httpTarget:
+		if t.svc != nil {
+			return t.svc.idemd
+		}
+	}
+	return nil
 }
 
 // profilePath is FILE for one started idemd, or FILE with the target's name
