@@ -20,6 +20,12 @@ const fingerprintVersion = "idem-http-1"
 // headers that the request has (lowercased, sorted, each once) the name and
 // its values joined with ", ", and last the body.
 func Fingerprint(r *http.Request, body []byte, headers []string) []byte {
+	return fingerprint(r, body, fingerprintHeaders(headers))
+}
+
+// fingerprint is Fingerprint with headers lowercased, sorted and without
+// repeats already, as the middleware keeps them.
+func fingerprint(r *http.Request, body []byte, headers []string) []byte {
 	path, query := requestTarget(r)
 	h := sha256.New()
 	var scratch [24]byte

@@ -381,7 +381,7 @@ func (m *middleware) guards(method string) bool {
 
 func (m *middleware) fingerprintOf(r *http.Request, body []byte) []byte {
 	if m.fingerprint == nil {
-		return Fingerprint(r, body, m.fingerprintHeaders)
+		return fingerprint(r, body, m.fingerprintHeaders)
 	}
 	fp := m.fingerprint(r, body)
 	if len(fp) > limits.MaxFingerprintBytes {

@@ -33,6 +33,7 @@ clients/scenarios/http.json holds the rules all three pass.
 """
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import hashlib
 import http
@@ -805,8 +806,8 @@ class ASGIMiddleware:
 
     It reads the request body whole before the application runs and gives
     the application the same bytes in one http.request message. idem's
-    calls, which block, run in the event loop's default executor; the lease
-    is kept by a thread. The response is held back until its record is
+    calls, which block, run in threads of its own (at most 64 at once); the
+    lease is kept by a thread. The response is held back until its record is
     complete, unless it is passed through (see max_body_bytes and
     text/event-stream): then its messages go out as the application sends
     them, and the last one once the record is complete. ``caller`` takes the
@@ -817,6 +818,10 @@ class ASGIMiddleware:
         self.app = app
         self.client = client
         self.o = _options(**options)
+        # idem's calls block, and a Claim with a wait blocks for up to the
+        # wait: they get threads of their own rather than the loop's default
+        # executor, which has a few per core.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="idem-web")
 
     async def __call__(self, scope: Dict[str, Any], receive: Callable[[], Awaitable[Dict[str, Any]]],
                        send: Callable[[Dict[str, Any]], Awaitable[None]]) -> None:
@@ -877,7 +882,7 @@ class ASGIMiddleware:
         job = o.job(caller, key, fp)
         loop = asyncio.get_running_loop()
         try:
-            got = await loop.run_in_executor(None, _acquire, self.client, job, o.wait)
+            got = await loop.run_in_executor(self._executor, _acquire, self.client, job, o.wait)
         except IdemError as err:
             resp = _before(o, job, err)
             if resp is None:
@@ -918,9 +923,9 @@ class ASGIMiddleware:
         try:
             await self.app(scope, replay_receive, capture_send)
         except BaseException as exc:
-            await loop.run_in_executor(None, _record, o, self.client, lease, job, cap, exc)  # raises exc
+            await loop.run_in_executor(self._executor, _record, o, self.client, lease, job, cap, exc)  # raises exc
             raise
-        await loop.run_in_executor(None, _record, o, self.client, lease, job, cap, None)
+        await loop.run_in_executor(self._executor, _record, o, self.client, lease, job, cap, None)
         if cap.passing:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
