@@ -9,6 +9,7 @@ import asyncio
 import base64
 import concurrent.futures
 import hashlib
+import io
 import json
 import logging
 import os
@@ -792,6 +793,30 @@ class _HTTPScenarios:
                     h.control("/ready")
         if errors:
             self.fail("\n".join(f"{sid}: {type(err).__name__}: {err}" for sid, err in errors.items()))
+
+
+class WSGIClosedUnreadTest(unittest.TestCase):
+    """A WSGI server may close a streamed response's iterable before it reads
+    a chunk (its client went away): the record is completed all the same,
+    and its lease not kept on forever."""
+
+    def test_closed_before_the_first_chunk(self):
+        h = harness("sqlite")
+        client = h.client("worker")
+        self.addCleanup(client.close)
+
+        def app(environ, start_response):
+            start_response("200 OK", [("Content-Type", "text/event-stream")])
+            return iter([b"data: 1\n\n"])
+
+        mw = web.WSGIMiddleware(app, client, namespace=h.namespaces["plain"], caller=lambda environ: "alice")
+        k = key("closed-unread")
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/events", "QUERY_STRING": "", "CONTENT_LENGTH": "0",
+                   "wsgi.input": io.BytesIO(b""), "HTTP_IDEMPOTENCY_KEY": json.dumps(k)}
+        result = mw(environ, lambda status, headers, exc_info=None: None)
+        result.close()
+        rec = client.lookup(h.namespaces["plain"], web.record_key("alice", k))
+        self.assertEqual(rec.state, idem.State.COMPLETED)
 
 
 class WSGIPostgresTest(_HTTPScenarios, unittest.TestCase):

@@ -749,7 +749,8 @@ class WSGIMiddleware:
             start_response(_status_line(cap.status), cap.held_headers())
             return [cap.body()] if cap.size and _body_allowed(cap.status) else []
         start_response(_status_line(cap.status), cap.headers)
-        return self._stream(result, it, cap, out, lease, job)
+        return _Passing(self._stream(result, it, cap, out, lease, job),
+                        lambda: (_close(result), _record(o, self.client, lease, job, cap, None)))
 
     def _stream(self, result: Iterable[bytes], it: Iterator[bytes], cap: _Capture, out: List[bytes],
                 lease: _Lease, job: Job) -> Iterator[bytes]:
@@ -780,6 +781,26 @@ class WSGIMiddleware:
 
 
 WSGIMiddleware.__doc__ = (WSGIMiddleware.__doc__ or "") + _OPTIONS_DOC
+
+
+class _Passing:
+    """The iterable of a response passed through: its generator, and a
+    close() that ends the record even when the server closes it before it
+    took a single chunk (a generator closed unstarted runs nothing)."""
+
+    def __init__(self, gen: Iterator[bytes], unstarted: Callable[[], Any]):
+        self.gen = gen
+        self.unstarted: Optional[Callable[[], Any]] = unstarted
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.unstarted = None
+        return self.gen
+
+    def close(self) -> None:
+        if self.unstarted is not None:
+            self.unstarted, end = None, self.unstarted
+            end()
+        self.gen.close()
 
 
 def _close(result: Any) -> None:
@@ -922,6 +943,8 @@ class ASGIMiddleware:
 
         try:
             await self.app(scope, replay_receive, capture_send)
+            if cap.status == 0:
+                cap.status = 500  # an application that answered nothing, as servers answer it
         except BaseException as exc:
             await loop.run_in_executor(self._executor, _record, o, self.client, lease, job, cap, exc)  # raises exc
             raise
