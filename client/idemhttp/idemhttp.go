@@ -82,8 +82,8 @@ type Config struct {
 	// service whose callers are all one may return a constant.
 	Caller func(r *http.Request) (string, error)
 	// Namespace is the namespace of the records. It defaults to "http";
-	// give each API a namespace of its own, and it its retention with an
-	// idemd policy.
+	// give each API a namespace of its own, and set how long its responses
+	// are replayed with a policy for it in idemd's config.
 	Namespace string
 	// Methods are the methods guarded; others pass through. They default
 	// to DefaultMethods (POST and PATCH).
