@@ -328,6 +328,17 @@ bench-ab: bench-build ## A/B of bin/idemd (service) against another build (IDEMD
 bench-ab-pinned: bench-build ## bench-ab with Postgres on CPU 1 and the rest on CPU 0, as bench-pinned.
 	$(call bench-ab-runs,$(BENCH_PIN))
 
+.PHONY: bench-http
+bench-http: ## The Go Idempotency-Key middleware (client/idemhttp): a no-op POST through it (http) against the same server without it (http-plain) and idem-bench's own unique jobs (service), interleaved, first requests and replays, at C=1 and at C=32; then what a captured 1 MiB response costs in allocations (go test -bench). About 3 minutes.
+	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
+	@echo "make bench-http 1/3: C=1, unique and replay: the latency the middleware adds"
+	$(BENCH_RUN) --target service,http,http-plain --concurrency 1 --scenario unique,replay $(BENCH_FLAGS)
+	@echo "make bench-http 2/3: C=32, unique and replay: requests/s against idem-bench's unique jobs/s"
+	$(BENCH_RUN) --target service,http,http-plain --concurrency 32 --scenario unique,replay $(BENCH_FLAGS)
+	@echo "make bench-http 3/3: bytes allocated per request with a 1 MiB response (x-body: per response byte)"
+	go test -run '^$$' -bench CapturedResponse -benchtime 200x ./client/idemhttp
+
 .PHONY: bench-growth
 bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 million records (interleaved), then Claim latency while idemd's sweeper purges 1 million expired records; 5 to 10 minutes (docs/BENCHMARKS.md).
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd

@@ -148,15 +148,15 @@ func runnable(t *testing.T, p *page) []block {
 	return run
 }
 
-// The addresses the pages use, those of `make run` and idemd's defaults. A
-// page's commands get its own idemd's instead, and their output gets these
-// back.
-var docAddrs = [3]string{"127.0.0.1:7070", "127.0.0.1:7071", "127.0.0.1:7072"}
+// The addresses the pages use: those of `make run` and idemd's defaults,
+// then those of the example APIs that docs/idempotent-http.md starts. A
+// page's commands get free ports instead, and their output gets these back.
+var docAddrs = [6]string{"127.0.0.1:7070", "127.0.0.1:7071", "127.0.0.1:7072", "127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"}
 
 type env struct {
 	dir    string   // where the commands run
 	vars   []string // their environment
-	addrs  [3]string
+	addrs  [len(docAddrs)]string
 	toPage *strings.Replacer // the page's addresses to this run's
 	toDoc  *strings.Replacer // and back
 }
