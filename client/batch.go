@@ -62,7 +62,7 @@ func (c *Client) BatchHeartbeat(ctx context.Context, reqs []HeartbeatRequest, op
 // BatchLookup is Lookup for many records; a record that does not exist is
 // an item with ErrNotFound.
 func (c *Client) BatchLookup(ctx context.Context, reqs []LookupRequest, opts ...grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: protos(reqs, LookupRequest.proto)}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: protos(reqs, LookupRequest.proto)}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -72,7 +72,7 @@ func (c *Client) BatchLookup(ctx context.Context, reqs []LookupRequest, opts ...
 }
 
 func (c *Client) batchClaim(ctx context.Context, reqs []*idemv1.ClaimRequest, opts []grpc.CallOption) ([]BatchItem[ClaimResult], error) {
-	resp, err := c.service.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -80,7 +80,7 @@ func (c *Client) batchClaim(ctx context.Context, reqs []*idemv1.ClaimRequest, op
 }
 
 func (c *Client) batchComplete(ctx context.Context, reqs []*idemv1.CompleteRequest, opts []grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -90,7 +90,7 @@ func (c *Client) batchComplete(ctx context.Context, reqs []*idemv1.CompleteReque
 }
 
 func (c *Client) batchFail(ctx context.Context, reqs []*idemv1.FailRequest, opts []grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -100,26 +100,13 @@ func (c *Client) batchFail(ctx context.Context, reqs []*idemv1.FailRequest, opts
 }
 
 func (c *Client) batchHeartbeat(ctx context.Context, reqs []*idemv1.HeartbeatRequest, opts []grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
 	return batchItems(ctx, len(reqs), resp.GetResults(), func(r *idemv1.HeartbeatResponse) (Record, error) {
 		return recordFromProto(r.GetRecord()), nil
 	})
-}
-
-// batchRecvBytes is the largest batch answer the client takes. gRPC's
-// default of 4 MiB is too small for a BatchClaim of replays: 500 stored
-// results of the default 64 KiB limit are 32 MiB, and an answer refused
-// after the server acquired some of its items would leave them held by
-// nobody until their leases ran out.
-const batchRecvBytes = 64 << 20
-
-// batchCallOptions puts the larger answer limit before the caller's options,
-// so that the caller's win.
-func batchCallOptions(opts []grpc.CallOption) []grpc.CallOption {
-	return append([]grpc.CallOption{grpc.MaxCallRecvMsgSize(batchRecvBytes)}, opts...)
 }
 
 // kind is the two ways to send requests of one kind: many in a batch
