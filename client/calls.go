@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -139,7 +140,8 @@ type ClaimRequest struct {
 	// Claimant identifies this attempt (at most 128 bytes). Repeating a Claim
 	// with the same claimant while its lease lives returns ACQUIRED with the
 	// same token, so a Claim whose response was lost can be retried. None by
-	// default.
+	// default; with WithCoalescing, a Claim that goes out in a batch gets a
+	// fresh UUID, so that the batch can be sent again (see WithCoalescing).
 	Claimant string
 	// Retention is how long the record is kept after it leaves PROCESSING.
 	// Zero means the server's default, 24 hours unless configured otherwise;
@@ -180,6 +182,12 @@ type ClaimResult struct {
 // BatchClaim with concurrent ones; its answer is the same.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallOption) (ClaimResult, error) {
 	if c.claims != nil && req.Wait == 0 && coalescible(ctx, opts) {
+		if req.Claimant == "" {
+			// A batch whose answer could not be read is sent again
+			// (sendHalving), and the server may have acquired the job in
+			// it: only a claimant tells it that the Claim is the same call.
+			req.Claimant = uuid.NewString()
+		}
 		return c.claims.do(ctx, req.proto())
 	}
 	resp, err := c.service.Claim(ctx, req.proto(), opts...)

@@ -5,7 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
@@ -100,4 +108,124 @@ func itemErr[T any](items []client.BatchItem[T]) error {
 		return nil
 	}
 	return items[0].Err
+}
+
+// answerCap is a client interceptor that, once on, reads BatchClaim
+// answers of at most limit bytes and holds the first BatchClaim until
+// release is closed, reporting on entered once it holds it. The cap stands
+// for any limit an answer may meet on its way after the server did its
+// items: the SDK's own, a proxy's, gRPC's 2 GiB.
+type answerCap struct {
+	on      atomic.Bool
+	limit   int
+	calls   atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	refused int
+	claimed []int // the items of each BatchClaim sent
+}
+
+func (a *answerCap) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if method != idemv1.IdempotencyService_BatchClaim_FullMethodName || !a.on.Load() {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	if a.calls.Add(1) == 1 {
+		close(a.entered)
+		<-a.release
+	}
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.MaxCallRecvMsgSize(a.limit))...)
+	a.mu.Lock()
+	a.claimed = append(a.claimed, len(req.(*idemv1.BatchClaimRequest).GetRequests()))
+	if status.Code(err) == codes.ResourceExhausted {
+		a.refused++
+	}
+	a.mu.Unlock()
+	return err
+}
+
+// TestCoalescedClaimResentAfterItsAnswerWasLost: a coalesced batch of
+// Claims whose answer is too large to be read (replays of large results)
+// is halved and sent again; a Claim in it without a claimant, which the
+// server had acquired in the answer that was lost, is answered ACQUIRED
+// with the same token when sent again, on both stores, and its caller can
+// complete the job: no acquisition is left held by nobody.
+func TestCoalescedClaimResentAfterItsAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	const (
+		replays    = 3
+		resultSize = 3900 << 10
+	)
+	for _, store := range []string{"postgres", "sqlite"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			limiter := &answerCap{limit: 2*resultSize + 64<<10, entered: make(chan struct{}), release: make(chan struct{})}
+			opts := []client.Option{client.WithCoalescing(), client.WithDialOptions(grpc.WithChainUnaryInterceptor(limiter.interceptor))}
+			var c *client.Client
+			for _, srv := range largeResultServers(4<<20, opts...) {
+				if srv.name == store {
+					c = srv.c(t)
+				}
+			}
+			ctx := t.Context()
+			stored := bytes.Repeat([]byte{'s'}, resultSize)
+			for i := range replays {
+				if _, err := c.Do(ctx, client.Job{Namespace: "lost", Key: fmt.Sprint("replay-", i)}, func(context.Context, client.Attempt) ([]byte, error) { return stored, nil }); err != nil {
+					t.Fatalf("Do replay-%d: %.300v", i, err)
+				}
+			}
+			limiter.on.Store(true)
+			first := make(chan error, 1)
+			go func() {
+				_, err := c.Claim(ctx, client.ClaimRequest{Namespace: "lost", Key: "first"})
+				first <- err
+			}()
+			<-limiter.entered // a batch in flight: the next Claims queue for one batch
+			type answer struct {
+				res client.ClaimResult
+				err error
+			}
+			replayed := make(chan answer, replays)
+			for i := range replays {
+				go func() {
+					res, err := c.Claim(ctx, client.ClaimRequest{Namespace: "lost", Key: fmt.Sprint("replay-", i)})
+					replayed <- answer{res, err}
+				}()
+			}
+			waitQueued(t, c, replays)
+			fresh := make(chan answer, 1)
+			go func() {
+				res, err := c.Claim(ctx, client.ClaimRequest{Namespace: "lost", Key: "new"})
+				fresh <- answer{res, err}
+			}()
+			waitQueued(t, c, replays+1)
+			close(limiter.release)
+			if err := await(t, "the first Claim", first, time.Minute); err != nil {
+				t.Fatalf("first Claim: %v", err)
+			}
+			for range replays {
+				a := await(t, "a replay", replayed, time.Minute)
+				if a.err != nil || a.res.Outcome != client.OutcomeCompleted || !bytes.Equal(a.res.Record.Result, stored) {
+					t.Errorf("replay: %v with %d bytes, %.300v; want COMPLETED with the stored result", a.res.Outcome, len(a.res.Record.Result), a.err)
+				}
+			}
+			a := await(t, "the new key's Claim", fresh, time.Minute)
+			limiter.mu.Lock()
+			refused, claimed := limiter.refused, slices.Clone(limiter.claimed)
+			limiter.mu.Unlock()
+			if refused == 0 || len(claimed) < 3 || claimed[1] != replays+1 {
+				t.Fatalf("BatchClaims of %v items, %d answers refused; want the %d queued Claims in one batch, refused and sent again", claimed, refused, replays+1)
+			}
+			if a.err != nil || a.res.Outcome != client.OutcomeAcquired {
+				t.Fatalf("the new key's Claim: %v, %v; want ACQUIRED: the batch that acquired it was this call's", a.res.Outcome, a.err)
+			}
+			rec, err := c.Lookup(ctx, client.LookupRequest{Namespace: "lost", Key: "new"})
+			if err != nil || rec.State != client.StateProcessing || rec.Token != a.res.Record.Token || rec.Attempt != 1 || rec.Claimant != a.res.Record.Claimant {
+				t.Fatalf("record %+v, %v; want PROCESSING under the caller's token and claimant, acquired once", rec, err)
+			}
+			if _, err := c.Complete(ctx, client.CompleteRequest{Namespace: "lost", Key: "new", Token: a.res.Record.Token, Result: []byte("done")}); err != nil {
+				t.Fatalf("Complete with the caller's token: %v", err)
+			}
+		})
+	}
 }
