@@ -137,11 +137,7 @@ func (c *Client) completeKind() kind[*idemv1.CompleteRequest, Record] {
 			return c.batchComplete(ctx, reqs, nil)
 		},
 		one: func(ctx context.Context, req *idemv1.CompleteRequest) (Record, error) {
-			resp, err := c.service.Complete(ctx, req)
-			if err != nil {
-				return Record{}, decodeError(ctx, err)
-			}
-			return recordFromProto(resp.GetRecord()), nil
+			return c.complete(ctx, req)
 		},
 	}
 }

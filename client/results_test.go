@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -227,5 +228,69 @@ func TestCoalescedClaimResentAfterItsAnswerWasLost(t *testing.T) {
 				t.Fatalf("Complete with the caller's token: %v", err)
 			}
 		})
+	}
+}
+
+// TestResultTooLargeIsNamed: a result over the server's limit cannot be
+// refused before fn runs (neither its size nor the server's limit is known
+// then); Do and DoBatch return it as a *CompletionUnknownError whose
+// message names the result's size and the limit to raise, whichever part
+// refuses it: the service (over --max-result-bytes), gRPC (over what
+// idemd reads at all), or the SDK itself (over the 16 MiB no server takes;
+// Do does not send it).
+func TestResultTooLargeIsNamed(t *testing.T) {
+	t.Parallel()
+	var counts rpcCounts
+	c := setupWith(t, server.Config{}, nil, counts.interceptor())
+	do := map[string]func(job client.Job, fn func(context.Context, client.Attempt) ([]byte, error)) (client.Result, error){
+		"Do": func(job client.Job, fn func(context.Context, client.Attempt) ([]byte, error)) (client.Result, error) {
+			return c.Do(t.Context(), job, fn)
+		},
+		"DoBatch": func(job client.Job, fn func(context.Context, client.Attempt) ([]byte, error)) (client.Result, error) {
+			items, err := c.DoBatch(t.Context(), []client.Job{job}, func(ctx context.Context, _ int, a client.Attempt) ([]byte, error) { return fn(ctx, a) })
+			if err != nil {
+				return client.Result{}, err
+			}
+			return items[0].Value, items[0].Err
+		},
+	}
+	for _, tc := range []struct {
+		name   string
+		size   int
+		want   []string
+		reason string
+	}{
+		{"over --max-result-bytes", 100 << 10, []string{"result is 102400 bytes; the limit is 65536", "--max-result-bytes"}, "INVALID_RESULT"},
+		{"over what idemd reads", 5 << 20, []string{"result is 5242880 bytes, more than the server reads", "--max-result-bytes"}, ""},
+		{"over every server's limit", limits.ResultBytesCeiling + 1, []string{fmt.Sprintf("result is %d bytes; no server takes more than %d", limits.ResultBytesCeiling+1, limits.ResultBytesCeiling), "--max-result-bytes"}, "INVALID_RESULT"},
+	} {
+		for _, call := range []string{"Do", "DoBatch"} {
+			t.Run(call+"/"+tc.name, func(t *testing.T) {
+				job := client.Job{Namespace: "too-large", Key: fmt.Sprint(call, "-", tc.size)}
+				before := counts.count("Complete")
+				var runs atomic.Int64
+				res, err := do[call](job, counted(&runs, func(context.Context, client.Attempt) ([]byte, error) {
+					return make([]byte, tc.size), nil
+				}))
+				var unknown *client.CompletionUnknownError
+				if !errors.As(err, &unknown) || len(unknown.Value) != tc.size || runs.Load() != 1 {
+					t.Fatalf("%s = %d bytes, %.300v after %d runs; want *CompletionUnknownError with fn's value, one run", call, len(res.Value), err, runs.Load())
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%s's error %q does not say %q", call, err, w)
+					}
+				}
+				if client.Reason(err) != tc.reason {
+					t.Errorf("%s's error has reason %q; want %q", call, client.Reason(err), tc.reason)
+				}
+				if rec := mustLookup(t, c, job); rec.State != client.StateProcessing {
+					t.Errorf("record %v; want PROCESSING: nothing was stored", rec.State)
+				}
+				if sent := counts.count("Complete") - before; call == "Do" && tc.size > limits.ResultBytesCeiling && sent != 0 {
+					t.Errorf("%d Completes sent; want none: no server takes the result", sent)
+				}
+			})
+		}
 	}
 }
