@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -59,7 +60,8 @@ func JSONBodyLimit(cfg Config) int64 {
 // The handler reads a Connect or REST request before vanguard does, by the
 // rules of docs/http-api.md: its Content-Type, its size (a body over
 // JSONBodyLimit, sent or inflated, is refused with 413), and its JSON,
-// strictly (decodeJSONRequest). A request it refuses still reaches srv, as
+// strictly (decodeJSONRequest); of a gRPC-Web request, its size. An
+// answer is sent whole, however large, as the gRPC API sends it. A request it refuses still reaches srv, as
 // a call of its method that answers the refusal once it is authenticated
 // (answerJSONRefusal): so the refusal is counted, logged and rate limited
 // like every call, and a caller without credentials learns nothing about
@@ -67,14 +69,18 @@ func JSONBodyLimit(cfg Config) int64 {
 func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	unaryLimit := JSONBodyLimit(svc.cfg)
 	batchLimit := max(unaryLimit, batchJSONBodyLimit(svc.cfg.BatchMaxBytes, svc.cfg.BatchMaxItems))
-	// vanguard reads what the handler does not (gRPC-Web) with one bound
-	// for every method: the largest.
+	// A gRPC-Web message is inflated no further than the largest valid
+	// request.
 	limit := batchLimit
 	opts := []vanguard.ServiceOption{
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),
 		vanguard.WithNoTargetCompression(),
-		vanguard.WithMaxMessageBufferBytes(uint32(limit)),
+		// vanguard buffers each message whole, the answer too, with one
+		// bound for both: as the gRPC API, this one sends every answer the
+		// service gives, a batch or a page of records with results of the
+		// largest size among them, which is far more than any request.
+		vanguard.WithMaxMessageBufferBytes(math.MaxUint32),
 	}
 	services := []protoreflect.ServiceDescriptor{
 		idemv1.File_idem_v1_idem_proto.Services().ByName("IdempotencyService"),
@@ -123,6 +129,10 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	return h, nil
 }
 
+// grpcEnvelopeBytes is the prefix of a gRPC or gRPC-Web message: a flag
+// byte and a 4-byte length.
+const grpcEnvelopeBytes = 5
+
 type jsonHandler struct {
 	transcoder http.Handler
 	// unaryLimit and batchLimit bound the body of a unary call and of a
@@ -150,11 +160,15 @@ func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 	md := h.methods[r.URL.Path]
 	ct := r.Header.Get("Content-Type")
-	if md == nil || r.Method != http.MethodPost || strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
+	if md == nil || r.Method != http.MethodPost {
 		h.transcoder.ServeHTTP(w, r)
 		return
 	}
 	call := &jsonCall{method: md}
+	if strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
+		h.serveGRPCWeb(w, r, call)
+		return
+	}
 	codec, err := connectCodec(ct)
 	if err != nil {
 		h.refuse(w, r, call, err, http.StatusUnsupportedMediaType)
@@ -186,6 +200,22 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// A plain HTTP client does not send the header that tells vanguard a
 	// call is Connect, not REST.
 	r.Header.Set("Connect-Protocol-Version", "1")
+	r.Header.Del("Content-Encoding") // readBody inflated it
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	h.transcoder.ServeHTTP(w, r)
+}
+
+// serveGRPCWeb serves a gRPC-Web (or gRPC) request for an RPC, which
+// vanguard reads: the handler reads its body first, no further than the
+// largest valid request and its envelope, since vanguard's own bound is
+// set for the answers.
+func (h *jsonHandler) serveGRPCWeb(w http.ResponseWriter, r *http.Request, call *jsonCall) {
+	call.grpcWeb = true
+	body, _, err := h.readBody(r, h.limitFor(call.method)+grpcEnvelopeBytes)
+	if err != nil {
+		h.refuse(w, r, call, err, 0)
+		return
+	}
 	r.Header.Del("Content-Encoding") // readBody inflated it
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	h.transcoder.ServeHTTP(w, r)
@@ -379,8 +409,9 @@ func queryNames(rawQuery string) []string {
 
 // jsonCall is the RPC a Connect or REST request calls.
 type jsonCall struct {
-	method protoreflect.MethodDescriptor
-	route  *restRoute // nil for Connect
+	method  protoreflect.MethodDescriptor
+	route   *restRoute // nil for Connect and gRPC-Web
+	grpcWeb bool       // gRPC-Web (or gRPC), answered in its own protocol
 }
 
 // jsonRefusal is a request the HTTP/JSON API refused, in the context of
@@ -416,11 +447,19 @@ func (h *jsonHandler) refuse(w http.ResponseWriter, r *http.Request, call *jsonC
 	req.Header.Del("Content-Length")
 	req.URL.RawPath, req.URL.RawQuery = "", ""
 	body := "{}"
-	if call.route == nil {
+	switch {
+	case call.grpcWeb:
+		// One empty message, in the codec of r's Content-Type.
+		msg := ""
+		if strings.Contains(strings.ToLower(r.Header.Get("Content-Type")), "json") {
+			msg = "{}"
+		}
+		body = string([]byte{0, 0, 0, 0, byte(len(msg))}) + msg
+	case call.route == nil:
 		req.Method = http.MethodPost
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Connect-Protocol-Version", "1")
-	} else {
+	default:
 		req.Method, req.URL.Path = call.route.httpMethod, call.route.placeholder
 		req.Header.Del("Connect-Protocol-Version")
 		if call.route.body {
