@@ -104,7 +104,8 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTP/JSON API: %w", err)
 	}
-	h := &jsonHandler{transcoder: transcoder, unaryLimit: unaryLimit, batchLimit: batchLimit, batchMaxBytes: svc.cfg.BatchMaxBytes, methods: map[string]protoreflect.MethodDescriptor{}}
+	h := &jsonHandler{transcoder: transcoder, unaryLimit: unaryLimit, batchLimit: batchLimit, batchMaxBytes: svc.cfg.BatchMaxBytes,
+		maxResultBytes: svc.cfg.MaxResultBytes, methods: map[string]protoreflect.MethodDescriptor{}}
 	for _, sd := range services {
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
@@ -141,9 +142,12 @@ type jsonHandler struct {
 	// batchMaxBytes bounds a batch call's request as protobuf: one over it
 	// is refused with 413, as a body over limit is.
 	batchMaxBytes int
-	methods       map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
-	routes        []*restRoute
-	verbs         map[string]bool // the custom verbs of the REST routes: "claim", …
+	// maxResultBytes is the server's --max-result-bytes, from which
+	// unaryLimit follows, for the message of a body over it.
+	maxResultBytes int
+	methods        map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
+	routes         []*restRoute
+	verbs          map[string]bool // the custom verbs of the REST routes: "claim", …
 }
 
 func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -178,7 +182,7 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, call, unknownField(q[0], "query parameter", "; a Connect call sends every field in its body"), 0)
 		return
 	}
-	body, status, err := h.readBody(r, h.limitFor(md))
+	body, status, err := h.readBody(r, h.limitFor(md), h.limitWhy(md))
 	if err != nil {
 		h.refuse(w, r, call, err, status)
 		return
@@ -211,7 +215,7 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 // set for the answers.
 func (h *jsonHandler) serveGRPCWeb(w http.ResponseWriter, r *http.Request, call *jsonCall) {
 	call.grpcWeb = true
-	body, _, err := h.readBody(r, h.limitFor(call.method)+grpcEnvelopeBytes)
+	body, _, err := h.readBody(r, h.limitFor(call.method)+grpcEnvelopeBytes, h.limitWhy(call.method))
 	if err != nil {
 		h.refuse(w, r, call, err, 0)
 		return
@@ -248,7 +252,7 @@ func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, status, err := h.readBody(r, h.limitFor(route.method))
+	body, status, err := h.readBody(r, h.limitFor(route.method), h.limitWhy(route.method))
 	if err != nil {
 		h.refuse(w, r, call, err, status)
 		return
@@ -292,6 +296,15 @@ func (h *jsonHandler) limitFor(md protoreflect.MethodDescriptor) int64 {
 		return h.batchLimit
 	}
 	return h.unaryLimit
+}
+
+// limitWhy says, for the message of a body over limitFor(md), what sets
+// that limit.
+func (h *jsonHandler) limitWhy(md protoreflect.MethodDescriptor) string {
+	if isBatch(md) {
+		return "a batch of idemd's --batch-max-bytes, in JSON"
+	}
+	return fmt.Sprintf("a result of idemd's --max-result-bytes (%d bytes), in JSON", h.maxResultBytes)
 }
 
 // checkBatch refuses a request of md, size bytes as protobuf, when md is a
@@ -354,11 +367,11 @@ func tooLarge(format string, args ...any) error {
 }
 
 // readBody reads r's body, inflated when its Content-Encoding is gzip, up
-// to limit. On error, status is the HTTP status of the refusal (0: the
-// status of its code).
-func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error) {
+// to limit, which why explains in a refusal. On error, status is the HTTP
+// status of the refusal (0: the status of its code).
+func (h *jsonHandler) readBody(r *http.Request, limit int64, why string) ([]byte, int, error) {
 	if r.ContentLength > limit {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is %d bytes; the limit is %d", r.ContentLength, limit)
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is %d bytes; the limit is %d, %s", r.ContentLength, limit, why)
 	}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if enc != "" && enc != "identity" && enc != "gzip" {
@@ -371,7 +384,7 @@ func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error
 		return nil, 0, malformed("", "reading the request body failed: %v", err)
 	}
 	if int64(len(body)) > limit {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is over the limit of %d bytes", limit)
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is over the limit of %d bytes, %s", limit, why)
 	}
 	if enc != "gzip" {
 		return body, 0, nil
@@ -383,7 +396,7 @@ func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error
 	inflated, err := io.ReadAll(io.LimitReader(zr, limit+1))
 	switch {
 	case int64(len(inflated)) > limit:
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request inflates to over %d bytes, the limit", limit)
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request inflates to over %d bytes, the limit: %s", limit, why)
 	case err != nil:
 		return nil, 0, malformed("", "the body is not gzip, as its Content-Encoding says: %v", err)
 	}
