@@ -1,10 +1,11 @@
 """Results as large as idemd takes, on both stores (internal/testsupport/
 sdkharness with --max-result-bytes at its 16 MiB ceiling): completed by do()
 and read back by do(), claim(), lookup(), the batch calls and a page of
-list_records, several in one answer; and a do_batch whose BatchClaim answer
-was lost on its way back (too large for a proxy, say), though the server
-acquired a job in it: halved and sent again, the job's Claim is answered
-ACQUIRED under its claimant, and the handler runs."""
+list_records, several in one answer; one larger, refused with an error that
+names the limit; and a do_batch whose BatchClaim answer was lost on its way
+back (too large for a proxy, say), though the server acquired a job in it:
+halved and sent again, the job's Claim is answered ACQUIRED under its
+claimant, and the handler runs."""
 
 import json
 import unittest
@@ -51,6 +52,11 @@ class ResultSizeTest(unittest.TestCase):
         self.assertEqual([r.result if isinstance(r, idem.Record) else r for r in recs], results)
         page = self.h.client("operator").admin.list_records(namespace=ns, tenant="worker", key_prefix=prefix)
         self.assertEqual(sorted(r.result for r in page.records), sorted(results))
+
+    def test_a_result_too_large_for_idemd_names_the_limit(self):
+        with self.assertRaises(idem.CompletionUnknownError) as cm:
+            self.c.do(idem.Job(self.ns, fresh("too-large")), lambda a: b"x" * (17 * MIB))
+        self.assertIn("--max-result-bytes", str(cm.exception))
 
     def test_a_claim_sent_again_after_its_answer_was_lost_is_acquired(self):
         c, ns = self.c, self.ns

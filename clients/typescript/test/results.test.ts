@@ -2,7 +2,8 @@
 // internal/testsupport/sdkharness with --max-result-bytes at its 16 MiB
 // ceiling), over both transports: completed by do() and read back by do(),
 // claim(), lookup(), the batch calls and a page of listRecords, several in
-// one answer; and a doBatch whose BatchClaim answer was lost on its way back
+// one answer; one larger, refused with an error that names the limit; and
+// a doBatch whose BatchClaim answer was lost on its way back
 // (too large for a proxy, say), though the server acquired a job in it:
 // halved and sent again, the job's Claim is answered ACQUIRED under its
 // claimant, and the handler runs.
@@ -11,7 +12,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import { type BatchResult, connectTransport, IdemClient, Outcome, State } from "../src/index.js";
+import { type BatchResult, CompletionUnknownError, connectTransport, IdemClient, Outcome, State } from "../src/index.js";
 import { grpcTransport } from "../src/node.js";
 import { startHarness, type Harness } from "./harness.js";
 
@@ -82,6 +83,18 @@ for (const store of ["postgres", "sqlite"] as const) {
         recs.forEach((r, i) => assert.ok(same(value(r).result, results[i]!), `batchLookup item ${i}`));
         const page = await client(kind, "operator").admin.listRecords({ tenant: "worker", namespace: ns, keyPrefix: prefix });
         assert.deepEqual(page.records.map((r) => r.result.length).sort(), results.map((r) => r.length).sort());
+      });
+    }
+
+    for (const kind of ["grpc", "connect"] as const) {
+      it(`names the limit of a result too large for idemd over ${kind}`, async () => {
+        const c = client(kind);
+        const err = await c.do({ namespace: h.namespaces.plain, key: key("too-large") }, () => new Uint8Array(17 * MIB)).then(
+          () => assert.fail("do resolved; want CompletionUnknownError"),
+          (e: unknown) => e,
+        );
+        assert.ok(err instanceof CompletionUnknownError, String(err));
+        assert.match(String(err), /--max-result-bytes/);
       });
     }
 
