@@ -213,10 +213,11 @@ func batchItems[P any, R batchResult[P], T any](ctx context.Context, n int, resu
 // would be taken: the server's INVALID_BATCH_SIZE or REQUEST_TOO_LARGE, or
 // gRPC's own message size limit (RESOURCE_EXHAUSTED with neither an
 // ErrorInfo nor a RetryInfo), which grpc-go applies before idem reads the
-// request, or on this side to an answer larger than the client reads. In
-// that last case the server did the items; DoBatch's items carry their
-// claimant, token and value, so sending them again is a repeat, answered
-// as the first time.
+// request, or to an answer on its way back (more than gRPC carries, or a
+// proxy or a caller's receive limit passes). In that last case the server
+// did the items; each carries its claimant (DoBatch's, or the one a
+// coalesced Claim is given), or its token and value, so sending it again
+// is a repeat, answered as the first time.
 func refusedForSize(err error) bool {
 	switch ReasonOf(err) {
 	case idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE, idemv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE:
