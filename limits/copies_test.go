@@ -32,6 +32,7 @@ var sdkCopies = []sdkCopy{
 	{"clients/typescript/src/text.ts", `export const MAX_ERROR_BYTES = ([^;]+);`, limits.MaxErrorBytes},
 	{"clients/typescript/src/do.ts", `export const MAX_WAIT_MS = ([^;]+);`, ms(limits.MaxWait)},
 	{"clients/typescript/src/do.ts", `const DEFAULT_LEASE_TTL_MS = ([^;]+);`, ms(limits.DefaultLeaseTTL)},
+	{"clients/typescript/src/client.ts", `const RESULT_BYTES_CEILING = ([^;]+);`, limits.ResultBytesCeiling},
 	{"clients/python/src/idem/_do.py", `(?m)^MAX_ERROR_BYTES = (.+)$`, limits.MaxErrorBytes},
 	{"clients/python/src/idem/_do.py", `(?m)^_DEFAULT_LEASE_TTL = (.+)$`, limits.DefaultLeaseTTL.Seconds()},
 	{"clients/python/src/idem/_types.py", `(?m)^MAX_WAIT = (.+)$`, limits.MaxWait.Seconds()},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -63,7 +64,8 @@ func JSONBodyLimit(cfg Config) int64 {
 // The handler reads a Connect or REST request before vanguard does, by the
 // rules of docs/http-api.md: its Content-Type, its size (a body over
 // JSONBodyLimit, sent or inflated, is refused with 413), and its JSON,
-// strictly (decodeJSONRequest). A request it refuses still reaches srv, as
+// strictly (decodeJSONRequest); of a gRPC-Web request, its size. An
+// answer is sent whole, however large, as the gRPC API sends it. A request it refuses still reaches srv, as
 // a call of its method that answers the refusal once it is authenticated
 // (answerJSONRefusal): so the refusal is counted, logged and rate limited
 // like every call, and a caller without credentials learns nothing about
@@ -71,14 +73,18 @@ func JSONBodyLimit(cfg Config) int64 {
 func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	unaryLimit := JSONBodyLimit(svc.cfg)
 	batchLimit := max(unaryLimit, batchJSONBodyLimit(svc.cfg.BatchMaxBytes, svc.cfg.BatchMaxItems))
-	// vanguard reads what the handler does not (gRPC-Web) with one bound
-	// for every method: the largest.
+	// A gRPC-Web message is inflated no further than the largest valid
+	// request.
 	limit := batchLimit
 	opts := []vanguard.ServiceOption{
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),
 		vanguard.WithNoTargetCompression(),
-		vanguard.WithMaxMessageBufferBytes(uint32(limit)),
+		// vanguard buffers each message whole, the answer too, with one
+		// bound for both: as the gRPC API, this one sends every answer the
+		// service gives, a batch or a page of records with results of the
+		// largest size among them, which is far more than any request.
+		vanguard.WithMaxMessageBufferBytes(math.MaxUint32),
 	}
 	services := []protoreflect.ServiceDescriptor{
 		idemv1.File_idem_v1_idem_proto.Services().ByName("IdempotencyService"),
@@ -102,7 +108,8 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTP/JSON API: %w", err)
 	}
-	h := &jsonHandler{transcoder: transcoder, unaryLimit: unaryLimit, batchLimit: batchLimit, batchMaxBytes: svc.cfg.BatchMaxBytes, methods: map[string]protoreflect.MethodDescriptor{}}
+	h := &jsonHandler{transcoder: transcoder, unaryLimit: unaryLimit, batchLimit: batchLimit, batchMaxBytes: svc.cfg.BatchMaxBytes,
+		maxResultBytes: svc.cfg.MaxResultBytes, methods: map[string]protoreflect.MethodDescriptor{}}
 	for _, sd := range services {
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
@@ -127,6 +134,10 @@ func NewJSONHandler(svc *Service, srv *grpc.Server) (http.Handler, error) {
 	return h, nil
 }
 
+// grpcEnvelopeBytes is the prefix of a gRPC or gRPC-Web message: a flag
+// byte and a 4-byte length.
+const grpcEnvelopeBytes = 5
+
 type jsonHandler struct {
 	transcoder http.Handler
 	// unaryLimit and batchLimit bound the body of a unary call and of a
@@ -135,9 +146,12 @@ type jsonHandler struct {
 	// batchMaxBytes bounds a batch call's request as protobuf: one over it
 	// is refused with 413, as a body over limit is.
 	batchMaxBytes int
-	methods       map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
-	routes        []*restRoute
-	verbs         map[string]bool // the custom verbs of the REST routes: "claim", …
+	// maxResultBytes is the server's --max-result-bytes, from which
+	// unaryLimit follows, for the message of a body over it.
+	maxResultBytes int
+	methods        map[string]protoreflect.MethodDescriptor // by Connect path: /idem.v1.IdempotencyService/Claim
+	routes         []*restRoute
+	verbs          map[string]bool // the custom verbs of the REST routes: "claim", …
 }
 
 func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -154,15 +168,20 @@ func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 	md := h.methods[r.URL.Path]
 	ct := r.Header.Get("Content-Type")
-	if strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
-		h.transcoder.ServeHTTP(w, r)
-		return
-	}
+	isGRPC := strings.HasPrefix(strings.ToLower(ct), "application/grpc")
 	if md == nil || r.Method != http.MethodPost {
+		if isGRPC {
+			h.transcoder.ServeHTTP(w, r) // vanguard answers gRPC's own way
+			return
+		}
 		h.noRoute(w, r)
 		return
 	}
 	call := &jsonCall{method: md}
+	if isGRPC {
+		h.serveGRPCWeb(w, r, call)
+		return
+	}
 	codec, err := connectCodec(ct)
 	if err != nil {
 		h.refuse(w, r, call, err, http.StatusUnsupportedMediaType)
@@ -172,7 +191,7 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, call, unknownField(q[0], "query parameter", "; a Connect call sends every field in its body"), 0)
 		return
 	}
-	body, status, err := h.readBody(r, h.limitFor(md))
+	body, status, err := h.readBody(r, h.limitFor(md), h.limitWhy(md))
 	if err != nil {
 		h.refuse(w, r, call, err, status)
 		return
@@ -194,6 +213,22 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// A plain HTTP client does not send the header that tells vanguard a
 	// call is Connect, not REST.
 	r.Header.Set("Connect-Protocol-Version", "1")
+	r.Header.Del("Content-Encoding") // readBody inflated it
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	h.transcoder.ServeHTTP(w, r)
+}
+
+// serveGRPCWeb serves a gRPC-Web (or gRPC) request for an RPC, which
+// vanguard reads: the handler reads its body first, no further than the
+// largest valid request and its envelope, since vanguard's own bound is
+// set for the answers.
+func (h *jsonHandler) serveGRPCWeb(w http.ResponseWriter, r *http.Request, call *jsonCall) {
+	call.grpcWeb = true
+	body, _, err := h.readBody(r, h.limitFor(call.method)+grpcEnvelopeBytes, h.limitWhy(call.method))
+	if err != nil {
+		h.refuse(w, r, call, err, 0)
+		return
+	}
 	r.Header.Del("Content-Encoding") // readBody inflated it
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	h.transcoder.ServeHTTP(w, r)
@@ -226,7 +261,7 @@ func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, status, err := h.readBody(r, h.limitFor(route.method))
+	body, status, err := h.readBody(r, h.limitFor(route.method), h.limitWhy(route.method))
 	if err != nil {
 		h.refuse(w, r, call, err, status)
 		return
@@ -270,6 +305,15 @@ func (h *jsonHandler) limitFor(md protoreflect.MethodDescriptor) int64 {
 		return h.batchLimit
 	}
 	return h.unaryLimit
+}
+
+// limitWhy says, for the message of a body over limitFor(md), what sets
+// that limit.
+func (h *jsonHandler) limitWhy(md protoreflect.MethodDescriptor) string {
+	if isBatch(md) {
+		return "a batch of idemd's --batch-max-bytes, in JSON"
+	}
+	return fmt.Sprintf("a result of idemd's --max-result-bytes (%d bytes), in JSON", h.maxResultBytes)
 }
 
 // checkBatch refuses a request of md, size bytes as protobuf, when md is a
@@ -332,11 +376,11 @@ func tooLarge(format string, args ...any) error {
 }
 
 // readBody reads r's body, inflated when its Content-Encoding is gzip, up
-// to limit. On error, status is the HTTP status of the refusal (0: the
-// status of its code).
-func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error) {
+// to limit, which why explains in a refusal. On error, status is the HTTP
+// status of the refusal (0: the status of its code).
+func (h *jsonHandler) readBody(r *http.Request, limit int64, why string) ([]byte, int, error) {
 	if r.ContentLength > limit {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is %d bytes; the limit is %d", r.ContentLength, limit)
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is %d bytes; the limit is %d, %s", r.ContentLength, limit, why)
 	}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if enc != "" && enc != "identity" && enc != "gzip" {
@@ -349,7 +393,7 @@ func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error
 		return nil, 0, malformed("", "reading the request body failed: %v", err)
 	}
 	if int64(len(body)) > limit {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is over the limit of %d bytes", limit)
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request body is over the limit of %d bytes, %s", limit, why)
 	}
 	if enc != "gzip" {
 		return body, 0, nil
@@ -361,7 +405,7 @@ func (h *jsonHandler) readBody(r *http.Request, limit int64) ([]byte, int, error
 	inflated, err := io.ReadAll(io.LimitReader(zr, limit+1))
 	switch {
 	case int64(len(inflated)) > limit:
-		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request inflates to over %d bytes, the limit", limit)
+		return nil, http.StatusRequestEntityTooLarge, tooLarge("the request inflates to over %d bytes, the limit: %s", limit, why)
 	case err != nil:
 		return nil, 0, malformed("", "the body is not gzip, as its Content-Encoding says: %v", err)
 	}
@@ -387,8 +431,9 @@ func queryNames(rawQuery string) []string {
 
 // jsonCall is the RPC a Connect or REST request calls.
 type jsonCall struct {
-	method protoreflect.MethodDescriptor
-	route  *restRoute // nil for Connect
+	method  protoreflect.MethodDescriptor
+	route   *restRoute // nil for Connect and gRPC-Web
+	grpcWeb bool       // gRPC-Web (or gRPC), answered in its own protocol
 }
 
 // jsonRefusal is a request the HTTP/JSON API refused, in the context of
@@ -424,11 +469,19 @@ func (h *jsonHandler) refuse(w http.ResponseWriter, r *http.Request, call *jsonC
 	req.Header.Del("Content-Length")
 	req.URL.RawPath, req.URL.RawQuery = "", ""
 	body := "{}"
-	if call.route == nil {
+	switch {
+	case call.grpcWeb:
+		// One empty message, in the codec of r's Content-Type.
+		msg := ""
+		if strings.Contains(strings.ToLower(r.Header.Get("Content-Type")), "json") {
+			msg = "{}"
+		}
+		body = string([]byte{0, 0, 0, 0, byte(len(msg))}) + msg
+	case call.route == nil:
 		req.Method = http.MethodPost
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Connect-Protocol-Version", "1")
-	} else {
+	default:
 		req.Method, req.URL.Path = call.route.httpMethod, call.route.placeholder
 		req.Header.Del("Connect-Protocol-Version")
 		if call.route.body {
