@@ -26,7 +26,8 @@ export function RecordPage({
 }) {
   const id = route.id;
   const loaded = useLoad((signal) => fetchRecord(session, id, signal), [session, id.tenant, id.namespace, id.key], intervalMs, onError);
-  const [action, setAction] = useState<Decision | "delete" | undefined>(undefined);
+  // The dialog keeps the record it acts on: a deleted record leaves the page's data, not its answer.
+  const [open, setOpen] = useState<{ action: Decision | "delete"; rec: Rec } | undefined>(undefined);
   const rec = loaded.data ?? undefined;
   const name = recordName(id);
   const tenant = route.tenant;
@@ -50,17 +51,17 @@ export function RecordPage({
             <RecordFields rec={rec} now={now} />
           </div>
           <div class="actions">
-            {rec.state === State.UNRESOLVED ? <DecisionButtons onPick={setAction} /> : null}
-            <button type="button" class="danger" onClick={() => setAction("delete")}>
+            {rec.state === State.UNRESOLVED ? <DecisionButtons onPick={(action) => setOpen({ action, rec })} /> : null}
+            <button type="button" class="danger" onClick={() => setOpen({ action: "delete", rec })}>
               Delete…
             </button>
           </div>
         </>
       ) : null}
-      {rec === undefined || action === undefined ? null : action === "delete" ? (
-        <DeleteDialog rec={rec} session={session} onClose={() => setAction(undefined)} onChanged={loaded.reload} />
+      {open === undefined ? null : open.action === "delete" ? (
+        <DeleteDialog rec={open.rec} session={session} onClose={() => setOpen(undefined)} onChanged={loaded.reload} />
       ) : (
-        <ResolveDialog recs={[rec]} decision={action} session={session} now={now} onClose={() => setAction(undefined)} onChanged={loaded.reload} />
+        <ResolveDialog recs={[open.rec]} decision={open.action} session={session} now={now} onClose={() => setOpen(undefined)} onChanged={loaded.reload} />
       )}
     </section>
   );

@@ -287,6 +287,11 @@ describe("the console with tenants", () => {
     assert.match(await page.getByTestId("restate").innerText(), /exports\/stuck-export of tenant acme, now PROCESSING at attempt 1, is deleted: idem forgets it/);
     await page.getByRole("button", { name: "Delete it" }).click();
     await page.getByTestId("answer").filter({ hasText: "Deleted acme/exports/stuck-export; it was PROCESSING, attempt 1." }).waitFor();
+    // The record's page learns that the record is gone; the answer stays until closed.
+    await page.getByTestId("record-missing").waitFor({ state: "attached" });
+    assert.ok(await page.getByTestId("answer").isVisible(), "the answer is still shown");
+    await page.getByRole("button", { name: "Close" }).click();
+    assert.match(await page.getByTestId("record-missing").innerText(), /There is no record acme\/exports\/stuck-export: it was deleted/);
     await assert.rejects(acme.lookup({ namespace: "exports", key: "stuck-export" }), NotFoundError);
     assert.ok(logEntries(idemd, "record deleted by an operator").some((e) => e.tenant === "acme" && e.namespace === "exports"));
     await context.close();
