@@ -260,7 +260,7 @@ release-npm: ## Pack the TypeScript package (@idemhq/idem) into DIST, with VERSI
 		v="0.0.0-$$(printf '%s' '$(VERSION)' | tr -c '0-9A-Za-z.-' '-')"; \
 	fi; \
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	cp -R $(addprefix $(TS_DIR)/,package.json package-lock.json tsconfig.json tsconfig.build.json README.md src) "$$tmp/" && \
+	cp -R $(addprefix $(TS_DIR)/,package.json package-lock.json prepare.mjs tsconfig.json tsconfig.build.json README.md src) "$$tmp/" && \
 	{ [ ! -f LICENSE ] || cp LICENSE "$$tmp/"; } && \
 	ln -s "$(CURDIR)/$(TS_DIR)/node_modules" "$$tmp/node_modules" && \
 	cd "$$tmp" && npm pkg set version="$$v" && \
