@@ -30,11 +30,25 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build idemd, idem and idem-bench into bin/.
-	@$(call go-build-progress,build,-ldflags "$(LDFLAGS)" -o bin/ ./cmd/...)
+	@$(call go-build-progress,build,-ldflags "$(LDFLAGS)" -o bin/,./cmd/...)
 	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
 
-install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin.
+install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin, and say whether that is on your PATH.
 	go install -ldflags "$(LDFLAGS)" ./cmd/idemd ./cmd/idem
+	@dir=$$(go env GOBIN); [ -n "$$dir" ] || dir="$$(go env GOPATH | cut -d: -f1)/bin"; \
+	case ":$$PATH:" in \
+	*":$$dir:"*) \
+		echo "make install: idemd and idem are in $$dir, which is on your PATH"; \
+		for b in idemd idem; do \
+			found=$$(command -v $$b 2>/dev/null || true); \
+			if [ -n "$$found" ] && [ "$$found" != "$$dir/$$b" ] && ! cmp -s "$$found" "$$dir/$$b"; then \
+				echo "make install: but \`$$b\` runs $$found, another build, which comes first on your PATH; remove it, or put $$dir before it"; \
+			fi; \
+		done ;; \
+	*) \
+		echo "make install: idemd and idem are in $$dir, which is not on your PATH; to run them by name, add it:"; \
+		echo "  export PATH=\"$$dir:\$$PATH\"" ;; \
+	esac
 
 version: ## Print the version that build, install and release stamp (docker build takes it as --build-arg VERSION).
 	@echo "$(VERSION)"
@@ -204,22 +218,22 @@ demo: ## Exactly-once payments over NATS JetStream with workers killed at random
 	go build -C examples/payments -o "$(CURDIR)/bin/payments-demo" .
 	bin/payments-demo -idemd bin/idemd -database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" $(DEMO_FLAGS)
 
-run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
-	@echo "make run: building idemd into bin/ (the first build compiles some $$(go list -deps ./cmd/idemd 2>/dev/null | wc -l | tr -d ' ') packages, minutes on 2 cores; later builds take seconds)"
-	@$(call go-build-progress,run,-ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd)
+run: ## Build idemd and idem (the CLI) into bin/, and run idemd on 127.0.0.1:7070 (IDEM_LISTEN; HTTP 7071, IDEM_HTTP_LISTEN; JSON 7072, IDEM_JSON_LISTEN): on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
+	@echo "make run: building idemd and idem into bin/ (the first build compiles some $$(go list -deps ./cmd/idemd ./cmd/idem 2>/dev/null | wc -l | tr -d ' ') packages, minutes on 2 cores; later builds take seconds)"
+	@$(call go-build-progress,run,-ldflags "$(LDFLAGS)" -o bin/,./cmd/idemd ./cmd/idem)
 	bin/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
 
-# go-build-progress runs `go build -v $(2)` and says how far it has got, so a
-# cold build is not silent for minutes: a line at every tenth of the packages
-# (go build -v names each as it starts compiling it), and one every 20 s
-# without such a line (BUILD_PROGRESS_EVERY), naming the package begun last.
-# go build's errors pass through as they are, and its exit status is the
-# recipe's. $(1) prefixes the lines (the target's name).
+# go-build-progress runs `go build -v $(2) $(3)` ($(3) the packages) and says
+# how far it has got, so a cold build is not silent for minutes: a line at
+# every tenth of the packages (go build -v names each as it starts compiling
+# it), and one every 20 s without such a line (BUILD_PROGRESS_EVERY), naming
+# the package begun last. go build's errors pass through as they are, and its
+# exit status is the recipe's. $(1) prefixes the lines (the target's name).
 BUILD_PROGRESS_EVERY ?= 20
 define go-build-progress
-total=$$(go list -deps $(lastword $(2)) 2>/dev/null | wc -l | tr -d ' '); \
+total=$$(go list -deps $(3) 2>/dev/null | wc -l | tr -d ' '); \
 { (while sleep $(BUILD_PROGRESS_EVERY); do echo go-build-tick; done) & tick=$$!; \
-  go build -v $(2) 2>&1; rc=$$?; kill $$tick 2>/dev/null; echo "go-build-exit $$rc"; } | \
+  go build -v $(2) $(3) 2>&1; rc=$$?; kill $$tick 2>/dev/null; echo "go-build-exit $$rc"; } | \
 awk -v total="$$total" -v prefix="make $(1)" ' \
 	/^go-build-exit / { if (n > 0) printf "%s: compiled %d packages\n", prefix, n; exit $$2 } \
 	/^go-build-tick$$/ { if (!shown && n > 0) printf "%s: still building: %d of about %d packages begun, the last %s\n", prefix, n, total, last; shown = 0; fflush(); next } \

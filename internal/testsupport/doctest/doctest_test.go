@@ -189,7 +189,7 @@ func runPage(t *testing.T, p *page) {
 		e.vars = append(e.vars, kv)
 	}
 	e.vars = append(e.vars,
-		"PATH="+gobin+string(os.PathListSeparator)+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PATH="+pagePath(p.file, gobin),
 		"GOBIN="+gobin,
 		"IDEM_LISTEN="+e.addrs[0], "IDEM_HTTP_LISTEN="+e.addrs[1], "IDEM_JSON_LISTEN="+e.addrs[2],
 		"IDEM_ADDR="+e.addrs[0],
@@ -242,6 +242,29 @@ var commandWords = regexp.MustCompile(`^(\$ |(make|go|idem|idemd|idem-bench|curl
 // looksLikeCommands says whether a block without an info string starts with
 // a command, so that it cannot escape the rule that commands are run.
 func looksLikeCommands(firstLine string) bool { return commandWords.MatchString(firstLine) }
+
+// pagePath is the PATH a page's commands run with: gobin, where `make
+// install` puts idemd and idem; then, but for the README, which gets them as
+// it tells a reader to (make run, make install), binDir; then this
+// machine's PATH without its directories that hold an idemd or idem, so
+// that no binary installed earlier stands in for this tree's.
+func pagePath(file, gobin string) string {
+	dirs := []string{gobin}
+	if file != "README.md" {
+		dirs = append(dirs, binDir)
+	}
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if !isExecutable(filepath.Join(d, "idemd")) && !isExecutable(filepath.Join(d, "idem")) {
+			dirs = append(dirs, d)
+		}
+	}
+	return strings.Join(dirs, string(os.PathListSeparator))
+}
+
+func isExecutable(file string) bool {
+	fi, err := os.Stat(file)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
 
 // runConsole runs a console block's commands in the page's shell and
 // compares what each prints with what the page shows.
