@@ -244,12 +244,12 @@ endef
 clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start the walkthrough afresh.
 	rm -rf idem-data
 
-.PHONY: release release-npm
+.PHONY: release release-npm release-python
 release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, with the SDK packages of RELEASE_SDKS (default python, the wheel and sdist, needing python3 >= 3.8; and typescript, the npm tarball, needing npm) of the same VERSION, into DIST (dist/) with SHA256SUMS.
 	$(if $(filter python,$(RELEASE_SDKS)),@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release: python3 >= 3.8 is needed to build the Python package (clients/python); RELEASE_SDKS=typescript leaves it out" >&2; exit 1; })
 	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
 	$(foreach p,$(RELEASE_PLATFORMS),$(foreach c,idemd idem,$(call release-build,$(p),$(c))))
-	$(if $(filter python,$(RELEASE_SDKS)),PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)")
+	$(if $(filter python,$(RELEASE_SDKS)),@$(MAKE) --no-print-directory release-python)
 	$(if $(filter typescript,$(RELEASE_SDKS)),@$(MAKE) --no-print-directory release-npm)
 	cd "$(DIST)" && $(SHA256SUM) idem* > SHA256SUMS
 	@echo "$(DIST)/: $$(ls "$(DIST)" | wc -l | tr -d ' ') files; verify with: cd $(DIST) && $(SHA256SUM) -c SHA256SUMS"
@@ -280,6 +280,11 @@ release-npm: ## Pack the TypeScript package (@idemhq/idem) into DIST, with VERSI
 	cd "$$tmp" && npm pkg set version="$$v" && \
 	npm pack --silent --pack-destination "$(abspath $(DIST))" >/dev/null && \
 	echo "$(DIST)/idemhq-idem-$$v.tgz"
+
+release-python: ## Build the Python package (idem-client: its wheel and sdist) into DIST, with VERSION as its version.
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release-python: python3 >= 3.8 is required to build clients/python" >&2; exit 1; }
+	@mkdir -p "$(DIST)"
+	@PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)"
 
 define release-build
 CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o "$(DIST)/$(2)_$(VERSION)_$(subst /,_,$(1))" ./cmd/$(2)
