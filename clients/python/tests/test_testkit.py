@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 import threading
 import unittest
+from unittest import mock
 
 from support import REPO, idem, idemd_bin
 
@@ -164,9 +166,19 @@ class TestKitTest(unittest.TestCase):
         crash = r.case(testkit.CRASH_AFTER_EFFECT)
         self.assertTrue(crash.held and crash.record is not None and crash.record.hold, str(crash))
 
-    def test_says_how_to_give_it_idemd_when_there_is_none(self):
-        with self.assertRaisesRegex(RuntimeError, "give idemd=, or IDEMD_BIN, or put idemd on the PATH"):
+    def test_says_how_to_give_it_idemd_and_how_to_get_one_when_there_is_none(self):
+        get_one = re.escape("To get idemd: in a clone of https://github.com/idemhq/idem, `make install` "
+                            "(it says where it puts idemd) or `make build` (bin/idemd).")
+        with self.assertRaisesRegex(RuntimeError, r"^idem testkit: cannot start .*no-such-idemd: .*; give idemd=, "
+                                    r"set IDEMD_BIN, or put idemd on the PATH\. " + get_one + "$"):
             testkit.start_idemd(bin=os.path.join(REPO, "no-such-idemd"))
+        with tempfile.TemporaryDirectory() as empty:
+            env = {k: v for k, v in os.environ.items() if k != "IDEMD_BIN"}
+            env["PATH"] = empty
+            with mock.patch.dict(os.environ, env, clear=True):
+                with self.assertRaisesRegex(RuntimeError, r"^idem testkit: no idemd to start: give idemd=, set "
+                                            r"IDEMD_BIN, or put idemd on the PATH\. " + get_one + "$"):
+                    testkit.start_idemd()
 
     def test_refuses_a_concurrency_that_is_not_a_whole_number(self):
         delivered = []

@@ -14,7 +14,7 @@ import {
 } from "./errors.js";
 import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import { Outcome } from "./gen/idem/v1/idem_pb.js";
-import { type Attempt, type DoResult, type Job, lastTryDeadline, leaseOf, resultBytes } from "./do.js";
+import { type Attempt, type DoResult, doResult, type Job, lastTryDeadline, leaseOf, resultBytes } from "./do.js";
 import { durationOf, type JobRecord } from "./record.js";
 import { backoff, type CallBounds, sleep } from "./retry.js";
 import { MAX_ERROR_BYTES, storableText } from "./text.js";
@@ -213,7 +213,7 @@ export async function runDoBatch(client: IdemClient, jobs: readonly Job[], handl
     }
     const { outcome, record } = item.value;
     if (outcome === Outcome.COMPLETED) {
-      out[i] = { ok: true, value: { value: record.result, replayed: true, record } };
+      out[i] = { ok: true, value: doResult(record.result, true, record) };
     } else if (outcome === Outcome.FAILED) {
       out[i] = { ok: false, error: new JobFailedError(record) };
     } else {
@@ -337,7 +337,7 @@ async function completeBatch(client: IdemClient, jobs: BatchJob[], deadline: num
     const item = items[k]!;
     const value = results[k]!;
     if (item.ok) {
-      out[j.index] = { ok: true, value: { value, replayed: false, record: item.value } };
+      out[j.index] = { ok: true, value: doResult(value, false, item.value) };
     } else if (item.error instanceof LeaseLostError || item.error instanceof ResolvedByOperatorError) {
       item.error.value = value;
       out[j.index] = item;

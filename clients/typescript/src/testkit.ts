@@ -288,6 +288,9 @@ export interface StartIdemdOptions {
   config?: string;
 }
 
+// idemd has no release to download yet: a clone builds it.
+const GET_IDEMD = "To get idemd: in a clone of https://github.com/idemhq/idem, `make install` (it says where it puts idemd) or `make build` (bin/idemd).";
+
 /**
  * startIdemd starts idemd on SQLite in a new temporary directory, on
  * loopback ports the system picks, and resolves once it serves. The
@@ -317,7 +320,7 @@ export async function startIdemd(options: StartIdemdOptions = {}): Promise<Idemd
     const timer = setTimeout(() => reject(new Error(`idem testkit: ${bin} did not serve within 60 s:\n${log.join("\n")}`)), 60_000);
     child.once("error", (err) => {
       clearTimeout(timer);
-      reject(new Error(`idem testkit: cannot start ${bin} (give the idemd option, or IDEMD_BIN, or put idemd on the PATH): ${err.message}`));
+      reject(new Error(`idem testkit: cannot start ${bin}: ${err.message}; give the idemd option, set IDEMD_BIN, or put idemd on the PATH. ${GET_IDEMD}`));
     });
     child.once("exit", (code, signal) => {
       clearTimeout(timer);

@@ -179,8 +179,13 @@ describe("testkit", () => {
     assert.ok(crash.held !== "" && crash.record?.hold === true, `the tenant's hold policy did not apply:\n${crash}`);
   });
 
-  it("says how to give it idemd when there is none", async () => {
-    await assert.rejects(startIdemd({ bin: path.join(PACKAGE_DIR, "build", "no-such-idemd") }), /give the idemd option, or IDEMD_BIN, or put idemd on the PATH/);
+  it("says how to give it idemd, and how to get one, when there is none", async () => {
+    const getOne = "To get idemd: in a clone of https://github.com/idemhq/idem, `make install` (it says where it puts idemd) or `make build` (bin/idemd).";
+    const missing = path.join(PACKAGE_DIR, "build", "no-such-idemd");
+    await assert.rejects(startIdemd({ bin: missing }), (err: Error) => {
+      assert.equal(err.message, `idem testkit: cannot start ${missing}: spawn ${missing} ENOENT; give the idemd option, set IDEMD_BIN, or put idemd on the PATH. ${getOne}`);
+      return true;
+    });
   });
 
   it("refuses a concurrency that is not a whole number, rather than deliver nothing", async () => {

@@ -283,6 +283,12 @@ def _stop(proc: "subprocess.Popen[bytes]", reader: threading.Thread) -> None:
         proc.stderr.close()
 
 
+_GIVE_IDEMD = "give idemd=, set IDEMD_BIN, or put idemd on the PATH."
+# idemd has no release to download yet: a clone builds it.
+_GET_IDEMD = ("To get idemd: in a clone of https://github.com/idemhq/idem, `make install` (it says where it puts "
+              "idemd) or `make build` (bin/idemd).")
+
+
 def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, timeout: float = 60.0) -> Idemd:
     """Starts idemd on SQLite in a new temporary directory, on loopback ports
     the system picks, and returns once it serves. The IDEM_* variables of
@@ -290,7 +296,7 @@ def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, time
     developer's shell."""
     exe = bin or os.environ.get("IDEMD_BIN") or shutil.which("idemd")
     if not exe:
-        raise RuntimeError("idem testkit: no idemd: give idemd=, or IDEMD_BIN, or put idemd on the PATH")
+        raise RuntimeError(f"idem testkit: no idemd to start: {_GIVE_IDEMD} {_GET_IDEMD}")
     data_dir = tempfile.mkdtemp(prefix="idem-testkit-")
     args = [exe, "serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0", "--http-listen", "",
             "--json-listen", "127.0.0.1:0", "--sweep-interval", "0", "--log-format", "json"]
@@ -305,8 +311,7 @@ def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, time
                                 stderr=subprocess.PIPE)
     except OSError as err:
         shutil.rmtree(data_dir, ignore_errors=True)
-        raise RuntimeError(f"idem testkit: cannot start {exe} (give idemd=, or IDEMD_BIN, or put idemd on the "
-                           f"PATH): {err}") from err
+        raise RuntimeError(f"idem testkit: cannot start {exe}: {err}; {_GIVE_IDEMD} {_GET_IDEMD}") from err
     log: "deque[str]" = deque(maxlen=200)
     served: Dict[str, str] = {}
     ready = threading.Event()
