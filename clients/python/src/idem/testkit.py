@@ -418,7 +418,7 @@ class _Delivery:
             return "in_progress"
         if isinstance(err, UnresolvedError):
             return "unresolved"
-        if isinstance(err, LeaseLostError) or isinstance(getattr(err, "idem_fail_error", None), LeaseLostError):
+        if isinstance(err, LeaseLostError) or isinstance(getattr(err, "fail_error", None), LeaseLostError):
             return "lease_lost"  # the Complete, or the Fail of the handler's error, was refused
         if self.fail_after and isinstance(err, _AfterEffect):
             return "released"
