@@ -449,7 +449,10 @@ func TestCheckHandlerNamesAnEffectOutsideTheHandler(t *testing.T) {
 			}
 		}
 	}
-	if cr := r.Case(idemtest.Concurrent); !strings.Contains(cr.Finding, "15 of the 15 effects happened while the kit built the handler of a delivery, before do() claimed the job (15 deliveries, 1 of which ran the handler)") {
-		t.Errorf("concurrent: want the count of effects made outside the handler:\n%s", cr)
+	// One effect per delivery: the 8 at once, and the redelivery of each
+	// that found the job in progress.
+	cr := r.Case(idemtest.Concurrent)
+	if want := fmt.Sprintf("%d of the %[1]d effects happened while the kit built the handler of a delivery, before do() claimed the job (%[1]d deliveries, 1 of which ran the handler)", cr.Effects); cr.Effects < 8 || !strings.Contains(cr.Finding, want) {
+		t.Errorf("concurrent: want the count of effects made outside the handler, one per delivery:\n%s", cr)
 	}
 }

@@ -230,9 +230,13 @@ class TestKitTest(unittest.TestCase):
             self.assertIn("Move it into the function the worker passes to do()", cr.finding)
             for wrong in ("retry loop", "idempotency key", "remedy:"):
                 self.assertNotIn(wrong, msg)
-        self.assertIn("15 of the 15 effects happened while the kit built the handler of a delivery, before do() "
-                      "claimed the job (15 deliveries, 1 of which ran the handler)",
-                      r.case(testkit.CONCURRENT).finding)
+        # One effect per delivery: the 8 at once, and the redelivery of each
+        # that found the job in progress.
+        concurrent = r.case(testkit.CONCURRENT)
+        n = concurrent.effects
+        self.assertGreaterEqual(n, 8, str(concurrent))
+        self.assertIn(f"{n} of the {n} effects happened while the kit built the handler of a delivery, before do() "
+                      f"claimed the job ({n} deliveries, 1 of which ran the handler)", concurrent.finding)
 
     def test_starts_an_idemd_of_its_own_with_the_tenants_and_policies_of_a_config(self):
         token = "idem_test-token-of-payments"

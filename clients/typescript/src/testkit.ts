@@ -3,8 +3,8 @@
  * worker's handler (the function the worker passes to do()) through the
  * deliveries a real queue produces, against a real idemd, counts the
  * handler's side effect with a counter the test provides, and fails, for
- * each case that made the effect more than once, with the window it ran
- * twice in and the remedy. Its cases and words are those of the Go kit
+ * each case that did not make the effect exactly once inside the handler,
+ * with the window it ran twice (or was lost) in and the remedy. Its cases and words are those of the Go kit
  * (idemtest.CheckHandler).
  *
  * ```ts
@@ -240,8 +240,7 @@ export class CheckFailedError extends Error {
  * delivery through do() on a client of its own (a worker process of its
  * own), and throws a {@link CheckFailedError} whose message is the report of
  * each case where the effect did not happen exactly once: the count, what
- * every delivery did and, when the effect ran more than once, the window
- * and the remedy. It resolves to the report when every case passed.
+ * every delivery did and the window and the remedy, or what else is wrong. It resolves to the report when every case passed.
  *
  * The windows are driven by controls, not timing: a 1 s lease (the server's
  * minimum) whose heartbeats are held, a Claim that waits on the server for

