@@ -1,6 +1,7 @@
 import type { IdemClient } from "./client.js";
 import {
   CompletionUnknownError,
+  FailureNotRecordedError,
   InProgressError,
   isPermanent,
   isTransient,
@@ -292,10 +293,7 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
         { until, deadline },
       );
     } catch (err) {
-      if (err instanceof RpcError) {
-        err.handlerError = handlerError;
-      }
-      throw err;
+      throw new FailureNotRecordedError(handlerError, err, rec);
     }
     throw handlerError;
   }

@@ -3,6 +3,7 @@ import type { BatchResult } from "./batch.js";
 import type { ClaimResult, IdemClient } from "./client.js";
 import {
   CompletionUnknownError,
+  FailureNotRecordedError,
   IdemError,
   isPermanent,
   isTransient,
@@ -350,8 +351,8 @@ async function completeBatch(client: IdemClient, jobs: BatchJob[], deadline: num
 /**
  * failBatch records the handlers' errors, each retried until confirmed or
  * its lease runs out: a job's error is then its handler's, or, when the
- * failure could not be recorded, the RpcError that said so, with the
- * handler's as handlerError (as do() throws them).
+ * failure could not be recorded, a {@link FailureNotRecordedError} with the
+ * handler's and the Fail's (as do() throws them).
  */
 async function failBatch(client: IdemClient, jobs: BatchJob[], deadline: number, out: BatchResult<DoResult, unknown>[]): Promise<void> {
   if (jobs.length === 0) {
@@ -372,11 +373,6 @@ async function failBatch(client: IdemClient, jobs: BatchJob[], deadline: number,
   );
   jobs.forEach((j, k) => {
     const item = items[k]!;
-    if (!item.ok && item.error instanceof RpcError) {
-      item.error.handlerError = j.handlerError;
-      out[j.index] = item;
-    } else {
-      out[j.index] = { ok: false, error: item.ok ? j.handlerError : item.error };
-    }
+    out[j.index] = { ok: false, error: item.ok ? j.handlerError : new FailureNotRecordedError(j.handlerError, item.error, j.rec) };
   });
 }
