@@ -36,10 +36,10 @@ import {
   AlreadyTerminalError,
   CompletionUnknownError,
   FingerprintMismatchError,
+  FailureNotRecordedError,
   InProgressError,
   JobFailedError,
   messageOf,
-  RpcError,
   UnresolvedError,
 } from "./errors.js";
 import {
@@ -362,7 +362,7 @@ async function ran<Req extends IncomingMessage>(client: IdemClient, o: Checked<R
   if (err === undefined || err instanceof ReleaseError) {
     return;
   }
-  if (err instanceof RpcError && err.handlerError instanceof ReleaseError) {
+  if (err instanceof FailureNotRecordedError && err.handlerError instanceof ReleaseError) {
     o.logger.error("idem: the key could not be given back after a response that releases it; a retry waits for its lease to run out", { ...fields, error: messageOf(err) });
     return;
   }

@@ -45,8 +45,8 @@ import re
 from typing import Any, Awaitable, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ._do import Job, Result, _acquire, _finish, _Lease
-from ._errors import (AlreadyTerminalError, CompletionUnknownError, FingerprintMismatchError, IdemError,
-                      InProgressError, JobFailedError, UnresolvedError)
+from ._errors import (AlreadyTerminalError, CompletionUnknownError, FailureNotRecordedError, FingerprintMismatchError,
+                      IdemError, InProgressError, JobFailedError, UnresolvedError)
 from ._types import Seconds, seconds
 
 __all__ = [
@@ -530,11 +530,14 @@ def _record(o: _Options, client: Any, lease: _Lease, job: Job, cap: _Capture, ex
         if o.release(cap.status):
             try:
                 _finish(lease, _Release(cap.status), None)
-            except _Release as rel:
-                if getattr(rel, "idem_fail_error", None) is not None:
-                    o.log.error("idem: the key could not be given back after a response that releases it; a retry "
-                                "waits for its lease to run out: namespace=%s key=%s error=%s", job.namespace,
-                                job.key, rel.idem_fail_error)  # type: ignore[attr-defined]
+            except _Release:
+                pass  # released
+            except FailureNotRecordedError as err:
+                if not isinstance(err.handler_error, _Release):
+                    raise
+                o.log.error("idem: the key could not be given back after a response that releases it; a retry "
+                            "waits for its lease to run out: namespace=%s key=%s error=%s", job.namespace,
+                            job.key, err.fail_error)
             return
         _finish(lease, None, cap.envelope(o.stored_headers))
     except CompletionUnknownError as err:
