@@ -125,7 +125,7 @@ func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claim
 		return nil, false, nil // neither written nor seen: a concurrent insert
 	case row.acquired:
 		s.hints.note(row.rec)
-		return store.Acquired(row.rec), true, nil
+		return store.Acquired(row.rec, row.now), true, nil
 	}
 	switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
 	case store.ClaimAnswer:
@@ -137,7 +137,7 @@ func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claim
 			return nil, true, err
 		}
 		if held.ok {
-			return store.Unresolved(held.rec), true, nil
+			return store.Unresolved(held.rec, row.now), true, nil
 		}
 	}
 	// ClaimAcquire on a record the statement saw but did not write, or a

@@ -37,7 +37,7 @@ func (s *Store) ClaimBatch(calls []*store.ClaimParams) ([]*store.ClaimResult, []
 		case err != nil:
 			errs[j] = err
 		case rows[i].acquired:
-			res[j] = store.Acquired(rows[i].rec)
+			res[j] = store.Acquired(rows[i].rec, rows[i].now)
 		case rows[i].rec != nil:
 			if d := store.DecideClaim(rows[i].rec, p, rows[i].now); d.Action == store.ClaimAnswer {
 				res[j], errs[j] = d.Answer, d.Err
