@@ -3,7 +3,3 @@ package sqlite
 // BatchStats returns how many batches s's writer committed and how many calls
 // they held, for the tests of package sqlite_test.
 func BatchStats(s *Store) (batches, calls int64) { return s.w.stats() }
-
-// AlwaysReadFirst makes every Claim of s read its record before it queues for
-// the writer, as Claims do while the keys repeat (firstread.go).
-func AlwaysReadFirst(s *Store) { s.firstReads.always = true }

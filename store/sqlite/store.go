@@ -8,10 +8,7 @@
 // once it has committed: group commit, one fsync for all of them
 // (writer.go). No transaction ever has to upgrade a read lock to a write
 // lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is
-// WAL, so readers never
-// wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
-// reads a committed snapshot and takes no write lock at all, while such reads
-// have been answering Claims (firstread.go).
+// WAL, so readers (lookups, the admin listing) never wait for the writer.
 //
 // Durability: synchronous=FULL. In WAL mode every commit fsyncs the WAL before
 // it returns, so an acknowledged Complete survives kill -9 of the process and
@@ -84,9 +81,6 @@ type Store struct {
 	closed    atomic.Bool
 	// watches are the Claims waiting on a record (wait.go).
 	watches store.Watches
-	// firstReads decides whether a Claim reads before it writes
-	// (firstread.go).
-	firstReads firstReads
 }
 
 // readQueries are the statements Open prepares on the read connections.

@@ -12,21 +12,15 @@ import (
 	"github.com/idemhq/idem/store/storetest"
 )
 
-// TestStore runs the conformance suite on new stores, whose Claims mostly go
-// straight to the writer (firstread.go); TestStoreReadingFirst runs it again
-// with every Claim reading first, as Claims do once keys repeat.
+// TestStore runs the conformance suite on new stores.
 func TestStore(t *testing.T) {
 	storetest.Run(t, harness{})
-}
-
-func TestStoreReadingFirst(t *testing.T) {
-	storetest.Run(t, harness{readFirst: true})
 }
 
 // harness runs the conformance suite on a file of its own per test, in the
 // test's temporary directory. Its backdoors write to the file through a
 // connection of their own, beside the store's.
-type harness struct{ readFirst bool }
+type harness struct{}
 
 // harnessStore is a Store with the test's own connection to its file.
 type harnessStore struct {
@@ -34,11 +28,8 @@ type harnessStore struct {
 	raw *sql.DB
 }
 
-func (h harness) New(t *testing.T, _ int) store.Store {
+func (harness) New(t *testing.T, _ int) store.Store {
 	st, raw := open(t, filepath.Join(t.TempDir(), "idem.db"))
-	if h.readFirst {
-		sqlite.AlwaysReadFirst(st)
-	}
 	return &harnessStore{Store: st, raw: raw}
 }
 
