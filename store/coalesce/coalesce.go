@@ -91,9 +91,8 @@ type Follow[P, R any] func(leader, follower *Call[P, R]) bool
 type Config struct {
 	// Kind names the calls (claim, complete, …) in metrics and spans.
 	Kind string
-	// MaxInFlight is how many statements of the kind run at once. It
-	// defaults to 1: one statement gives the largest batches and the least
-	// database CPU per call (docs/BENCHMARKS.md).
+	// MaxInFlight is how many batches of the kind run at once. It defaults
+	// to DefaultMaxInFlight.
 	MaxInFlight int
 	// MaxRows bounds the calls of one statement. It defaults to 64.
 	MaxRows int
@@ -126,11 +125,11 @@ type Coalescer[P, R any] struct {
 	drainFn func() // drain, made once for goDrain
 }
 
-// New returns a Coalescer that sends its batches with run. follow may be
-// nil: a second call of a key then always waits for a later statement.
-func New[P, R any](cfg Config, run Run[P, R], follow Follow[P, R]) *Coalescer[P, R] {
+// NewCoalescer returns a Coalescer that sends its batches with run. follow
+// may be nil: a second call of a key then always waits for a later batch.
+func NewCoalescer[P, R any](cfg Config, run Run[P, R], follow Follow[P, R]) *Coalescer[P, R] {
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1
+		cfg.MaxInFlight = DefaultMaxInFlight
 	}
 	if cfg.MaxRows <= 0 {
 		cfg.MaxRows = 64

@@ -60,7 +60,7 @@ func newFixture(cfg Config, answer func(params int) (int, error), fail func(batc
 		follower.Res = leader.Res*1000 + follower.Params
 		return true
 	}
-	f.c = New(cfg, run, follow)
+	f.c = NewCoalescer(cfg, run, follow)
 	return f
 }
 
@@ -411,7 +411,7 @@ func TestLoneCallsReuseWorkers(t *testing.T) {
 	// Not parallel: other tests' drains would start workers meanwhile.
 	var mu sync.Mutex
 	ran := map[string]int{}
-	c := New(Config{Kind: "test"}, func(ctx context.Context, batch []*Call[int, int]) error {
+	c := NewCoalescer(Config{Kind: "test"}, func(ctx context.Context, batch []*Call[int, int]) error {
 		mu.Lock()
 		ran[goroutineID()]++
 		mu.Unlock()

@@ -111,3 +111,18 @@ func endCall[P, R any](span trace.Span, call *Call[P, R]) {
 	}
 	span.End()
 }
+
+// traceBatch starts the span of a batch that answers more than one call,
+// a child of one of their call spans that links to the others, which link
+// back to it (Statement); the inner store's spans are its children. A
+// batch of one call needs none: the call span is its parent already.
+func traceBatch(ctx context.Context, opts Options, kind string) (context.Context, func()) {
+	st := StatementFrom(ctx)
+	if st == nil || st.Calls < 2 {
+		return ctx, func() {}
+	}
+	attrs := append([]attribute.KeyValue{BatchCalls.Int(st.Calls)}, opts.SpanAttributes...)
+	ctx, span := opts.Tracer.Start(ctx, "store "+kind+" batch", trace.WithLinks(st.Links...), trace.WithAttributes(attrs...))
+	st.Started(span.SpanContext())
+	return ctx, func() { span.End() }
+}

@@ -84,12 +84,15 @@ func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
 	cfg := func(kind string) coalesce.Config {
 		c := bounds
 		c.Kind, c.Calls, c.Deadline = kind, s.batchRows.WithLabelValues(kind), statementDeadline
+		if c.MaxInFlight == 0 {
+			c.MaxInFlight = 1
+		}
 		return c
 	}
-	s.claims = coalesce.New(cfg("claim"), s.runClaims, followClaim)
-	s.replays = coalesce.New(cfg("claim_read"), s.runReplays, followReplay)
+	s.claims = coalesce.NewCoalescer(cfg("claim"), s.runClaims, followClaim)
+	s.replays = coalesce.NewCoalescer(cfg("claim_read"), s.runReplays, followReplay)
 	for _, kind := range []store.TokenCallKind{store.CallComplete, store.CallFail, store.CallHeartbeat} {
-		s.tokens[kind] = coalesce.New(cfg(kind.String()), s.runTokens(kind), nil)
+		s.tokens[kind] = coalesce.NewCoalescer(cfg(kind.String()), s.runTokens(kind), nil)
 	}
 	return s
 }
