@@ -62,7 +62,6 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 	if err := id.CheckText(); err != nil {
 		return nil, err
 	}
-	s.hints.forget(id)
 	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.deleteRecord(ctx, id) })
 }
 

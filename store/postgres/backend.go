@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/migrate"
 )
 
@@ -24,9 +23,8 @@ type Backend struct {
 // OpenBackend connects to url (see Connect) and returns the Backend on that
 // pool. The schema is left as it is: Migrate applies what is pending.
 //
-// With a tracer provider, the store makes spans for the calls and
-// statements of traced callers (trace.go); with nil it installs no tracing
-// hook at all.
+// With a tracer provider, the store makes spans for the statements of
+// traced callers (trace.go); with nil it installs no tracing hook at all.
 func OpenBackend(ctx context.Context, url string, tp trace.TracerProvider) (*Backend, error) {
 	return OpenBackendWith(ctx, url, tp, Options{})
 }
@@ -46,11 +44,7 @@ func OpenBackendWith(ctx context.Context, url string, tp trace.TracerProvider, o
 	if err != nil {
 		return nil, err
 	}
-	var calls coalesce.Config
-	if tp != nil {
-		calls = tracedCalls(tp)
-	}
-	s := newStore(pool, calls)
+	s := New(pool)
 	if err := s.feedFrom(opts); err != nil {
 		pool.Close()
 		return nil, err
@@ -95,7 +89,6 @@ func (b *Backend) Collectors() []prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(pool.Stat()) })
 	}
 	return []prometheus.Collector{
-		b.batchRows,
 		gauge("idem_db_pool_max_conns", "Largest number of connections the pool opens.",
 			func(s *pgxpool.Stat) float64 { return float64(s.MaxConns()) }),
 		gauge("idem_db_pool_total_conns", "Connections open now.",

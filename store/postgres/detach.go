@@ -80,3 +80,33 @@ func ownDeadline(own context.Context, err error) error {
 	}
 	return err
 }
+
+// detachedMany is detached for the calls of a many-row operation: fill
+// answers the calls at the indexes at, into slices of its own, and the
+// caller gets those answers once fill has returned, or its context's error
+// for each of them. errs, the caller's, already holds the answers of the
+// calls not at those indexes.
+func detachedMany[R any](ctx context.Context, s *Store, at []int, errs []error, fill func(ctx context.Context, d driver, res []R, errs []error)) []R {
+	type answers struct {
+		res  []R
+		errs []error
+	}
+	n := len(errs)
+	res := make([]R, n)
+	if len(at) == 0 {
+		return res
+	}
+	out, err := detached(ctx, s, func(ctx context.Context, d driver) (answers, error) {
+		a := answers{make([]R, n), make([]error, n)}
+		fill(ctx, d, a.res, a.errs)
+		return a, nil
+	})
+	for _, i := range at {
+		if err != nil {
+			errs[i] = err
+		} else {
+			res[i], errs[i] = out.res[i], out.errs[i]
+		}
+	}
+	return res
+}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -8,36 +9,23 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/coalesce"
 )
 
 // The driver is the store's SQL and nothing else: one method per operation,
-// with typed parameters, returning the rows its statement wrote or read.
-// It knows neither the rules of DESIGN §1 beyond what a statement must
-// decide under its row lock, nor how calls are gathered into batches:
+// with typed parameters, returning the rows its statement wrote or read,
+// and for Claims and token calls a many-row twin that takes its calls
+// sorted by primary key with distinct keys and locks rows in that order:
 //
-//	claimNew, claimIfAbsent, claimOne, claimMany  claim rows  driver_claim.go
-//	readClaim, getMany                  records as read     replay.go, getmany.go
-//	tokenCallOne, tokenCallMany         token-call rows     driver_tokencall.go
-//	holdLapsed, resolve                 a held or resolved record   hold.go
-//	getRecord, listRecords, deleteRecord, recordStats, countByState  admin.go, record.go
-//	sweepExpire, sweepPurge             counts              sweep.go
-//	markWaited                          nothing             wait.go
+//	claim, claimMany; writeMany    claim rows; takeovers, holds   driver_claim.go
+//	tokenCallOne, tokenCallMany    token-call rows                driver_tokencall.go
+//	resolve                        a resolved record              hold.go
+//	getRecord, getMany, listRecords, deleteRecord, recordStats    admin.go, record.go, getmany.go
+//	sweepExpire, sweepPurge        counts                         sweep.go
+//	markWaited                     nothing                        wait.go
 //
-// Each is one statement. Claims and token calls have two, for one call and
-// for many: a lone call is the most common statement at low load, and for
-// one row the one-row statement costs Postgres much less than the many-row
-// one (docs/BENCHMARKS.md, "Defaults chosen by measurement"). A lone call
-// tries a plainer statement first that settles the common case: a Claim
-// creates its record (claimNew), or creates it or reads it (claimIfAbsent)
-// when its key was lately seen with one, leaving takeovers to claimOne; a
-// token call of the holder updates its record (tokenHeldSQL),
-// leaving to tokenCallOne's one-row statement to tell why a call does not
-// apply. The many-row operations take their calls sorted by primary key
-// with distinct keys, and lock rows in that order.
-//
-// Errors leave the driver through interpretError: nothing above it sees a
-// pgx type.
+// What a row means for its call is decided above the driver by the rules
+// of package store (claim.go, tokencall.go). Errors leave the driver
+// through interpretError: nothing above it sees a pgx type.
 type driver struct {
 	q querier
 }
@@ -51,10 +39,43 @@ type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
+// compareIDs orders record ids by their primary key columns, byte-wise:
+// the order in which the many-row statements lock rows, so that two of
+// them sharing keys wait for each other rather than deadlock.
+func compareIDs(a, b store.RecordID) int {
+	if c := cmp.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Key, b.Key)
+}
+
+// distinctByID splits the calls whose errs are nil into batch, the
+// indexes of each key's first call sorted by primary key (a many-row
+// statement's calls), and rest, the indexes of the calls of a key already
+// in batch, in the order of calls.
+func distinctByID[T any](calls []T, errs []error, idOf func(T) store.RecordID) (batch, rest []int) {
+	seen := make(map[store.RecordID]bool, len(calls))
+	for i, c := range calls {
+		switch id := idOf(c); {
+		case errs[i] != nil:
+		case seen[id]:
+			rest = append(rest, i)
+		default:
+			seen[id] = true
+			batch = append(batch, i)
+		}
+	}
+	slices.SortFunc(batch, func(a, b int) int { return compareIDs(idOf(calls[a]), idOf(calls[b])) })
+	return batch, rest
+}
+
 // findID is the index of the call of calls, sorted by primary key, that id
 // addresses, or -1.
 func findID[T any](calls []T, id store.RecordID, idOf func(T) store.RecordID) int {
-	i, ok := slices.BinarySearchFunc(calls, id, func(c T, id store.RecordID) int { return coalesce.CompareIDs(idOf(c), id) })
+	i, ok := slices.BinarySearchFunc(calls, id, func(c T, id store.RecordID) int { return compareIDs(idOf(c), id) })
 	if !ok {
 		return -1
 	}

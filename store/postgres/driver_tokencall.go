@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -55,24 +54,6 @@ SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
-}
-
-// tokenHeldSQL is tokenOneSQL's update alone: the common case, a call of
-// the record's holder that applies, in a plain UPDATE. It returns no row
-// when the call does not apply (or there is no record); tokenOneSQL then
-// says why.
-// When wakes, the update notifies the record's waiting Claims as
-// tokenOneSQL's does; the second column says whether it did.
-func tokenHeldSQL(set string, wakes bool) string {
-	woke := "false"
-	if wakes {
-		woke = "(CASE WHEN idem_records.waiters THEN pg_notify('" + notifyChannel + `',
-			json_build_array(idem_records.tenant, idem_records.namespace, idem_records.key)::text) END) IS NOT NULL`
-	}
-	return `
-UPDATE idem_records SET ` + set + `, updated_at = now()
-WHERE tenant = $1 AND namespace = $2 AND key = $3 AND ` + tokenAppliesSQL("", "$4") + `
-RETURNING true, ` + woke + `, ` + recordCols
 }
 
 // tokenChange is how one kind of token call changes a record, for
@@ -147,10 +128,6 @@ var (
 	heartbeatSet = `state = 'processing', lease_expires_at = now() + $5::bigint * interval '1 microsecond',
 			expires_at = NULL`
 
-	completeHeldSQL  = tokenHeldSQL(completeSet, true)
-	failHeldSQL      = tokenHeldSQL(failSet, true)
-	heartbeatHeldSQL = tokenHeldSQL(heartbeatSet, false)
-
 	completeOneSQL  = tokenOneSQL(completeSet, true)
 	failOneSQL      = tokenOneSQL(failSet, true)
 	heartbeatOneSQL = tokenOneSQL(heartbeatSet, false)
@@ -175,37 +152,29 @@ var (
 	}, false)
 )
 
-// tokenCallOne runs call as its kind's plain update (tokenHeldSQL), and
-// when that changes nothing, as its one-row statement, which says why.
+// tokenCallOne runs call as its kind's one-row statement.
 func (d driver) tokenCallOne(ctx context.Context, call *store.TokenCall) (tokenRow, error) {
-	var held, one string
 	args := []any{call.Tenant, call.Namespace, call.Key, call.Token}
+	var sql string
 	switch call.Kind {
 	case store.CallComplete:
-		held, one = completeHeldSQL, completeOneSQL
-		args = append(args, call.Result)
+		sql, args = completeOneSQL, append(args, call.Result)
 	case store.CallFail:
-		held, one = failHeldSQL, failOneSQL
-		args = append(args, call.Error, call.Retryable)
+		sql, args = failOneSQL, append(args, call.Error, call.Retryable)
 	case store.CallHeartbeat:
-		held, one = heartbeatHeldSQL, heartbeatOneSQL
-		args = append(args, micros(call.LeaseTTL))
+		sql, args = heartbeatOneSQL, append(args, micros(call.LeaseTTL))
 	default:
 		return tokenRow{}, fmt.Errorf("postgres: token call kind %d", call.Kind)
 	}
 	var row tokenRow
-	var woke bool
-	rec, err := scanRecord(d.q.QueryRow(ctx, held, args...), &row.changed, &woke)
-	row.rec = rec
-	if errors.Is(err, pgx.ErrNoRows) {
-		row.rec, err = scanRecord(d.q.QueryRow(ctx, one, args...), &row.changed)
-	}
+	rec, err := scanRecord(d.q.QueryRow(ctx, sql, args...), &row.changed)
 	if err != nil {
 		if err = interpretError(err); err == store.ErrNotFound {
 			return tokenRow{}, nil // no such record
 		}
 		return tokenRow{}, err
 	}
+	row.rec = rec
 	return row, nil
 }
 

@@ -2,50 +2,43 @@ package postgres
 
 import (
 	"context"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/store"
 )
 
 // getManySQL reads the records of many ids in one statement; the ordinal
 // of each row is the index of the id it answers, from 1, and an id with no
-// record returns no row. now() is the database's clock, for the Claims
-// answered from the read (replay.go). Each record is read by a lookup of its primary
+// record returns no row. Each record is read by a lookup of its primary
 // key: the lateral subquery is getSQL's, kept from being flattened into a
-// join by its OFFSET 0, for the reason in driver_claim.go's "Plans".
-const getManySQL = `SELECT k.i, now(), r.* FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(t, n, ky, i)
+// join by its OFFSET 0, for the reason in record.go's "Plans".
+const getManySQL = `SELECT k.i, r.* FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(t, n, ky, i)
 	CROSS JOIN LATERAL (SELECT ` + recordCols + ` FROM idem_records
 		WHERE tenant = k.t AND namespace = k.n AND key = k.ky OFFSET 0) r`
 
-// getMany runs getManySQL: the record of each id, nil when it has none, and
-// the database's clock in the statement (the zero time when no id has a
-// record).
-func (d driver) getMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, time.Time, error) {
+// getMany runs getManySQL: the record of each id, nil when it has none.
+func (d driver) getMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, error) {
 	tenants, namespaces, keys := make([]string, len(ids)), make([]string, len(ids)), make([]string, len(ids))
 	for i, id := range ids {
 		tenants[i], namespaces[i], keys[i] = id.Tenant, id.Namespace, id.Key
 	}
 	rows, err := d.q.Query(ctx, getManySQL, tenants, namespaces, keys)
 	if err != nil {
-		return nil, time.Time{}, interpretError(err)
+		return nil, interpretError(err)
 	}
 	defer rows.Close()
 	recs := make([]*store.Record, len(ids))
-	var dbNow pgtype.Timestamptz
 	for rows.Next() {
 		var i int64
-		rec, err := scanRecord(rows, &i, &dbNow)
+		rec, err := scanRecord(rows, &i)
 		if err != nil {
-			return nil, time.Time{}, interpretError(err)
+			return nil, interpretError(err)
 		}
 		recs[i-1] = rec
 	}
 	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, interpretError(err)
+		return nil, interpretError(err)
 	}
-	return recs, dbNow.Time, nil
+	return recs, nil
 }
 
 // RecordGetMany implements store.Store: one statement for all the ids,
@@ -62,10 +55,7 @@ func (s *Store) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*sto
 	if len(sent) == 0 {
 		return recs, errs
 	}
-	found, err := detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) {
-		recs, _, err := d.getMany(ctx, sent)
-		return recs, err
-	})
+	found, err := detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.getMany(ctx, sent) })
 	for j, i := range at {
 		switch {
 		case err != nil:

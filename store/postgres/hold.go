@@ -6,42 +6,6 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// holdSQL makes a held record whose lease ran out UNRESOLVED, for a Claim
-// that found it so (store.ClaimMakeUnresolved) before the sweeper did. The
-// conditions are checked again under the row lock: a Heartbeat or Complete
-// of the holder that came first wins, and the Claim looks again. The
-// record's waiting Claims (wait.go) wake to the new state. It runs only on
-// this rare path, never on a Claim of a new key or a live one, and is
-// planned per execution (planned): its test of state would let a generic
-// plan made on an empty table scan the partial index of PROCESSING leases.
-var holdSQL = `
-WITH held AS (
-	UPDATE idem_records SET state = 'unresolved', updated_at = now()
-	WHERE tenant = $1 AND namespace = $2 AND key = $3
-		AND state = 'processing' AND hold AND lease_expires_at <= now()
-	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
-)
-SELECT ` + recordNames + ` FROM held`
-
-// heldRow is what holdSQL did: made rec UNRESOLVED (ok), or nothing,
-// because the row no longer qualifies.
-type heldRow struct {
-	ok  bool
-	rec *store.Record
-}
-
-// holdLapsed runs holdSQL.
-func (d driver) holdLapsed(ctx context.Context, id store.RecordID) (heldRow, error) {
-	rec, err := scanRecord(d.q.QueryRow(ctx, holdSQL, planned, id.Tenant, id.Namespace, id.Key))
-	if err != nil {
-		if err = interpretError(err); err == store.ErrNotFound {
-			return heldRow{}, nil
-		}
-		return heldRow{}, err
-	}
-	return heldRow{ok: true, rec: rec}, nil
-}
-
 // resolveSQL moves an UNRESOLVED record on, keeping its token, and notes
 // that token as the one an operator resolved: $4 is the new state
 // ('completed', 'failed' or 'released'), $5 the result (NULL unless
@@ -87,7 +51,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	if err != nil {
 		return nil, err
 	}
-	rec, err := detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
 		for try := 0; try < maxStatementTries; try++ {
 			row, err := d.resolve(ctx, p, target)
 			if err != nil {
@@ -110,8 +74,4 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		}
 		return nil, store.ErrContention
 	})
-	// Whatever the answer, the record may no longer be what this process
-	// last saw of it.
-	s.hints.forget(p.RecordID)
-	return rec, err
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,34 @@ const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fin
 // subquery that returned them.
 const recordNames = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold, resolved`
+
+// recordColsOf is recordCols qualified by a table alias.
+func recordColsOf(alias string) string {
+	cols := []string{"tenant", "namespace", "key", "state", "token", "attempt", "claimant", "fingerprint",
+		"lease_expires_at", "(extract(epoch FROM " + alias + ".retention) * 1000000)::bigint AS retention_us",
+		"result", "error", "created_at", "updated_at", "completed_at", "expires_at", "policy", "hold",
+		"(coalesce(" + alias + ".resolved_token = " + alias + ".token, false)) AS resolved"}
+	for i, c := range cols {
+		if !strings.HasPrefix(c, "(") {
+			cols[i] = alias + "." + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// Plans. The statements on one record or a batch of records run as
+// prepared statements with generic plans (store.go), planned once per
+// connection with the statistics of that moment: on a new deployment, an
+// empty table that Postgres takes for ten pages. A join from a batch's
+// arrays to idem_records would then be planned as a hash join over a
+// sequential scan of the whole table, and that plan would stay with the
+// connection while the table grows. So no statement joins idem_records to
+// anything: each record is read through a LATERAL subquery that the planner
+// cannot flatten into a join (OFFSET 0, or its FOR UPDATE) and so runs as a
+// lookup of the primary key per row, and each row is changed by a statement
+// on its primary key or by INSERT … ON CONFLICT, whose conflict check goes
+// through the primary key by construction.
+// TestHotStatementPlansUseThePrimaryKey checks the plans on an empty table.
 
 // micros turns a duration into the bigint the SQL multiplies by
 // interval '1 microsecond'.
@@ -60,7 +89,7 @@ func scanRecord(row pgx.Row, prefix ...any) (*store.Record, error) {
 
 // maxPrefix is how many leading columns a statement may put before
 // recordCols for scanRecord.
-const maxPrefix = 2
+const maxPrefix = 3
 
 // recordScan is scanRecord's working space: the record and the columns that
 // need converting, with room for the destinations.

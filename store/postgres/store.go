@@ -1,13 +1,14 @@
 // Package postgres is idem's production store: the state machine of DESIGN §1
-// as single SQL statements over pgx v5. The table's unique primary key is the
+// as SQL statements over pgx v5. The table's unique primary key is the
 // atomic gate; every time comes from the database clock.
 //
-// The package has three layers. The driver (driver.go) is the SQL: typed
-// operations that return the rows their statement wrote or read. The
-// coalescers (store/coalesce) gather concurrent calls of one kind into one
-// statement of the driver. The Store's methods decide what each row means
-// by the rules of package store (claim.go, tokencall.go) and run the call
-// again when a row changed under its statement.
+// The package has two layers. The driver (driver.go) is the SQL: typed
+// operations, one statement each plus a many-row twin for Claims and token
+// calls, that return the rows their statement wrote or read. The Store's
+// methods decide what each row means by the rules of package store
+// (claim.go, tokencall.go) and run the call again when a row changed under
+// its statement. Batching concurrent calls is not the store's: it is a
+// decorator around any store.Store (store/coalesce).
 package postgres
 
 import (
@@ -24,11 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/coalesce"
 )
 
 var (
@@ -36,30 +34,12 @@ var (
 )
 
 // Store implements store.Store on PostgreSQL: its driver's statements
-// (driver.go), the coalescers that gather concurrent Claims, Completes,
-// Fails and Heartbeats into them (store/coalesce), and the rules that
-// decide what each row means (claim.go, tokencall.go).
+// (driver.go) and the rules that decide what each row means (claim.go,
+// tokencall.go).
 type Store struct {
 	store.TokenCalls
 	store.TokenCallsMany
 	pool *pgxpool.Pool
-
-	// The coalescers of Claim and of each kind of token call, indexed by
-	// store.TokenCallKind.
-	claims *coalesce.Coalescer[*store.ClaimParams, claimRow]
-	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
-	// replays is the read slot: a Claim of a record this process lately saw
-	// finished (hints) is read there first, since it only replays
-	// (replay.go).
-	replays *coalesce.Coalescer[*store.ClaimParams, claimRow]
-	// hints is what this process lately saw of records (hint.go).
-	hints *recordHint
-	// batchRows counts the calls each statement carried, by kind.
-	batchRows *prometheus.HistogramVec
-	// manyOnly sends a lone call as the many-row statement too: the
-	// conformance suite runs once so, to hold those statements to every
-	// case (export_test.go).
-	manyOnly bool
 
 	// The waiting Claims of this process, and the connection that hears
 	// the notifications that wake them (wait.go).
@@ -70,41 +50,12 @@ type Store struct {
 // New returns a Store that runs its statements on pool. The schema must have
 // been migrated with Migrate.
 func New(pool *pgxpool.Pool) *Store {
-	return newStore(pool, coalesce.Config{})
-}
-
-// newStore is New with the coalescers' bounds; Kind, Calls and Deadline are
-// filled in.
-func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
-	s := &Store{pool: pool, batchRows: newBatchRows(), hints: newRecordHint()}
+	s := &Store{pool: pool}
 	s.TokenCalls = s.runTokenCall
 	s.TokenCallsMany = s.runTokenCallsMany
 	s.listen = &listener{pool: pool, watches: &s.watches}
 	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
-	cfg := func(kind string) coalesce.Config {
-		c := bounds
-		c.Kind, c.Calls, c.Deadline = kind, s.batchRows.WithLabelValues(kind), statementDeadline
-		if c.MaxInFlight == 0 {
-			c.MaxInFlight = 1
-		}
-		return c
-	}
-	s.claims = coalesce.NewCoalescer(cfg("claim"), s.runClaims, followClaim)
-	s.replays = coalesce.NewCoalescer(cfg("claim_read"), s.runReplays, followReplay)
-	for _, kind := range []store.TokenCallKind{store.CallComplete, store.CallFail, store.CallHeartbeat} {
-		s.tokens[kind] = coalesce.NewCoalescer(cfg(kind.String()), s.runTokens(kind), nil)
-	}
 	return s
-}
-
-// newBatchRows is the histogram of the calls per statement, by kind: how
-// well the coalescers batch under the load they see.
-func newBatchRows() *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "idem_db_batch_calls",
-		Help:    "Calls answered by one statement of the coalescer, by kind (claim, claim_read: the reads of Claims that replay a finished record, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the statement count with it.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-	}, []string{"kind"})
 }
 
 // Close stops the connection that listens for the notifications of waiting
@@ -184,20 +135,6 @@ func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, err
 func connectConfig(ctx context.Context, cfg *pgxpool.Config, pooler Pooler) (*pgxpool.Pool, error) {
 	if err := configure(cfg, pooler); err != nil {
 		return nil, err
-	}
-	// Raw reads and writes on the connections to Postgres: each read and
-	// write through the runtime's entersyscall woke its monitor thread
-	// after every idle spell, a third of idemd's CPU at one call in flight
-	// (internal/rawconn). TLS, when the URL asks for it, goes over the
-	// wrapped connection.
-	if dial := cfg.ConnConfig.DialFunc; dial != nil {
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return rawconn.Wrap(c), nil
-		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

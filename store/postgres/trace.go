@@ -8,23 +8,15 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/idemhq/idem/store/coalesce"
 )
 
-// Tracing. A Store opened with a tracer provider (OpenBackend) makes spans of
-// two kinds; one opened without makes none and installs no hook at all.
-//
-//   - A call span ("store claim", "store complete", …) for every call that
-//     goes through a coalescer, made by the coalescer (store/coalesce).
-//   - A statement span ("postgres claim", "postgres SELECT", …) for every
-//     statement pgx sends on behalf of a traced caller, made by the pool's
-//     pgx.QueryTracer. A coalesced statement serves many callers but can
-//     have one parent: its span is a child of the first recording call span
-//     of its batch (in primary-key order) and links to the others, and each
-//     of those links back to it, so every caller's trace leads to the
-//     statement it waited for. A statement with no traced caller (the
-//     sweeper's passes, health checks) makes no span.
+// Tracing. A Store opened with a tracer provider (OpenBackend) makes a span
+// for every statement pgx sends on behalf of a traced caller ("postgres
+// claim", "postgres complete", …, "postgres SELECT" for the others), a child
+// of the caller's span: the RPC's, or, behind store/coalesce, the span of
+// the call or batch the statement answers. A statement with no traced
+// caller (the sweeper's passes, health checks) makes no span; a Store
+// opened without a tracer provider installs no hook at all.
 
 // tracerName is the instrumentation scope of the store's spans.
 const tracerName = "github.com/idemhq/idem/store/postgres"
@@ -48,9 +40,8 @@ func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 	return t.start(ctx, data.SQL)
 }
 
-// TraceBatchStart implements pgx.BatchTracer: statements sent together
-// (claimIfAbsent's, a lone Claim of a key seen with a record) make one
-// span, as one statement does.
+// TraceBatchStart implements pgx.BatchTracer: statements sent together (the
+// takeovers of a many-row Claim) make one span, as one statement does.
 func (t *queryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	sqls := make([]string, len(data.Batch.QueuedQueries))
 	for i, q := range data.Batch.QueuedQueries {
@@ -82,24 +73,9 @@ func (t *queryTracer) start(ctx context.Context, sql string) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx // no traced caller: a sweep, a health check, a migration
 	}
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, attribute.String("db.system.name", "postgresql"), attribute.String("db.query.text", sql))
-	opts := make([]trace.SpanStartOption, 0, 3)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindClient))
-	st := coalesce.StatementFrom(ctx)
-	var name string
-	if st != nil {
-		name = "postgres " + st.Kind
-		attrs = append(attrs, coalesce.BatchCalls.Int(st.Calls))
-		opts = append(opts, trace.WithLinks(st.Links...))
-	} else {
-		name = "postgres " + operation(sql)
-	}
-	opts = append(opts, trace.WithAttributes(attrs...))
-	ctx, span := t.tracer.Start(ctx, name, opts...)
-	if st != nil {
-		st.Started(span.SpanContext())
-	}
+	attrs := []attribute.KeyValue{attribute.String("db.system.name", "postgresql"), attribute.String("db.query.text", sql)}
+	ctx, span := t.tracer.Start(ctx, "postgres "+operation(sql),
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, querySpanKey{}, span)
 }
 
@@ -118,19 +94,36 @@ func (t *queryTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.T
 	span.End()
 }
 
-// operation is a statement's first keyword (SELECT, WITH, UPDATE, …), for
-// the name of a statement span.
+// operation names a statement span: the driver's name for one of its
+// statements (statementNames), or the statement's first keyword (SELECT,
+// UPDATE, …).
 func operation(sql string) string {
 	sql = strings.TrimSpace(sql)
+	for _, one := range strings.Split(sql, ";\n") { // a pgx batch's statements
+		if name, ok := statementNames[strings.TrimSpace(one)]; ok {
+			return name
+		}
+	}
 	if i := strings.IndexAny(sql, " \t\n("); i > 0 {
 		sql = sql[:i]
 	}
 	return strings.ToUpper(sql)
 }
 
-// tracedCalls is the coalescers' bounds of a traced Store: call spans from
-// tp's tracer.
-func tracedCalls(tp trace.TracerProvider) coalesce.Config {
-	return coalesce.Config{Tracer: tp.Tracer(tracerName),
-		SpanAttributes: []attribute.KeyValue{attribute.String("db.system.name", "postgresql")}}
+// statementNames are the names of the driver's statements on records, by
+// their text without the spaces around it.
+var statementNames = trimKeys(map[string]string{
+	claimSQL: "claim", claimManySQL: "claim many", takeOverSQL: "takeover", holdSQL: "hold",
+	completeOneSQL: "complete", completeManySQL: "complete many",
+	failOneSQL: "fail", failManySQL: "fail many",
+	heartbeatOneSQL: "heartbeat", heartbeatManySQL: "heartbeat many",
+	getSQL: "lookup", getManySQL: "lookup many", resolveSQL: "resolve", deleteSQL: "delete", markWaitedSQL: "mark waited",
+})
+
+func trimKeys(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[strings.TrimSpace(k)] = v
+	}
+	return out
 }
