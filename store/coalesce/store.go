@@ -48,10 +48,10 @@ type Options struct {
 // RecordFail and RecordHeartbeat; every other call passes through.
 type Store struct {
 	store.Store
-	claims     *Coalescer[*store.ClaimParams, *store.ClaimResult]
-	completes  *Coalescer[*store.CompleteParams, *store.Record]
-	fails      *Coalescer[*store.FailParams, *store.Record]
-	heartbeats *Coalescer[*store.HeartbeatParams, *store.Record]
+	claims     *coalescer[*store.ClaimParams, *store.ClaimResult]
+	completes  *coalescer[*store.CompleteParams, *store.Record]
+	fails      *coalescer[*store.FailParams, *store.Record]
+	heartbeats *coalescer[*store.HeartbeatParams, *store.Record]
 	// batchCalls counts the calls each batch answered, by kind.
 	batchCalls *prometheus.HistogramVec
 }
@@ -62,15 +62,31 @@ var _ store.Store = (*Store)(nil)
 // many-row operations.
 func New(inner store.Store, opts Options) *Store {
 	s := &Store{Store: inner, batchCalls: newBatchCalls()}
-	cfg := func(kind string) Config {
-		return Config{Kind: kind, MaxInFlight: opts.MaxInFlight, MaxRows: opts.MaxRows, MaxOverflow: opts.MaxOverflow,
-			Deadline: opts.Deadline, Calls: s.batchCalls.WithLabelValues(kind), Tracer: opts.Tracer, SpanAttributes: opts.SpanAttributes}
-	}
-	s.claims = NewCoalescer(cfg("claim"), batchRun(opts, "claim", inner.RecordClaim, inner.RecordClaimMany), followClaim)
-	s.completes = NewCoalescer(cfg("complete"), batchRun(opts, "complete", inner.RecordComplete, inner.RecordCompleteMany), nil)
-	s.fails = NewCoalescer(cfg("fail"), batchRun(opts, "fail", inner.RecordFail, inner.RecordFailMany), nil)
-	s.heartbeats = NewCoalescer(cfg("heartbeat"), batchRun(opts, "heartbeat", inner.RecordHeartbeat, inner.RecordHeartbeatMany), nil)
+	observer := func(kind string) prometheus.Observer { return s.batchCalls.WithLabelValues(kind) }
+	s.claims = newCoalescer("claim", opts, observer("claim"), batchRun(inner.RecordClaim, inner.RecordClaimMany), followClaim)
+	s.completes = newCoalescer("complete", opts, observer("complete"), batchRun(inner.RecordComplete, inner.RecordCompleteMany), nil)
+	s.fails = newCoalescer("fail", opts, observer("fail"), batchRun(inner.RecordFail, inner.RecordFailMany), nil)
+	s.heartbeats = newCoalescer("heartbeat", opts, observer("heartbeat"), batchRun(inner.RecordHeartbeat, inner.RecordHeartbeatMany), nil)
 	return s
+}
+
+// withDefaults is o with its zero bounds set to their defaults.
+func (o Options) withDefaults() Options {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.MaxRows <= 0 {
+		o.MaxRows = 64
+	}
+	if o.MaxOverflow < 0 {
+		o.MaxOverflow = 0
+	} else if o.MaxOverflow == 0 {
+		o.MaxOverflow = 7
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = 15 * time.Second
+	}
+	return o
 }
 
 // newBatchCalls is the histogram of the calls per batch, by kind: how well
@@ -128,7 +144,7 @@ func (s *Store) RecordHeartbeatMany(ctx context.Context, ps []*store.HeartbeatPa
 }
 
 // doMany queues ps in c together and returns their answers in order.
-func doMany[P, R any](ctx context.Context, c *Coalescer[P, R], ps []P, idOf func(P) store.RecordID) ([]R, []error) {
+func doMany[P, R any](ctx context.Context, c *coalescer[P, R], ps []P, idOf func(P) store.RecordID) ([]R, []error) {
 	ids := make([]store.RecordID, len(ps))
 	for i, p := range ps {
 		ids[i] = idOf(p)
@@ -141,14 +157,8 @@ func doMany[P, R any](ctx context.Context, c *Coalescer[P, R], ps []P, idOf func
 // one to its many-row operation. Each call keeps its own answer. An error
 // of the batch's own context, which is no caller's, is store.ErrUnavailable:
 // no call's outcome is known.
-func batchRun[P, R any](opts Options, kind string, one func(context.Context, P) (R, error),
-	many func(context.Context, []P) ([]R, []error)) Run[P, R] {
-	return func(ctx context.Context, batch []*Call[P, R]) error {
-		if opts.Tracer != nil {
-			var end func()
-			ctx, end = traceBatch(ctx, opts, kind)
-			defer end()
-		}
+func batchRun[P, R any](one func(context.Context, P) (R, error), many func(context.Context, []P) ([]R, []error)) runFunc[P, R] {
+	return func(ctx context.Context, batch []*pending[P, R]) error {
 		if len(batch) == 1 {
 			batch[0].Res, batch[0].Err = one(ctx, batch[0].Params)
 			batch[0].Err = ownError(ctx, batch[0].Err)
@@ -170,7 +180,8 @@ func batchRun[P, R any](opts Options, kind string, one func(context.Context, P) 
 // the deadline that passed is the coalescer's, not the caller's.
 func ownError(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		return fmt.Errorf("%w: the batch did not finish: %w", store.ErrUnavailable, err)
+		// Not wrapped: the caller's own deadline did not pass.
+		return fmt.Errorf("%w: the batch did not finish: %v", store.ErrUnavailable, err)
 	}
 	return err
 }
@@ -189,7 +200,7 @@ func ownError(ctx context.Context, err error) error {
 // is f's from its commit on, which no other write can come between while
 // the store holds the row; a record it only read is a snapshot taken after
 // f was queued.
-func followClaim(leader, f *Call[*store.ClaimParams, *store.ClaimResult]) bool {
+func followClaim(leader, f *pending[*store.ClaimParams, *store.ClaimResult]) bool {
 	res := leader.Res
 	if leader.Err != nil || res == nil || res.Record == nil || res.Now.IsZero() {
 		return false

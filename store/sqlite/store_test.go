@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/sqlite"
 	"github.com/idemhq/idem/store/storetest"
 )
@@ -17,10 +18,23 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, harness{})
 }
 
+// TestStoreCoalesced runs the suite on stores behind the coalescer
+// (store/coalesce), with one batch of a kind at a time.
+func TestStoreCoalesced(t *testing.T) {
+	storetest.Run(t, harness{coalesce: true})
+}
+
 // harness runs the conformance suite on a file of its own per test, in the
 // test's temporary directory. Its backdoors write to the file through a
-// connection of their own, beside the store's.
-type harness struct{}
+// connection of their own, beside the store's. With coalesce, the store is
+// behind the coalescer.
+type harness struct{ coalesce bool }
+
+// coalescedStore is a harnessStore behind the coalescer.
+type coalescedStore struct {
+	*coalesce.Store
+	inner *harnessStore
+}
 
 // harnessStore is a Store with the test's own connection to its file.
 type harnessStore struct {
@@ -28,9 +42,26 @@ type harnessStore struct {
 	raw *sql.DB
 }
 
-func (harness) New(t *testing.T, _ int) store.Store {
+func (h harness) New(t *testing.T, _ int) store.Store {
 	st, raw := open(t, filepath.Join(t.TempDir(), "idem.db"))
-	return &harnessStore{Store: st, raw: raw}
+	hs := &harnessStore{Store: st, raw: raw}
+	if h.coalesce {
+		return &coalescedStore{Store: coalesce.New(hs, coalesce.Options{MaxInFlight: 1}), inner: hs}
+	}
+	return hs
+}
+
+// harnessOf is the harnessStore st is or wraps.
+func harnessOf(t *testing.T, st store.Store) *harnessStore {
+	t.Helper()
+	switch st := st.(type) {
+	case *harnessStore:
+		return st
+	case *coalescedStore:
+		return st.inner
+	}
+	t.Fatalf("store %T is not one this harness made", st)
+	return nil
 }
 
 // open opens the store at path for t, and a connection of the test's own to
@@ -59,11 +90,7 @@ func open(t *testing.T, path string) (*sqlite.Store, *sql.DB) {
 
 func rawOf(t *testing.T, st store.Store) *sql.DB {
 	t.Helper()
-	hs, ok := st.(*harnessStore)
-	if !ok {
-		t.Fatalf("store %T is not one this harness made", st)
-	}
-	return hs.raw
+	return harnessOf(t, st).raw
 }
 
 // rawExec runs a statement on st's file through the test's own connection and
@@ -127,7 +154,7 @@ func (harness) SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at 
 
 func (harness) Close(t *testing.T, st store.Store) {
 	t.Helper()
-	if err := st.(*harnessStore).Close(); err != nil {
+	if err := harnessOf(t, st).Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 }
