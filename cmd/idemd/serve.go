@@ -29,6 +29,7 @@ import (
 
 type serveCmd struct {
 	databaseFlags
+	coalesceFlags
 	logFlags
 	securityFlags
 	jsonFlags
@@ -105,6 +106,9 @@ func (c *serveCmd) validate() error {
 	if err := c.connFlags.validate(); err != nil {
 		return err
 	}
+	if err := c.coalesceFlags.validate(); err != nil {
+		return err
+	}
 	return c.securityFlags.validate(c.Listen)
 }
 
@@ -149,6 +153,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	defer db.Close()
 	db.poolerNotes(ctx, logger)
+	c.coalesce(db, tracer)
 	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+

@@ -14,9 +14,15 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// DefaultMaxInFlight is Options.MaxInFlight's default: how many batches of
-// one kind of call run at once unless the options say otherwise.
-const DefaultMaxInFlight = 2
+// The defaults of Options.
+const (
+	// DefaultMaxInFlight is how many batches of one kind of call run at
+	// once unless the options say otherwise.
+	DefaultMaxInFlight = 2
+	// DefaultMaxRows bounds the calls of one batch unless the options say
+	// otherwise.
+	DefaultMaxRows = 64
+)
 
 // Options are a Store's bounds and hooks. The zero value takes every
 // default.
@@ -27,7 +33,7 @@ type Options struct {
 	// per call, more lets a call wait less behind another batch's commit. It
 	// defaults to DefaultMaxInFlight.
 	MaxInFlight int
-	// MaxRows bounds the calls of one batch. It defaults to 64.
+	// MaxRows bounds the calls of one batch. It defaults to DefaultMaxRows.
 	MaxRows int
 	// MaxOverflow is how many batches may run beyond MaxInFlight for the
 	// calls the running ones could not take (past MaxRows, or a second call
@@ -76,7 +82,7 @@ func (o Options) withDefaults() Options {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	if o.MaxRows <= 0 {
-		o.MaxRows = 64
+		o.MaxRows = DefaultMaxRows
 	}
 	if o.MaxOverflow < 0 {
 		o.MaxOverflow = 0
