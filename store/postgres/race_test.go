@@ -7,13 +7,14 @@ import (
 	"github.com/idemhq/idem/store/postgres"
 )
 
-// The tests in this file pin down the one exception to "one statement per
-// call" (DESIGN §4): under READ COMMITTED a statement that waited for a row
-// lock sees the row's new version in its ON CONFLICT / UPDATE, but its plain
-// SELECT branch still reads the snapshot taken when the statement began. Each
-// test holds a transaction open on a row, starts the call, waits until the
-// call's backend waits for that transaction's lock, and only then commits, so
-// the interleaving is the one the store's second read exists for.
+// The tests in this file pin down why a call runs its statements again
+// (DESIGN §4): under READ COMMITTED a statement that waited for a row lock
+// sees the row's new version in its ON CONFLICT or UPDATE, but its plain
+// reads see the snapshot taken when it began, and a takeover decided on one
+// version must not apply to a newer one. Each test holds a transaction open
+// on a row, starts the call, waits until the call's backend waits for that
+// transaction's lock, and only then commits, so the interleaving is the one
+// the store must survive.
 
 type claimOutcome struct {
 	res *store.ClaimResult
