@@ -172,9 +172,6 @@ func (c *coalescer[P, R]) Queued() int {
 	return len(c.queue)
 }
 
-// Traced reports whether the coalescer makes call spans.
-func (c *coalescer[P, R]) Traced() bool { return c.opts.Tracer != nil }
-
 // maxGatherYields bounds how often a slot that was idle yields before its
 // first batch (drain).
 const maxGatherYields = 4

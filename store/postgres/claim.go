@@ -10,12 +10,11 @@ import (
 // a concurrent transaction changed the row under them.
 const maxStatementTries = 5
 
-// RecordClaim implements store.Store. The Claim's statement (claimSQL)
-// creates the record, or returns the one there; store.DecideClaim decides
-// on it, and a takeover or a lapsed hold is written only if the record is
-// still at the version decided on. When the statement neither created nor
-// saw a row (a concurrent insert its snapshot missed), or the write found a
-// newer version, the Claim runs again, at most maxStatementTries times.
+// RecordClaim implements store.Store: claimSQL creates the record or
+// returns it, store.DecideClaim decides on it, and a takeover or a lapsed
+// hold is written only if the record is still at the version decided on.
+// A concurrent insert the statement missed, or a newer version, makes the
+// Claim run again.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
@@ -88,11 +87,10 @@ func wroteClaim(w claimWrite, did written) *store.ClaimResult {
 	return store.Acquired(did.rec, did.now)
 }
 
-// RecordClaimMany implements store.Store. The calls of distinct keys go
-// in one claimManySQL, in primary-key order; the takeovers and lapsed holds
-// decided on its rows go together in one round trip (writeMany). A call
-// that this did not settle, and a call of a key already among the calls,
-// then runs alone, as RecordClaim.
+// RecordClaimMany implements store.Store: one claimManySQL for the calls of
+// distinct keys, then their takeovers and lapsed holds in one round trip
+// (writeMany); a call this did not settle, or of a key already among them,
+// then runs alone.
 func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
 	errs := make([]error, len(ps))
 	for i, p := range ps {
@@ -110,19 +108,11 @@ func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([
 	return res, errs
 }
 
-// claimBatch runs the calls of ps at the indexes batch, sorted by primary
-// key with distinct keys, as one claimManySQL and its writes, and sets the
-// answers it settles in res and errs. It returns the indexes of the calls
-// it did not settle.
+// claimBatch runs the calls of ps at the indexes batch (distinct keys in
+// primary-key order), sets the answers it settles in res and errs, and
+// returns the indexes of the others.
 func claimBatch(ctx context.Context, d driver, ps []*store.ClaimParams, batch []int, res []*store.ClaimResult, errs []error) (again []int) {
-	if len(batch) == 0 {
-		return nil
-	}
-	calls := make([]*store.ClaimParams, len(batch))
-	for j, i := range batch {
-		calls[j] = ps[i]
-	}
-	rows, err := d.claimMany(ctx, calls)
+	rows, err := d.claimMany(ctx, column(batch, func(i int) *store.ClaimParams { return ps[i] }))
 	if err != nil {
 		for _, i := range batch {
 			errs[i] = err
@@ -147,14 +137,77 @@ func claimBatch(ctx context.Context, d driver, ps []*store.ClaimParams, batch []
 	}
 	did, err := d.writeMany(ctx, writes)
 	for k, i := range writers {
-		switch {
-		case err != nil:
+		if err != nil {
 			errs[i] = err
-		default:
-			if res[i] = wroteClaim(writes[k], did[k]); res[i] == nil {
-				again = append(again, i)
-			}
+		} else if res[i] = wroteClaim(writes[k], did[k]); res[i] == nil {
+			again = append(again, i)
 		}
 	}
 	return again
+}
+
+// runTokenCall is the store.TokenCalls the Store embeds.
+func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
+		return tokenTries(ctx, d, call, maxStatementTries)
+	})
+}
+
+// tokenTries runs the call's statement until it settles the call, at most
+// tries times.
+func tokenTries(ctx context.Context, d driver, call *store.TokenCall, tries int) (*store.Record, error) {
+	for range tries {
+		row, err := d.tokenCallOne(ctx, call)
+		if err != nil {
+			return nil, err
+		}
+		if rec, settled, err := settleTokenCall(call, row); settled {
+			return rec, err
+		}
+	}
+	return nil, store.ErrContention
+}
+
+// runTokenCallsMany is the store.TokenCallsMany the Store embeds: one
+// many-row statement for the calls of distinct keys; a call it did not
+// settle, or of a key already among them, then runs alone.
+func (s *Store) runTokenCallsMany(ctx context.Context, calls []*store.TokenCall) ([]*store.Record, []error) {
+	errs := make([]error, len(calls))
+	batch, rest := distinctByID(calls, errs, func(c *store.TokenCall) store.RecordID { return c.RecordID })
+	recs := detachedMany(ctx, s, append(batch, rest...), errs, func(ctx context.Context, d driver, recs []*store.Record, errs []error) {
+		rows, err := d.tokenCallMany(ctx, calls[batch[0]].Kind, column(batch, func(i int) *store.TokenCall { return calls[i] }))
+		for j, i := range batch {
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			var settled bool
+			if recs[i], settled, errs[i] = settleTokenCall(calls[i], rows[j]); !settled {
+				recs[i], errs[i] = tokenTries(ctx, d, calls[i], maxStatementTries-1)
+			}
+		}
+		for _, i := range rest {
+			recs[i], errs[i] = tokenTries(ctx, d, calls[i], maxStatementTries)
+		}
+	})
+	return recs, errs
+}
+
+// settleTokenCall is the call's answer from its statement's row, or
+// settled false when the row's second branch read a snapshot from before a
+// change the update waited for (ChangeApplies).
+func settleTokenCall(call *store.TokenCall, row tokenRow) (rec *store.Record, settled bool, err error) {
+	switch {
+	case row.rec == nil:
+		return nil, true, store.ErrNotFound
+	case row.changed:
+		return row.rec, true, nil
+	}
+	switch d := call.Decide(row.rec); d.Action {
+	case store.ChangeRepeat:
+		return row.rec, true, nil
+	case store.ChangeRefuse:
+		return nil, true, d.Err
+	}
+	return nil, false, nil
 }

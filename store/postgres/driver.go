@@ -12,20 +12,20 @@ import (
 )
 
 // The driver is the store's SQL and nothing else: one method per operation,
-// with typed parameters, returning the rows its statement wrote or read,
-// and for Claims and token calls a many-row twin that takes its calls
-// sorted by primary key with distinct keys and locks rows in that order:
+// returning the rows its statement wrote or read, and for Claims and token
+// calls a many-row twin, whose calls are sorted by primary key with
+// distinct keys:
 //
-//	claim, claimMany; writeMany    claim rows; takeovers, holds   driver_claim.go
-//	tokenCallOne, tokenCallMany    token-call rows                driver_tokencall.go
-//	resolve                        a resolved record              hold.go
-//	getRecord, getMany, listRecords, deleteRecord, recordStats    admin.go, record.go, getmany.go
-//	sweepExpire, sweepPurge        counts                         sweep.go
-//	markWaited                     nothing                        wait.go
+//	claim, claimMany; writeMany    claims; takeovers, holds   driver_claim.go
+//	tokenCallOne, tokenCallMany    token calls                driver_tokencall.go
+//	getRecord, getMany             reads                      record.go
+//	listRecords, deleteRecord, recordStats, resolve, sweepExpire, sweepPurge
+//	                               the operator's, the sweeper's   admin.go
+//	markWaited                     a waiting Claim's mark     wait.go
 //
-// What a row means for its call is decided above the driver by the rules
-// of package store (claim.go, tokencall.go). Errors leave the driver
-// through interpretError: nothing above it sees a pgx type.
+// What a row means for its call is decided above it by the rules of
+// package store (claim.go). Errors leave through
+// interpretError.
 type driver struct {
 	q querier
 }
@@ -80,4 +80,21 @@ func findID[T any](calls []T, id store.RecordID, idOf func(T) store.RecordID) in
 		return -1
 	}
 	return i
+}
+
+// idArrays are the tenants, namespaces and keys of ids: the first arrays of
+// a many-row statement.
+func idArrays(ids []store.RecordID) []any {
+	return []any{column(ids, func(id store.RecordID) string { return id.Tenant }),
+		column(ids, func(id store.RecordID) string { return id.Namespace }),
+		column(ids, func(id store.RecordID) string { return id.Key })}
+}
+
+// column is f of each call: an array of a many-row statement.
+func column[C, T any](calls []C, f func(C) T) []T {
+	out := make([]T, len(calls))
+	for i, c := range calls {
+		out[i] = f(c)
+	}
+	return out
 }

@@ -10,18 +10,14 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// The driver's Claim. claim and claimMany create the record of a key that
-// has none, and otherwise return the record as the statement saw it, with
-// its version (xmin, the row version Postgres stamps on every write): what
-// that record means for the call is store.DecideClaim's to say (claim.go).
-// A takeover or a lapsed hold is then a compare-and-set on that version
-// (takeOver, holdLapsed, and their pipelined twin writeMany), which changes
-// nothing when any write came between the read and it.
+// The driver's Claim: claim and claimMany create the record of a key that
+// has none, or return it with its version (xmin, which Postgres stamps on
+// every write); a takeover or a lapsed hold is then a compare-and-set on
+// that version (writeMany), which changes nothing when a write came between.
 
 // claimRow is what a Claim's statement did for one call: created rec, or
-// saw it at version. rec is nil when it did neither: the statement's
-// snapshot missed a row that a concurrent transaction inserted. now is the
-// database's clock in the statement.
+// saw it at version, at now (the database's clock); rec is nil when it did
+// neither, having missed a row a concurrent transaction inserted.
 type claimRow struct {
 	created bool
 	rec     *store.Record
@@ -29,15 +25,12 @@ type claimRow struct {
 	now     time.Time
 }
 
-// claimSQL creates the record of a key that has none and answers with it,
-// or answers with the record the key has and its version. cur reads the
-// row once, for the insert's NOT EXISTS and for the answer, so that a key
-// with a record draws no token and takes no lock. ON CONFLICT DO NOTHING
-// waits for a concurrent insert that the snapshot missed and then returns
-// no row at all: the caller runs the statement again. A created record is
-// answered with what the database chose (its token, its lease's end, the
-// clock) and the Claim's own values: reading back the whole row would cost
-// more than the insert.
+// claimSQL creates the record of a key that has none, or answers with the
+// record and its version. cur is read once, for the insert's NOT EXISTS and
+// the answer, so a key with a record draws no token and takes no lock; ON
+// CONFLICT DO NOTHING waits for a concurrent insert the snapshot missed and
+// returns no row. A created record is answered with what the database chose
+// and the Claim's own values: reading it all back would cost more.
 var claimSQL = `
 WITH cur AS (
 	SELECT xmin AS version, ` + recordCols + ` FROM idem_records
@@ -85,12 +78,10 @@ func scanClaimRow(row pgx.Row) (claimRow, error) {
 	return r, nil
 }
 
-// claimManySQL is claimSQL for many keys. looked pairs each call with its
-// record and version as the statement's snapshot sees them (NULLs when
-// there is none); the calls whose key has none go to the INSERT in
-// primary-key order, so that every batch waits for concurrent inserts of
-// its keys in that order. Each call gets one row, or none when a concurrent
-// insert beat it.
+// claimManySQL is claimSQL for many keys: looked pairs each call with its
+// record and version (NULLs when none), and the calls without one go to the
+// INSERT in primary-key order, so that batches wait for each other's
+// inserts in that order.
 var claimManySQL = `
 WITH looked AS (
 	SELECT i.*, r.*
@@ -117,24 +108,22 @@ SELECT true, now(), NULL::xid, created.* FROM created
 UNION ALL
 SELECT false, now(), version, ` + recordNames + ` FROM looked WHERE state IS NOT NULL`
 
-// claimMany runs calls, sorted by primary key with distinct keys, as
-// claimManySQL and returns each call's row, in the order of calls.
+// claimMany runs calls (distinct keys in primary-key order) as claimManySQL
+// and returns each call's row.
 func (d driver) claimMany(ctx context.Context, calls []*store.ClaimParams) ([]claimRow, error) {
-	n := len(calls)
-	tenants, namespaces, keys, claimants := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	fingerprints := make([][]byte, n)
-	leases, retentions, policies, holds := make([]int64, n), make([]int64, n), make([]string, n), make([]bool, n)
-	for i, p := range calls {
-		tenants[i], namespaces[i], keys[i], claimants[i] = p.Tenant, p.Namespace, p.Key, p.Claimant
-		fingerprints[i] = fingerprint(p)
-		leases[i], retentions[i], policies[i], holds[i] = micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold
-	}
-	result, err := d.q.Query(ctx, claimManySQL, tenants, namespaces, keys, claimants, fingerprints, leases, retentions, policies, holds)
+	args := append(idArrays(column(calls, func(p *store.ClaimParams) store.RecordID { return p.RecordID })),
+		column(calls, func(p *store.ClaimParams) string { return p.Claimant }),
+		column(calls, fingerprint),
+		column(calls, func(p *store.ClaimParams) int64 { return micros(p.LeaseTTL) }),
+		column(calls, func(p *store.ClaimParams) int64 { return micros(p.Retention) }),
+		column(calls, func(p *store.ClaimParams) string { return p.Policy }),
+		column(calls, func(p *store.ClaimParams) bool { return p.Hold }))
+	result, err := d.q.Query(ctx, claimManySQL, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	defer result.Close()
-	rows := make([]claimRow, n)
+	rows := make([]claimRow, len(calls))
 	for result.Next() {
 		row, err := scanClaimRow(result)
 		if err != nil {
@@ -144,8 +133,7 @@ func (d driver) claimMany(ctx context.Context, calls []*store.ClaimParams) ([]cl
 			rows[i] = row
 		}
 	}
-	// The rows are only known to be committed once the statement has ended
-	// without an error.
+	// The rows are committed only if the statement ended without an error.
 	if err := result.Err(); err != nil {
 		return nil, interpretError(err)
 	}
@@ -160,11 +148,9 @@ func fingerprint(p *store.ClaimParams) []byte {
 	return p.Fingerprint
 }
 
-// takeOverSQL takes the record over for a Claim (store.ClaimAcquire) if it
-// is still at version $4, the one the Claim decided on. The token is drawn
-// by the UPDATE, after that version was read, so it is greater than its
-// token and every one before. A takeover clears the row's waiters flag
-// (wait.go): it was set for the lease that just ended.
+// takeOverSQL takes the record over (store.ClaimAcquire) if it is still at
+// version $4. The token is drawn after that version was read, so it is
+// greater than its token; the waiters flag was the ended lease's.
 var takeOverSQL = `
 UPDATE idem_records SET state = 'processing', token = nextval('idem_token_seq'), attempt = attempt + 1,
 	claimant = $5::text, lease_expires_at = now() + $6::bigint * interval '1 microsecond',
@@ -173,10 +159,9 @@ UPDATE idem_records SET state = 'processing', token = nextval('idem_token_seq'),
 WHERE tenant = $1 AND namespace = $2 AND key = $3 AND xmin = $4::xid
 RETURNING true, now(), ` + recordCols
 
-// holdSQL makes a held record whose lease ran out UNRESOLVED, for a Claim
-// that found it so (store.ClaimMakeUnresolved) before the sweeper did, if
-// it is still at version $4. The record's waiting Claims (wait.go) wake to
-// the new state.
+// holdSQL makes a held record whose lease ran out UNRESOLVED
+// (store.ClaimMakeUnresolved) if it is still at version $4, and wakes its
+// waiting Claims.
 var holdSQL = `
 WITH held AS (
 	UPDATE idem_records SET state = 'unresolved', updated_at = now()

@@ -5,18 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem/store"
 )
 
-// The two ways a Claim acquires: a new record, or a takeover of a RELEASED or
-// EXPIRED record or of a PROCESSING one whose lease ran out. Both run in a
-// write transaction under the write lock, with a token that transaction
-// drew: the insert adds the row only when the key has none (it returns no
-// row otherwise, and changes nothing), the takeover follows a read of the
-// row in the same transaction. The fingerprint is written when the record
-// is created only.
+// A Claim's statements, under the write lock: the insert adds the row only
+// when the key has none (and then returns none); the takeover and the hold
+// follow a read of the row. The fingerprint is written at creation only.
 const (
 	insertSQL = `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 		lease_expires_at, retention_us, created_at, updated_at, policy, hold)
@@ -38,12 +35,9 @@ const (
 )
 
 // RecordClaim implements store.Store. The Claim runs in the writer's next
-// batch (writer.go): the insert goes first, since most Claims are of a new
-// key and are then done in one statement; when the key exists it inserts
-// nothing, and the row it ran into is read and decided on
-// (store.DecideClaim) under the same write lock, so nothing changes between
-// the two statements. A refusal is decided before anything is written, and
-// is the Claim's answer, not an error of its call.
+// batch (writer.go): the insert first, since most Claims are of a new key;
+// when the key exists, the row is read and decided on (store.DecideClaim)
+// under the same write lock, so nothing changes in between.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
@@ -106,4 +100,16 @@ func claimIn(tx *writeTx, p *store.ClaimParams, now time.Time) (res *store.Claim
 		return nil, nil, err
 	}
 	return store.Acquired(rec, now), nil, nil
+}
+
+// RecordClaimMany implements store.Store: the calls run at once, each as
+// RecordClaim, and the writer commits them together.
+func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { res[i], errs[i] = s.RecordClaim(ctx, p) })
+	}
+	wg.Wait()
+	return res, errs
 }
