@@ -272,24 +272,61 @@ CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))
 
 endef
 
-.PHONY: bench
+.PHONY: bench bench-pinned bench-ab bench-ab-pinned bench-build
+# BENCH_URL is the Postgres the benchmarks run on.
+BENCH_URL = $(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))
+# BENCH_REPLICAS is how many idemd replicas serve each Postgres service
+# target of the bench runs, the workers spread over them round-robin.
+BENCH_REPLICAS ?= 1
 # BENCH_RUN is what bench's runs share: idemd started by idem-bench, the
 # targets interleaved in four rounds of 2 s per target and scenario.
 BENCH_RUN = bin/idem-bench --start-idemd --idemd-bin bin/idemd --compare \
-	--database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" --duration 8s --rounds 4
+	--database-url "$(BENCH_URL)" --duration 8s --rounds 4 --idemd-replicas $(BENCH_REPLICAS)
 # BENCH_COALESCE_FLAGS turn the Go SDK's coalescing on in the service targets
 # of bench's third run.
 BENCH_COALESCE_FLAGS ?= --coalesce
-bench: ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL and a Redis lock, interleaved, with CPU per job by process and WAL per job, in three runs of about 4 minutes in all (docs/BENCHMARKS.md): C=32 unique, hot, replay and batch (100 messages a delivery); C=1 unique and replay; C=32 unique with the Go SDK's coalescing (BENCH_COALESCE_FLAGS). BENCH_FLAGS adds flags to each run.
+# BENCH_PIN runs a command with Postgres on CPU 1 and the command on CPU 0
+# (cmd/idem-bench/pinned.sh), Postgres's CPUs restored after.
+BENCH_PIN = cmd/idem-bench/pinned.sh "$(BENCH_URL)"
+# IDEMD_BIN_B is the other idemd build bench-ab compares bin/idemd with.
+IDEMD_BIN_B ?=
+
+# bench-runs are bench's three runs, each through $(1): nothing, or BENCH_PIN.
+define bench-runs
+	@echo "make $@ 1/3: C=32, unique, hot, replay and batch, every target"
+	$(1) $(BENCH_RUN) --target service,service-sqlite,sql,redis --concurrency 32 \
+		--scenario unique,hot,replay,batch --batch-size 100 $(BENCH_FLAGS)
+	@echo "make $@ 2/3: C=1, unique and replay: one worker's latency, service against sql"
+	$(1) $(BENCH_RUN) --target service,sql --concurrency 1 --scenario unique,replay $(BENCH_FLAGS)
+	@echo "make $@ 3/3: C=32, unique with the Go SDK's coalescing ($(BENCH_COALESCE_FLAGS))"
+	$(1) $(BENCH_RUN) --target service,service-sqlite,sql --concurrency 32 --scenario unique $(BENCH_COALESCE_FLAGS) $(BENCH_FLAGS)
+endef
+
+# bench-ab-runs are bench-ab's two runs, each through $(1).
+define bench-ab-runs
+	@[ -n "$(IDEMD_BIN_B)" ] || { echo "make $@: set IDEMD_BIN_B to the idemd build to compare bin/idemd with" >&2; exit 1; }
+	@echo "make $@ 1/2: C=32, unique, replay and batch, bin/idemd (service) against $(IDEMD_BIN_B) (service-b)"
+	$(1) $(BENCH_RUN) --target service,service-b --idemd-bin-b "$(IDEMD_BIN_B)" --concurrency 32 \
+		--scenario unique,replay,batch --batch-size 100 $(BENCH_FLAGS)
+	@echo "make $@ 2/2: C=1, unique and replay"
+	$(1) $(BENCH_RUN) --target service,service-b --idemd-bin-b "$(IDEMD_BIN_B)" --concurrency 1 --scenario unique,replay $(BENCH_FLAGS)
+endef
+
+bench-build:
 	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
 	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
-	@echo "make bench 1/3: C=32, unique, hot, replay and batch, every target"
-	$(BENCH_RUN) --target service,service-sqlite,sql,redis --concurrency 32 \
-		--scenario unique,hot,replay,batch --batch-size 100 $(BENCH_FLAGS)
-	@echo "make bench 2/3: C=1, unique and replay: one worker's latency, service against sql"
-	$(BENCH_RUN) --target service,sql --concurrency 1 --scenario unique,replay $(BENCH_FLAGS)
-	@echo "make bench 3/3: C=32, unique with the Go SDK's coalescing ($(BENCH_COALESCE_FLAGS))"
-	$(BENCH_RUN) --target service,service-sqlite,sql --concurrency 32 --scenario unique $(BENCH_COALESCE_FLAGS) $(BENCH_FLAGS)
+
+bench: bench-build ## Benchmark idem (idemd on Postgres and on SQLite) against direct SQL and a Redis lock, interleaved, with CPU per job by process and WAL per job, in three runs of about 4 minutes in all (docs/BENCHMARKS.md): C=32 unique, hot, replay and batch (100 messages a delivery); C=1 unique and replay; C=32 unique with the Go SDK's coalescing (BENCH_COALESCE_FLAGS). BENCH_FLAGS adds flags to each run; BENCH_REPLICAS=2 runs two idemd replicas per Postgres target.
+	$(call bench-runs,)
+
+bench-pinned: bench-build ## bench's runs with Postgres (postmaster and backends) on CPU 1 and idem-bench with its idemds on CPU 0, Postgres's CPUs restored after (cmd/idem-bench/pinned.sh: needs two CPUs, a local Postgres, and root or Postgres's user); BENCH_REPLICAS=2 for two idemd replicas.
+	$(call bench-runs,$(BENCH_PIN))
+
+bench-ab: bench-build ## A/B of bin/idemd (service) against another build (IDEMD_BIN_B=path, service-b), interleaved: C=32 unique, replay and batch, then C=1 unique and replay; BENCH_REPLICAS=2 for two replicas of each.
+	$(call bench-ab-runs,)
+
+bench-ab-pinned: bench-build ## bench-ab with Postgres on CPU 1 and the rest on CPU 0, as bench-pinned.
+	$(call bench-ab-runs,$(BENCH_PIN))
 
 .PHONY: bench-growth
 bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 million records (interleaved), then Claim latency while idemd's sweeper purges 1 million expired records; 5 to 10 minutes (docs/BENCHMARKS.md).

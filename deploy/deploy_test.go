@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,9 +171,16 @@ func checkServeArgs(t *testing.T, where string, args []string) map[string]string
 	return values
 }
 
-// checkEnv checks that name is an environment variable idemd serve reads.
+// goRuntimeEnv are the environment variables the Go runtime reads in idemd.
+var goRuntimeEnv = []string{"GOMEMLIMIT", "GOGC", "GOMAXPROCS", "GODEBUG"}
+
+// checkEnv checks that name is an environment variable idemd serve or the
+// Go runtime in it reads.
 func checkEnv(t *testing.T, where, name string) {
 	t.Helper()
+	if slices.Contains(goRuntimeEnv, name) {
+		return
+	}
 	_, envs, _ := serveFlags(t)
 	if !envs[name] {
 		t.Errorf("%s: idemd serve reads no environment variable %s", where, name)
@@ -518,8 +526,11 @@ func readManifests(t *testing.T) map[string]manifest {
 
 // container is what the tests read of the Deployment's idemd container.
 type container struct {
-	args  []string
-	env   map[string]string // literal values; "" for valueFrom
+	args []string
+	// env has the literal values, a resourceFieldRef's as the kubelet
+	// gives it, and "" for the rest of valueFrom.
+	env   map[string]string
+	limit map[string]string // resources.limits
 	ports map[string]int    // by name
 	probe map[string]manifest
 }
@@ -535,13 +546,20 @@ func idemdContainer(t *testing.T, objects map[string]manifest) container {
 		t.Fatal("the Deployment has no container")
 	}
 	cm := manifest(c)
-	out := container{env: map[string]string{}, ports: map[string]int{}, probe: map[string]manifest{}}
+	out := container{env: map[string]string{}, limit: map[string]string{}, ports: map[string]int{}, probe: map[string]manifest{}}
 	for _, a := range cm["args"].([]any) {
 		out.args = append(out.args, a.(string))
+	}
+	limits, _ := cm.get("resources", "limits").(map[string]any)
+	for name, v := range limits {
+		out.limit[name] = fmt.Sprint(v)
 	}
 	for _, e := range cm["env"].([]any) {
 		em := manifest(e.(map[string]any))
 		v, _ := em["value"].(string)
+		if ref, ok := em.get("valueFrom", "resourceFieldRef").(map[string]any); ok {
+			v = resourceField(t, cm, out.limit, manifest(ref))
+		}
 		out.env[em["name"].(string)] = v
 	}
 	for _, p := range cm["ports"].([]any) {
@@ -554,6 +572,60 @@ func idemdContainer(t *testing.T, objects map[string]manifest) container {
 		}
 	}
 	return out
+}
+
+// resourceField is the value the downward API gives an environment variable
+// with resourceFieldRef ref in container c: the resource's quantity over the
+// divisor (1 by default), rounded up, as a plain integer.
+func resourceField(t *testing.T, c manifest, limits map[string]string, ref manifest) string {
+	t.Helper()
+	if name, ok := ref["containerName"]; ok && name != c["name"] {
+		t.Fatalf("resourceFieldRef names container %v, not its own %v", name, c["name"])
+	}
+	resource, _ := ref["resource"].(string)
+	name, ok := strings.CutPrefix(resource, "limits.")
+	if !ok {
+		t.Fatalf("resourceFieldRef %q: the test knows limits.* only", resource)
+	}
+	q, ok := limits[name]
+	if !ok {
+		t.Fatalf("resourceFieldRef %q: the container sets no such limit, and the kubelet would give the node's allocatable instead", resource)
+	}
+	divisor := int64(1)
+	if d, ok := ref["divisor"]; ok {
+		divisor = quantity(t, fmt.Sprint(d))
+	}
+	v := quantity(t, q)
+	return strconv.FormatInt((v+divisor-1)/divisor, 10)
+}
+
+// quantity parses a Kubernetes quantity of whole units: 512Mi, 1G, 1000.
+func quantity(t *testing.T, s string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("quantity %q: the test knows whole numbers with a suffix of Ki, Mi, Gi, Ti, k, M, G or T", s)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		t.Fatalf("quantity %q: %v", s, err)
+	}
+	unit := map[string]int64{"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m[2]]
+	return n * unit
+}
+
+// goMemLimit parses a GOMEMLIMIT as the Go runtime does: a count of bytes,
+// with no unit or one of B, KiB, MiB, GiB and TiB.
+func goMemLimit(s string) (int64, error) {
+	m := regexp.MustCompile(`^([0-9]+)(B|KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("GOMEMLIMIT %q is not a count of bytes with no unit or one of B, KiB, MiB, GiB and TiB", s)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("GOMEMLIMIT %q: %w", s, err)
+	}
+	return n * map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[m[2]], nil
 }
 
 // servedPaths are the paths idemd serves on --http-listen (cmd/idemd/http.go).
@@ -588,6 +660,17 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if c.env["IDEM_CONFIG"] == "" {
 		t.Error("the Deployment sets no IDEM_CONFIG: on a non-loopback address idemd refuses to start without one")
+	}
+
+	// The Go runtime's memory limit is the container's or a little below
+	// it: above, the kernel kills the pod before the collector works harder;
+	// far below, the collector runs all the time.
+	if lim, ok := c.limit["memory"]; !ok {
+		t.Error("the Deployment sets no memory limit for GOMEMLIMIT to follow")
+	} else if got, err := goMemLimit(c.env["GOMEMLIMIT"]); err != nil {
+		t.Errorf("the Deployment's GOMEMLIMIT: %v", err)
+	} else if limit := quantity(t, lim); got > limit || got < limit/2 {
+		t.Errorf("GOMEMLIMIT is %d bytes; want at most the container's memory limit, %d (%s), and at least half of it", got, limit, lim)
 	}
 
 	// Probes: HTTP ones on the http port at a path idemd serves, the gRPC one

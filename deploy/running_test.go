@@ -229,6 +229,14 @@ func TestAsDeployed(t *testing.T) {
 	if _, err := api.Complete(ctx, &idemv1.CompleteRequest{Namespace: "deploy", Key: "job-1", Token: first.GetRecord().GetToken()}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
+	// The kubelet's GOMEMLIMIT reached the Go runtime.
+	if want, err := goMemLimit(c.env["GOMEMLIMIT"]); err == nil {
+		_, body := r.get("/metrics")
+		if line := fmt.Sprintf("go_gc_gomemlimit_bytes %g", float64(want)); !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q: GOMEMLIMIT=%s did not take effect", line, c.env["GOMEMLIMIT"])
+		}
+	}
+
 	var exported map[string]map[string]bool
 	deadline := time.Now().Add(30 * time.Second)
 	for {

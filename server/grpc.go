@@ -111,6 +111,9 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		// it grow to 16 MiB.
 		grpc.InitialWindowSize(streamWindow(maxRequestBytes(svc.cfg))),
 		grpc.InitialConnWindowSize(connWindow(svc.cfg.MaxResultBytes+messageHeadroom, maxRequestBytes(svc.cfg))),
+		// An answer waiting for its client to read it holds its own size,
+		// not a pooled buffer of 1 MiB (protoCodec).
+		grpc.ForceServerCodecV2(newProtoCodec()),
 	}
 	if tp := svc.cfg.Tracing; tp != nil {
 		// A stats handler, not an interceptor: its span starts before the
@@ -134,10 +137,11 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 	idemv1.RegisterIdempotencyServiceServer(srv, svc)
 	idemv1.RegisterAdminServiceServer(srv, NewAdminService(svc.store, svc.cfg, logger))
 	healthSrv := health.NewServer()
-	// Known from the start, NOT_SERVING until WatchHealth has seen the store
-	// answer: a readiness probe that asks before the first check gets "not
-	// yet", not "unknown service".
+	// Known from the start, NOT_SERVING until a ping or a call has seen the
+	// store answer: a readiness probe that asks before the first check gets
+	// "not yet", not "unknown service".
 	healthSrv.SetServingStatus(HealthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	svc.health.attach(healthSrv)
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	reflection.Register(srv)
 	if m := svc.cfg.Metrics; m != nil {

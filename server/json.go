@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -20,6 +22,8 @@ import (
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -145,13 +149,17 @@ func (h *jsonHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveConnect serves a request for an RPC by its Connect path. gRPC and
-// gRPC-Web, and what is not a POST of a known RPC, go to vanguard as they
-// are (vanguard answers 404 or 405 for the latter).
+// gRPC-Web go to vanguard as they are; what is not a POST of a known RPC
+// is answered by noRoute.
 func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 	md := h.methods[r.URL.Path]
 	ct := r.Header.Get("Content-Type")
-	if md == nil || r.Method != http.MethodPost || strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
+	if strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
 		h.transcoder.ServeHTTP(w, r)
+		return
+	}
+	if md == nil || r.Method != http.MethodPost {
+		h.noRoute(w, r)
 		return
 	}
 	call := &jsonCall{method: md}
@@ -191,12 +199,12 @@ func (h *jsonHandler) serveConnect(w http.ResponseWriter, r *http.Request) {
 	h.transcoder.ServeHTTP(w, r)
 }
 
-// serveREST serves a request on a REST route; a path that matches none
-// goes to vanguard, which answers 404 or 405.
+// serveREST serves a request on a REST route; noRoute answers one that
+// matches none.
 func (h *jsonHandler) serveREST(w http.ResponseWriter, r *http.Request) {
-	route, vars := h.match(r)
+	route, vars := h.match(r.URL.EscapedPath(), r.Method)
 	if route == nil {
-		h.transcoder.ServeHTTP(w, r)
+		h.noRoute(w, r)
 		return
 	}
 	call := &jsonCall{method: route.method, route: route}
@@ -472,6 +480,66 @@ func (w *refusalWriter) Flush() {
 
 func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// noRoute answers a request that names no RPC: 404, or 405 with Allow
+// when its path is an RPC's with another HTTP method. It is not a call (no
+// authentication, no metrics), but it is answered in the API's error shape
+// — a Connect error on a Connect path, a google.rpc.Status elsewhere — and
+// says what there is.
+func (h *jsonHandler) noRoute(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.EscapedPath()
+	if len(path) > 200 {
+		path = path[:200] + "…"
+	}
+	connectPath := strings.HasPrefix(r.URL.Path, "/idem.v1.")
+	var allow []string
+	switch {
+	case connectPath && h.methods[r.URL.Path] != nil:
+		allow = []string{http.MethodPost}
+	case !connectPath:
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			if route, _ := h.match(r.URL.EscapedPath(), m); route != nil && m != r.Method {
+				allow = append(allow, m)
+			}
+		}
+	}
+	httpStatus, code := http.StatusNotFound, codes.NotFound
+	routes := make([]string, len(h.routes))
+	for i, route := range h.routes {
+		routes[i] = route.httpMethod + " " + route.template
+	}
+	restRoutes := "the REST routes are " + strings.Join(routes, ", ")
+	var msg string
+	switch {
+	case len(allow) > 0 && connectPath:
+		httpStatus, code = http.StatusMethodNotAllowed, codes.Unimplemented
+		msg = fmt.Sprintf("%s %s: an RPC's Connect path takes POST only", r.Method, path)
+	case len(allow) > 0:
+		httpStatus, code = http.StatusMethodNotAllowed, codes.Unimplemented
+		route, _ := h.match(r.URL.EscapedPath(), allow[0])
+		msg = fmt.Sprintf("%s %s: this path takes %s only (%s %s, %s); %s", r.Method, path, strings.Join(allow, " or "),
+			route.httpMethod, route.template, route.method.Name(), restRoutes)
+	case connectPath:
+		code = codes.Unimplemented
+		msg = fmt.Sprintf("no RPC at %s; the RPCs are %s", path, strings.Join(slices.Sorted(maps.Keys(h.methods)), ", "))
+	default:
+		msg = fmt.Sprintf("no route matches %s %s; %s; every RPC also takes POST /idem.v1.<Service>/<Method> "+
+			"(Connect, gRPC-Web), as docs/http-api.md says", r.Method, path, restRoutes)
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	var body []byte
+	if connectPath {
+		body, _ = json.Marshal(map[string]string{"code": connect.Code(code).String(), "message": msg})
+	} else {
+		body, _ = protojson.Marshal(status.New(code, msg).Proto())
+	}
+	w.WriteHeader(httpStatus)
+	_, _ = w.Write(body)
+}
+
 // restRoute is the REST route of one RPC, from its google.api.http rule.
 type restRoute struct {
 	method     protoreflect.MethodDescriptor
@@ -568,12 +636,12 @@ type pathVar struct {
 	value string
 }
 
-// match finds the route of r and the values of its path's variables. The
-// path is matched as sent, escaped: %2F inside a key stays in its segment.
-// A custom verb is the text after the last ':' of the last segment when it
-// is one of the routes' verbs (restPath).
-func (h *jsonHandler) match(r *http.Request) (*restRoute, []pathVar) {
-	escaped := r.URL.EscapedPath()
+// match finds the route of a request with the escaped path and the HTTP
+// method, and the values of the path's variables. The path is matched as
+// sent, escaped: %2F inside a key stays in its segment. A custom verb is
+// the text after the last ':' of the last segment when it is one of the
+// routes' verbs (restPath).
+func (h *jsonHandler) match(escaped, method string) (*restRoute, []pathVar) {
 	verb := ""
 	if i := strings.LastIndexByte(escaped, '/'); i >= 0 {
 		last := escaped[i+1:]
@@ -583,7 +651,7 @@ func (h *jsonHandler) match(r *http.Request) (*restRoute, []pathVar) {
 	}
 	segments := strings.Split(strings.TrimPrefix(escaped, "/"), "/")
 	for _, route := range h.routes {
-		if route.httpMethod != r.Method || route.verb != verb || len(route.segments) != len(segments) {
+		if route.httpMethod != method || route.verb != verb || len(route.segments) != len(segments) {
 			continue
 		}
 		vars, ok := route.bind(segments)

@@ -179,23 +179,49 @@ func fieldByName(desc protoreflect.MessageDescriptor, name string) protoreflect.
 }
 
 // noSuchField is the error for the member name of desc that names no
-// field, sent as field: it suggests the field that a wrong case or a
-// missing underscore hides, and lists the fields there are.
+// field, sent as field: it suggests the field that a wrong case, a missing
+// underscore or a slip of a letter or two hides ("retriable" for
+// "retryable"), and lists the fields there are.
 func noSuchField(desc protoreflect.MessageDescriptor, field, name string, inPath map[protoreflect.Name]bool) error {
 	fold := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
 	var names []string
 	suggest := ";"
+	// A name at most a quarter of its letters away, and the nearest.
+	best := max(1, len(fold(name))/4) + 1
 	for i := range desc.Fields().Len() {
 		fd := desc.Fields().Get(i)
 		if inPath[fd.Name()] {
 			continue
 		}
 		names = append(names, fd.JSONName())
-		if fold(fd.JSONName()) == fold(name) {
-			suggest = fmt.Sprintf("; did you mean %q?", fd.JSONName())
+		if d := editDistance(fold(fd.JSONName()), fold(name)); d < best {
+			best, suggest = d, fmt.Sprintf("; did you mean %q?", fd.JSONName())
 		}
 	}
 	return unknownField(field, "field", "%s %s has the fields %s", suggest, desc.Name(), strings.Join(names, ", "))
+}
+
+// editDistance is the number of letters to insert, delete or replace to
+// turn a into b (Levenshtein's distance).
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := range ra {
+		cur := make([]int, len(rb)+1)
+		cur[0] = i + 1
+		for j := range rb {
+			cost := 1
+			if ra[i] == rb[j] {
+				cost = 0
+			}
+			cur[j+1] = min(prev[j+1]+1, cur[j]+1, prev[j]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(rb)]
 }
 
 // checkMessage checks the members of v, the JSON object of a message desc,

@@ -111,7 +111,8 @@ func (c Config) withDefaults() Config {
 type Service struct {
 	idemv1.UnimplementedIdempotencyServiceServer
 
-	store    store.Store
+	store    store.Store // tells health what each call saw (healthStore)
+	health   *storeHealth
 	cfg      Config
 	policies []*policy // of DefaultTenant, when cfg.Tenants is nil
 	logger   *slog.Logger
@@ -137,7 +138,8 @@ func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
 		}
 	}
 	cfg = cfg.withDefaults()
-	return &Service{store: st, cfg: cfg, policies: newPolicies(cfg.Policies), logger: logger,
+	h := &storeHealth{logger: logger}
+	return &Service{store: healthStore{Store: st, health: h}, health: h, cfg: cfg, policies: newPolicies(cfg.Policies), logger: logger,
 		waiters: &waiters{max: cfg.MaxWaiters, maxPerTenant: cfg.MaxWaitersPerTenant}, endWaits: make(chan struct{})}
 }
 

@@ -166,9 +166,9 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
 			tallies[i] = newTally(t.name(), scenario)
-			if st, ok := t.(*serviceTarget); ok && st.idemd != nil {
+			if st, ok := t.(*serviceTarget); ok && len(st.idemds) > 0 {
 				tallies[i].hasIdemd = true
-				tallies[i].pgStore = st.idemd.appName != ""
+				tallies[i].pgStore = st.idemds[0].appName != ""
 			}
 			if _, ok := t.(*sqlTarget); ok {
 				tallies[i].pgStore = true
@@ -231,65 +231,43 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
 	case "service", "service-sqlite", "service-prefilled", "service-b", "service-sqlite-b":
-		addr := c.Addr
-		var idemd *localIdemd
+		addrs := []string{c.Addr}
+		var idemds []*localIdemd
 		if c.StartIdemd {
-			logw := stderr
-			if c.IdemdLog != "-" {
-				f, err := os.OpenFile(c.IdemdLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-				if err != nil {
-					return nil, fmt.Errorf("--idemd-log: %w", err)
-				}
-				logw = f
-				c.closers = append(c.closers, f.Close)
-			}
-			opts := idemdOptions{
-				bin: c.IdemdBin, sqlite: name == "service-sqlite" || name == "service-sqlite-b", baseURL: c.DatabaseURL,
-				schema: "idem_bench_" + runID, appName: "idem-bench-idemd-" + runID,
-				poolMaxConns: c.IdemdPoolMaxConns, sweepInterval: c.SweepInterval,
-				logLevel: c.IdemdLogLevel, log: logw,
-			}
-			switch name {
-			case "service-sqlite":
-				opts.schema, opts.appName = "", ""
-			case "service-sqlite-b":
-				opts.bin, opts.schema, opts.appName = c.IdemdBinB, "", ""
-			case "service-prefilled":
-				opts.schema += "_prefilled"
-				opts.appName = "idem-bench-idemd-prefilled-" + runID
-			case "service-b":
-				opts.bin = c.IdemdBinB
-				opts.schema += "_b"
-				opts.appName = "idem-bench-idemd-b-" + runID
-			}
 			var err error
-			if idemd, err = startIdemd(ctx, opts); err != nil {
-				return nil, fmt.Errorf("--start-idemd (%s): %w", name, err)
+			if idemds, err = c.startService(ctx, name, runID, stderr); err != nil {
+				return nil, err
 			}
-			addr = idemd.addr
+			addrs = addrs[:0]
+			for _, d := range idemds {
+				addrs = append(addrs, d.addr)
+			}
 			rep.IdemdAddr = "a process of its own (--start-idemd)"
-			if !opts.sqlite {
-				if m, err := idemd.metrics(ctx, "idem_db_pool_max_conns"); err == nil {
+			if idemds[0].appName != "" {
+				rep.IdemdReplicas = len(idemds)
+				if m, err := idemds[0].metrics(ctx, "idem_db_pool_max_conns"); err == nil {
 					rep.IdemdPoolMaxConns = int32(m["idem_db_pool_max_conns"])
 				}
 			}
 		} else {
-			rep.IdemdAddr = addr
+			rep.IdemdAddr = c.Addr
 		}
-		cl, err := c.dialService(addr)
-		if err != nil {
-			if idemd != nil {
-				_ = idemd.close(context.WithoutCancel(ctx))
+		t := &serviceTarget{label: name, namespace: c.Namespace, leaseTTL: c.LeaseTTL, result: result, idemds: idemds}
+		for _, addr := range addrs {
+			cl, err := c.dialService(addr)
+			if err != nil {
+				_ = t.close(context.WithoutCancel(ctx))
+				return nil, err
 			}
-			return nil, err
+			t.clients = append(t.clients, cl)
 		}
-		t := &serviceTarget{label: name, client: cl, namespace: c.Namespace, leaseTTL: c.LeaseTTL, result: result, idemd: idemd}
-		if err := t.probe(ctx, addr); err != nil {
+		t.client = t.clients[0]
+		if err := t.probe(ctx, addrs); err != nil {
 			_ = t.close(context.WithoutCancel(ctx))
 			return nil, err
 		}
 		if name == "service-prefilled" {
-			if err := c.prefill(ctx, idemd, rep, stderr); err != nil {
+			if err := c.prefill(ctx, idemds[0], rep, stderr); err != nil {
 				_ = t.close(context.WithoutCancel(ctx))
 				return nil, fmt.Errorf("--prefill: %w", err)
 			}
@@ -318,6 +296,75 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 	return nil, fmt.Errorf("unknown target %q", name)
 }
 
+// startService starts the idemd processes of the service target name for
+// --start-idemd: one, or on Postgres --idemd-replicas of them on one schema
+// (the first creates it and drops it), all connecting to Postgres under one
+// application_name so that their backends' CPU is the target's.
+func (c *cli) startService(ctx context.Context, name, runID string, stderr io.Writer) ([]*localIdemd, error) {
+	logw := stderr
+	if c.IdemdLog != "-" {
+		f, err := os.OpenFile(c.IdemdLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("--idemd-log: %w", err)
+		}
+		logw = f
+		c.closers = append(c.closers, f.Close)
+	}
+	opts := idemdOptions{
+		bin: c.IdemdBin, sqlite: name == "service-sqlite" || name == "service-sqlite-b", baseURL: c.DatabaseURL,
+		schema: "idem_bench_" + runID, appName: "idem-bench-idemd-" + runID,
+		poolMaxConns: c.IdemdPoolMaxConns, sweepInterval: c.SweepInterval,
+		logLevel: c.IdemdLogLevel, log: logw,
+	}
+	switch name {
+	case "service-sqlite":
+		opts.schema, opts.appName = "", ""
+	case "service-sqlite-b":
+		opts.bin, opts.schema, opts.appName = c.IdemdBinB, "", ""
+	case "service-prefilled":
+		opts.schema += "_prefilled"
+		opts.appName = "idem-bench-idemd-prefilled-" + runID
+	case "service-b":
+		opts.bin = c.IdemdBinB
+		opts.schema += "_b"
+		opts.appName = "idem-bench-idemd-b-" + runID
+	}
+	replicas := max(c.IdemdReplicas, 1)
+	if opts.sqlite {
+		replicas = 1 // a SQLite file serves one idemd
+	}
+	var idemds []*localIdemd
+	for k := range replicas {
+		opts.sharedSchema = k > 0
+		d, err := startIdemd(ctx, opts)
+		if err != nil {
+			err = fmt.Errorf("--start-idemd (%s): %w", replicaName(name, k, replicas), err)
+			return nil, errors.Join(err, closeIdemds(context.WithoutCancel(ctx), idemds))
+		}
+		idemds = append(idemds, d)
+	}
+	return idemds, nil
+}
+
+// closeIdemds stops the replicas of one target, the first last: it drops
+// the schema the others use.
+func closeIdemds(ctx context.Context, idemds []*localIdemd) error {
+	var err error
+	for _, d := range slices.Backward(idemds) {
+		err = errors.Join(err, d.close(ctx))
+	}
+	return err
+}
+
+// replicaName is the target's name for replica k (from 0) of n: the target
+// alone when it has one idemd, else with the replica's number, service-r2.
+func replicaName(target string, k, n int) string {
+	if n == 1 {
+		return target
+	}
+	return target + "-r" + strconv.Itoa(k+1)
+}
+
 // isServiceTarget reports whether name is a target served by idemd.
 func isServiceTarget(name string) bool { return strings.HasPrefix(name, "service") }
 
@@ -327,12 +374,15 @@ func (c *cli) needsPostgres(targets []string) bool {
 	return slices.Contains(targets, "sql") || (c.StartIdemd && slices.Contains(targets, "service"))
 }
 
-// startedIdemds returns the targets' started idemds, by target name.
+// startedIdemds returns the targets' started idemds, by target name (and
+// replica, replicaName).
 func startedIdemds(targets []target) map[string]*localIdemd {
 	out := map[string]*localIdemd{}
 	for _, t := range targets {
-		if st, ok := t.(*serviceTarget); ok && st.idemd != nil {
-			out[st.label] = st.idemd
+		if st, ok := t.(*serviceTarget); ok {
+			for k, d := range st.idemds {
+				out[replicaName(st.label, k, len(st.idemds))] = d
+			}
 		}
 	}
 	return out

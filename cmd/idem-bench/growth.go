@@ -123,7 +123,7 @@ const purgeLimit = 30 * time.Minute
 // each round at most a second), then the other half without. It returns the
 // two tallies: without (before and after) and during the purge.
 func (c *cli) purgeRun(ctx context.Context, r *runner, t *serviceTarget, scenario, runID string, rounds int, rep *report) ([]*tally, error) {
-	d := t.idemd
+	d := t.idemds[0] // --purge runs one (Validate)
 	without := newTally(t.name(), scenario)
 	during := newTally(t.name()+"-purging", scenario)
 	for _, tl := range []*tally{without, during} {

@@ -18,8 +18,9 @@
 //
 // --start-idemd starts idemd as a process of its own on a loopback port, over
 // a schema of its own (or over SQLite for the service-sqlite target), so
-// nothing but Postgres has to run; --addr drives an idemd that is already
-// running. Each target's CPU time per job is given by process (idem-bench,
+// nothing but Postgres has to run; --idemd-replicas N starts N of them on one
+// schema for each target on Postgres, the workers spread over them; --addr
+// drives an idemd that is already running. Each target's CPU time per job is given by process (idem-bench,
 // idemd, Postgres), with the WAL it wrote. docs/BENCHMARKS.md has the numbers and how to read
 // them.
 package main
@@ -33,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -42,6 +44,10 @@ import (
 // maxBatchSize is the most items idemd takes in one batch call by default
 // (--batch-max-items).
 const maxBatchSize = 500
+
+// maxReplicas bounds --idemd-replicas: each replica's pool takes its
+// connections from Postgres's max_connections.
+const maxReplicas = 8
 
 // defaultDatabaseURL is the local Postgres that make bench and the tests use.
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -58,11 +64,12 @@ type cli struct {
 	StartIdemd        bool          `help:"Start idemd (idemd serve) as a process of its own on loopback ports for each service target: over a fresh schema in --database-url that is dropped at the end, or for service-sqlite over SQLite in a temporary directory."`
 	IdemdBin          string        `placeholder:"PATH" help:"The idemd binary --start-idemd runs; without it idem-bench builds one with the go command (run it from the idem module)."`
 	IdemdBinB         string        `name:"idemd-bin-b" placeholder:"PATH" help:"The idemd binary of the service-b target: another build of idemd run next to --idemd-bin's in the same interleaved rounds, for A/B comparisons."`
+	IdemdReplicas     int           `default:"1" placeholder:"N" help:"With --start-idemd, how many idemd processes serve each service target on Postgres (service, service-b, service-prefilled): replicas on one schema, worker i sending its jobs to replica i mod N, as workers spread over replicas behind a load balancer; the target's idemd CPU is all of theirs (1 to ${max_replicas}). SQLite targets run one idemd: a SQLite file takes one."`
 	IdemdPoolMaxConns int32         `placeholder:"N" help:"pool_max_conns of the idemd that --start-idemd runs; 0 keeps idemd's own default."`
 	IdemdLogLevel     string        `enum:"debug,info,warn,error" default:"info" help:"Log level of the idemd that --start-idemd runs (idemd's default is info)."`
 	IdemdLog          string        `default:"/dev/null" placeholder:"FILE" help:"Where the idemd that --start-idemd runs writes its log (stderr); - for this process's stderr."`
 	SweepInterval     time.Duration `default:"10s" help:"Sweeper interval of the idemd that --start-idemd runs, as idemd's --sweep-interval; 0 turns it off."`
-	IdemdCPUProfile   string        `name:"idemd-cpuprofile" placeholder:"FILE" help:"Write a CPU profile of the started idemd over the measured rounds (fetched from its /debug/pprof/profile; needs --duration). With several idemd targets, FILE gets each target's name before its extension."`
+	IdemdCPUProfile   string        `name:"idemd-cpuprofile" placeholder:"FILE" help:"Write a CPU profile of the started idemd over the measured rounds (fetched from its /debug/pprof/profile; needs --duration). With several idemds (targets or replicas), FILE gets each one's name (service, service-r2, …) before its extension."`
 	IdemdMemProfile   string        `name:"idemd-memprofile" placeholder:"FILE" help:"Write the started idemd's allocation profile (/debug/pprof/allocs) at the end; named like --idemd-cpuprofile."`
 	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
 
@@ -125,6 +132,12 @@ func (c *cli) Validate() error {
 		return errors.New("--scenario batch runs a closed loop: --rate would have to count deliveries or messages; leave it out")
 	case slices.Contains(c.Scenarios, scenarioBatch) && c.Purge > 0:
 		return errors.New("--purge measures single Claims: run it without --scenario batch")
+	case c.IdemdReplicas < 1 || c.IdemdReplicas > maxReplicas:
+		return fmt.Errorf("--idemd-replicas is %d; it must be 1 to %d", c.IdemdReplicas, maxReplicas)
+	case c.IdemdReplicas > 1 && !c.StartIdemd:
+		return errors.New("--idemd-replicas needs --start-idemd: idem-bench starts the replicas itself")
+	case c.IdemdReplicas > 1 && (slices.Contains(c.Scenarios, scenarioWait) || c.Purge > 0):
+		return errors.New("--idemd-replicas does not apply to --scenario wait, which starts its two replicas itself, nor to --purge, which watches one idemd's sweeper")
 	case c.WaitSettle < 0:
 		return fmt.Errorf("--wait-settle is %s; it must be 0 or more", c.WaitSettle)
 	case c.Prefill < 1:
@@ -165,13 +178,7 @@ func main() {
 // everything meant for people to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c cli
-	parser, err := kong.New(&c,
-		kong.Name("idem-bench"),
-		kong.Description("Load-test idem against the direct-SQL pattern and a Redis lock: ops/s, latency percentiles and ratios to sql."),
-		kong.Vars{"default_database_url": defaultDatabaseURL},
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(int) { panic(errHelpShown) }),
-	)
+	parser, err := newParser(&c, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -182,6 +189,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return c.bench(ctx, stdout, stderr)
+}
+
+// newParser is the command line, parsed into c.
+func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
+	return kong.New(c,
+		kong.Name("idem-bench"),
+		kong.Description("Load-test idem against the direct-SQL pattern and a Redis lock: ops/s, latency percentiles and ratios to sql."),
+		kong.Vars{"default_database_url": defaultDatabaseURL, "max_replicas": strconv.Itoa(maxReplicas)},
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(int) { panic(errHelpShown) }),
+	)
 }
 
 // errHelpShown stops run after kong printed --help.

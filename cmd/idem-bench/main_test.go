@@ -438,6 +438,11 @@ func TestBadFlags(t *testing.T) {
 		{"--scenario", "batch", "--rate", "100"}, // batch runs a closed loop
 		{"--batch-size", "0"},
 		{"--batch-size", "501"},
+		{"--idemd-replicas", "2"}, // without --start-idemd
+		{"--start-idemd", "--idemd-replicas", "0"},
+		{"--start-idemd", "--idemd-replicas", "9"},
+		{"--start-idemd", "--idemd-replicas", "2", "--scenario", "wait"},
+		{"--start-idemd", "--idemd-replicas", "2", "--purge", "10", "--sweep-interval", "1s"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), args, &out, &errOut); err == nil {

@@ -39,6 +39,9 @@ type report struct {
 	ResultBytes       int     `json:"result_bytes"`
 	IdemdAddr         string  `json:"idemd,omitempty"`
 	IdemdPoolMaxConns int32   `json:"idemd_pool_max_conns,omitempty"`
+	// IdemdReplicas is how many idemds --start-idemd ran for each service
+	// target on Postgres (--idemd-replicas).
+	IdemdReplicas int `json:"idemd_replicas,omitempty"`
 	// Coalesce is --coalesce: the service targets' client coalesces its
 	// Claims and Completes into batch RPCs.
 	Coalesce bool `json:"coalesce,omitempty"`
@@ -298,8 +301,14 @@ func (r *report) writeTable(w io.Writer) {
 		r.NumCPU, r.GOMAXPROCS, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter))
 	if r.IdemdAddr != "" {
 		fmt.Fprintf(w, "idemd: %s", r.IdemdAddr)
+		if r.IdemdReplicas > 1 {
+			fmt.Fprintf(w, ", %d replicas per target on Postgres, worker i on replica i mod %d, their CPU added up", r.IdemdReplicas, r.IdemdReplicas)
+		}
 		if r.IdemdPoolMaxConns > 0 {
 			fmt.Fprintf(w, ", pool of %d connections", r.IdemdPoolMaxConns)
+			if r.IdemdReplicas > 1 {
+				fmt.Fprint(w, " each")
+			}
 		}
 		fmt.Fprintln(w)
 	}

@@ -84,7 +84,8 @@ type tally struct {
 	// machineRounds of which /proc/stat could be read before and after.
 	machine       machineCPU
 	machineRounds int
-	// idemdCPU is the CPU time of the idemd process --start-idemd started.
+	// idemdCPU is the CPU time of the idemd processes --start-idemd
+	// started for the target, all its replicas'.
 	idemdCPU time.Duration
 	// serverCPU is the CPU time of redis-server, and serverRead whether it
 	// could be read.
@@ -130,11 +131,27 @@ type onPostgres interface {
 	pgApp() string
 }
 
-// withProcess is a target that runs in a process of its own: the idemd of
+// withProcess is a target that runs in processes of its own: the idemds of
 // --start-idemd.
 type withProcess interface {
-	// processPID returns its process id, 0 when there is none to read.
-	processPID() uint32
+	// processPIDs returns their process ids, none when there are none to
+	// read.
+	processPIDs() []uint32
+}
+
+// perWorker is a target whose workers each keep to one of its servers: the
+// service target over idemd replicas.
+type perWorker interface {
+	// worker returns the target worker i runs its jobs on.
+	worker(i int) target
+}
+
+// workerTarget is the target worker i of t runs its jobs on.
+func workerTarget(t target, i int) target {
+	if pw, ok := t.(perWorker); ok {
+		return pw.worker(i)
+	}
+	return t
 }
 
 // pooled is a target with a Postgres pool of its own.
@@ -241,12 +258,11 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 	if isPooled && into != nil {
 		acqBefore, waitBefore = p.poolAcquires(ctx)
 	}
-	var idemdPID uint32
-	var idemdBefore procStat
+	var idemdPIDs []uint32
+	var idemdBefore map[uint32]time.Duration
 	if wp, ok := t.(withProcess); ok && into != nil {
-		if idemdPID = wp.processPID(); idemdPID != 0 {
-			idemdBefore, _ = readProcStat(idemdPID)
-		}
+		idemdPIDs = wp.processPIDs()
+		idemdBefore = processCPU(idemdPIDs)
 	}
 	var pgBefore pgSnapshot
 	pgOK := false
@@ -266,6 +282,7 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		go func() {
 			defer wg.Done()
 			s := &r.slots[i]
+			t := workerTarget(t, i)
 			for ctx.Err() == nil {
 				var intended time.Time
 				if rate > 0 {
@@ -349,9 +366,10 @@ func (r *runner) round(ctx context.Context, t target, wl *workload, duration tim
 		into.machine.steal += max(machineAfter.steal-machineBefore.steal, 0)
 		into.machineRounds++
 	}
-	if idemdPID != 0 {
-		if after, ok := readProcStat(idemdPID); ok {
-			into.idemdCPU += after.cpu - idemdBefore.cpu
+	// Every replica's CPU is the target's.
+	for pid, cpu := range processCPU(idemdPIDs) {
+		if before, ok := idemdBefore[pid]; ok {
+			into.idemdCPU += cpu - before
 		}
 	}
 	if pgOK {

@@ -19,13 +19,29 @@ import (
 type serviceTarget struct {
 	// label is the target's name: service (idemd on Postgres),
 	// service-sqlite (idemd on its embedded SQLite store), ….
-	label     string
+	label string
+	// clients has one client per idemd replica; client is the one this
+	// target's jobs use (worker).
+	clients   []*client.Client
 	client    *client.Client
 	namespace string
 	leaseTTL  time.Duration
 	result    []byte
-	// idemd is the idemd process of --start-idemd; nil with --addr.
-	idemd *localIdemd
+	// idemds are the idemd processes of --start-idemd, the replicas of
+	// --idemd-replicas (their clients in the same order); nil with --addr.
+	idemds []*localIdemd
+}
+
+// worker returns the target worker i runs its jobs on: that of replica i
+// mod the replicas, so that the workers spread over the replicas as worker
+// processes do over a load balancer's, each keeping to its own.
+func (t *serviceTarget) worker(i int) target {
+	if len(t.clients) < 2 {
+		return t
+	}
+	w := *t
+	w.client = t.clients[i%len(t.clients)]
+	return &w
 }
 
 func (c *cli) dialService(addr string) (*client.Client, error) {
@@ -75,54 +91,65 @@ func (t *serviceTarget) job(ctx context.Context, key string) (outcome, time.Dura
 	return 0, claimTook, fmt.Errorf("Claim answered %v", res.Outcome)
 }
 
-// pgApp is the application_name of the started idemd's connections; ""
-// with --addr or on SQLite, where no backend is the target's.
+// pgApp is the application_name of the started idemds' connections, one
+// for all replicas; "" with --addr or on SQLite, where no backend is the
+// target's.
 func (t *serviceTarget) pgApp() string {
-	if t.idemd == nil {
+	if len(t.idemds) == 0 {
 		return ""
 	}
-	return t.idemd.appName
+	return t.idemds[0].appName
 }
 
-// processPID is the started idemd; 0 with --addr.
-func (t *serviceTarget) processPID() uint32 {
-	if t.idemd == nil {
-		return 0
+// processPIDs are the started idemds; none with --addr.
+func (t *serviceTarget) processPIDs() []uint32 {
+	pids := make([]uint32, len(t.idemds))
+	for k, d := range t.idemds {
+		pids[k] = d.pid()
 	}
-	return t.idemd.pid()
+	return pids
 }
 
-// poolAcquires reads the started idemd's pool from its /metrics; nothing
-// with --addr or on SQLite.
+// poolAcquires reads the started idemds' pools from their /metrics and adds
+// them up; nothing with --addr or on SQLite.
 func (t *serviceTarget) poolAcquires(ctx context.Context) (int64, time.Duration) {
-	if t.idemd == nil || t.idemd.appName == "" {
-		return 0, 0
+	var n int64
+	var wait time.Duration
+	for _, d := range t.idemds {
+		if d.appName == "" {
+			return 0, 0
+		}
+		m, err := d.metrics(ctx, "idem_db_pool_acquires_total", "idem_db_pool_acquire_wait_seconds_total")
+		if err != nil {
+			return 0, 0
+		}
+		n += int64(m["idem_db_pool_acquires_total"])
+		wait += time.Duration(m["idem_db_pool_acquire_wait_seconds_total"] * float64(time.Second))
 	}
-	m, err := t.idemd.metrics(ctx, "idem_db_pool_acquires_total", "idem_db_pool_acquire_wait_seconds_total")
-	if err != nil {
-		return 0, 0
-	}
-	return int64(m["idem_db_pool_acquires_total"]), time.Duration(m["idem_db_pool_acquire_wait_seconds_total"] * float64(time.Second))
+	return n, wait
 }
 
 func (t *serviceTarget) close(ctx context.Context) error {
-	err := t.client.Close()
-	if t.idemd != nil {
-		err = errors.Join(err, t.idemd.close(ctx))
+	var err error
+	for _, cl := range t.clients {
+		err = errors.Join(err, cl.Close())
 	}
-	return err
+	return errors.Join(err, closeIdemds(ctx, t.idemds))
 }
 
-// probe checks that idemd answers before the rounds start, so that a wrong
-// --addr is one clear error rather than a round of failures.
-func (t *serviceTarget) probe(ctx context.Context, addr string) error {
+// probe checks that every idemd at addrs (the clients' in order) answers
+// before the rounds start, so that a wrong --addr is one clear error rather
+// than a round of failures.
+func (t *serviceTarget) probe(ctx context.Context, addrs []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := t.client.Lookup(ctx, client.LookupRequest{Namespace: t.namespace, Key: "idem-bench-probe"})
-	if err == nil || errors.Is(err, client.ErrNotFound) {
-		return nil
+	for k, cl := range t.clients {
+		_, err := cl.Lookup(ctx, client.LookupRequest{Namespace: t.namespace, Key: "idem-bench-probe"})
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("idemd at %s does not answer: %w (start one, or pass --start-idemd)", addrs[k], err)
+		}
 	}
-	return fmt.Errorf("idemd at %s does not answer: %w (start one, or pass --start-idemd)", addr, err)
+	return nil
 }
 
 // jobs is the batch scenario's delivery through idem: one BatchClaim of

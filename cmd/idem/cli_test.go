@@ -283,6 +283,14 @@ func TestEnvTwins(t *testing.T) {
 	if r.stderr != "" {
 		t.Errorf("IDEM_QUIET=1 left %q on stderr", r.stderr)
 	}
+	// A boolean variable set but empty is as if unset, not an error: the
+	// message on stderr is back.
+	r = runIdem(t, runOpts{env: env}, "claim", "-n", "env", "-k", "k-empty").must(t, 0, "claim")
+	r = runIdem(t, runOpts{env: append(env, "IDEM_LEASE_TOKEN="+strings.TrimSpace(r.stdout), "IDEM_QUIET=", "IDEM_TLS=", "IDEM_INSECURE=")},
+		"complete", "-n", "env", "-k", "k-empty", "--result", "ok").must(t, 0, "complete with IDEM_QUIET= (empty)")
+	if r.stderr == "" {
+		t.Error("IDEM_QUIET= (empty) left stderr empty; want it read as unset")
+	}
 	// A flag wins over its variable.
 	runIdem(t, runOpts{env: []string{"IDEM_ADDR=" + closedAddr(t)}}, "--addr", f.srv.Addr, "lookup", "-n", "env", "-k", "k1").must(t, 0, "--addr over IDEM_ADDR")
 	runIdem(t, runOpts{env: []string{"IDEM_ADDR=" + closedAddr(t)}}, "lookup", "-n", "env", "-k", "k1").must(t, int(exitUnavailable), "IDEM_ADDR to nowhere")

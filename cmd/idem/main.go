@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemhq/idem/client"
 	"github.com/idemhq/idem/internal/buildinfo"
+	"github.com/idemhq/idem/internal/envflag"
 )
 
 // version and commit are set at build time with -ldflags "-X
@@ -116,6 +117,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "idem: %v\n", err) // a bug in the flag declarations
 		return exitError
 	}
+	envflag.UnsetEmptyBools(parser.Model)
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "idem: %v; %s\n", err, helpHint(err))

@@ -69,7 +69,7 @@ func consoleURL(t *testing.T, p *idemdProc) string {
 
 // TestConsoleIsServedOnTheJSONListener: by default idemd serves the console
 // at /console/ on --json-listen, next to the API, with its security
-// headers, and logs its URL; /console redirects there.
+// headers, and logs its URL; /console and / redirect there.
 func TestConsoleIsServedOnTheJSONListener(t *testing.T) {
 	t.Parallel()
 	p := startServe(t, t.TempDir(), "--json-listen", "127.0.0.1:0")
@@ -100,6 +100,11 @@ func TestConsoleIsServedOnTheJSONListener(t *testing.T) {
 	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/console/" {
 		t.Errorf("GET /console: %d Location %q; want a redirect to /console/", resp.StatusCode, resp.Header.Get("Location"))
 	}
+	// The listener's root, where a browser pointed at it lands, leads there.
+	resp, _ = get(t, base+"/")
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/console/" {
+		t.Errorf("GET /: %d Location %q; want a redirect to /console/", resp.StatusCode, resp.Header.Get("Location"))
+	}
 
 	// The API answers on the same listener, REST routes included.
 	apiResp, err := http.Post(base+"/idem.v1.AdminService/Stats", "application/json", strings.NewReader(`{}`))
@@ -122,8 +127,8 @@ func TestConsoleIsServedOnTheJSONListener(t *testing.T) {
 }
 
 // TestConsoleTurnsOff: --console=false, --no-console and IDEM_CONSOLE=false
-// each leave /console/ to the API (which knows no such route) and log no
-// console URL, and the API still answers.
+// each leave /console/ and / to the API (which knows no such route and says
+// which it knows) and log no console URL, and the API still answers.
 func TestConsoleTurnsOff(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -142,10 +147,10 @@ func TestConsoleTurnsOff(t *testing.T) {
 				t.Errorf("serving line console_url=%q; want none", got)
 			}
 			base := "http://" + p.jsonAddr
-			for _, path := range []string{"/console/", "/console/app.js", "/console/server.json"} {
+			for _, path := range []string{"/", "/console/", "/console/app.js", "/console/server.json"} {
 				resp, body := get(t, base+path)
-				if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Security-Policy") != "" {
-					t.Errorf("GET %s: %d (CSP %q) %.100q; want the API's 404", path, resp.StatusCode, resp.Header.Get("Content-Security-Policy"), body)
+				if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Security-Policy") != "" || !strings.Contains(body, "the REST routes are") {
+					t.Errorf("GET %s: %d (CSP %q) %.100q; want the API's 404 listing its routes", path, resp.StatusCode, resp.Header.Get("Content-Security-Policy"), body)
 				}
 			}
 			apiResp, err := http.Post(base+"/idem.v1.AdminService/Stats", "application/json", strings.NewReader(`{}`))

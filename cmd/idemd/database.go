@@ -57,9 +57,6 @@ type database struct {
 	name string
 	// implicit is true when SQLite was chosen because no URL was given.
 	implicit bool
-	// inProcess is true when the store's work runs in idemd's process
-	// (SQLite), not in a server of its own (setProcs).
-	inProcess bool
 	// unlock releases what open holds besides the store (SQLite's lock file).
 	unlock func()
 	// pooler is the connection pooler in front of PostgreSQL, and
@@ -140,7 +137,7 @@ func (f databaseFlags) open(ctx context.Context, tp trace.TracerProvider) (*data
 		unlock()
 		return nil, fmt.Errorf("open the SQLite database %s: %s", path, oneLine(err))
 	}
-	return &database{Backend: st, name: path, implicit: implicit, inProcess: true, unlock: unlock}, nil
+	return &database{Backend: st, name: path, implicit: implicit, unlock: unlock}, nil
 }
 
 // sqlitePath returns the SQLite file the flags choose, or "" for Postgres;

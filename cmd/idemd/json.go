@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/console"
-	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/server"
 )
 
@@ -23,6 +23,7 @@ type jsonFlags struct {
 	JSONListen         string        `name:"json-listen" default:"127.0.0.1:7072" env:"IDEM_JSON_LISTEN" help:"Address serving the API over HTTP/1.1 and HTTP/2 (h2c without TLS): Connect (JSON) and gRPC-Web for every RPC, and the REST routes (/v1/namespaces/…), with the same TLS, authentication and tenants as the gRPC listener; empty turns it off."`
 	JSONReadTimeout    time.Duration `name:"json-read-timeout" default:"10s" env:"IDEM_JSON_READ_TIMEOUT" help:"Time a request on --json-listen has to send its headers and body; a slower one is cut off."`
 	JSONIdleTimeout    time.Duration `name:"json-idle-timeout" default:"2m" env:"IDEM_JSON_IDLE_TIMEOUT" help:"A connection on --json-listen with no request in flight for this long is closed."`
+	JSONWriteTimeout   time.Duration `name:"json-write-timeout" default:"10s" env:"IDEM_JSON_WRITE_TIMEOUT" help:"A connection on --json-listen whose client reads nothing of an answer for this long is closed."`
 	JSONMaxConnections int           `name:"json-max-connections" default:"1024" env:"IDEM_JSON_MAX_CONNECTIONS" help:"Most connections --json-listen holds open at once (1 to 1000000); a new one waits to be accepted until another closes."`
 	Console            bool          `default:"true" negatable:"" env:"IDEM_CONSOLE" help:"Serve the operator console, a web app that lists records and resolves held ones through the AdminService, at /console/ on --json-listen. A token signs in to it and reaches what it reaches through the API."`
 }
@@ -36,6 +37,9 @@ func (f *jsonFlags) validate(sec *securityFlags) error {
 	}
 	if f.JSONIdleTimeout <= 0 {
 		return fmt.Errorf("--json-idle-timeout is %s; it must be positive", f.JSONIdleTimeout)
+	}
+	if f.JSONWriteTimeout <= 0 {
+		return fmt.Errorf("--json-write-timeout is %s; it must be positive", f.JSONWriteTimeout)
 	}
 	if f.JSONMaxConnections < 1 || f.JSONMaxConnections > 1_000_000 {
 		return fmt.Errorf("--json-max-connections is %d; it must be between 1 and 1000000", f.JSONMaxConnections)
@@ -63,16 +67,20 @@ type jsonAPI struct {
 }
 
 // withConsole serves the console under console.Path and everything else
-// with api. It matches the path itself rather than with an http.ServeMux,
-// which would clean and redirect the API's REST paths (a key may hold
-// "//" or "..").
+// with api; the root, where a browser pointed at the listener lands,
+// redirects to the console. It matches the path itself rather than with an
+// http.ServeMux, which would clean and redirect the API's REST paths (a key
+// may hold "//" or "..").
 func withConsole(consoleHandler, api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, console.Path) || r.URL.Path == strings.TrimSuffix(console.Path, "/") {
+		switch {
+		case strings.HasPrefix(r.URL.Path, console.Path) || r.URL.Path == strings.TrimSuffix(console.Path, "/"):
 			consoleHandler.ServeHTTP(w, r)
-			return
+		case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			http.Redirect(w, r, console.Path, http.StatusFound)
+		default:
+			api.ServeHTTP(w, r)
 		}
-		api.ServeHTTP(w, r)
 	})
 }
 
@@ -103,9 +111,9 @@ func (f *jsonFlags) listenJSON() (*jsonAPI, error) {
 	if f.JSONListen == "" {
 		return nil, nil
 	}
-	lis, err := net.Listen("tcp", f.JSONListen)
+	lis, err := listen(f.JSONListen, "--json-listen", "IDEM_JSON_LISTEN")
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s (--json-listen): %w", f.JSONListen, err)
+		return nil, err
 	}
 	return &jsonAPI{flags: f, lis: lis}, nil
 }
@@ -161,9 +169,7 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, consoleOpts *co
 		j.srv.TLSConfig = cfg
 		j.tls = true
 	}
-	// Raw reads and writes on the API's connections, as on the gRPC
-	// listener's (internal/rawconn).
-	lis := netutil.LimitListener(rawconn.Listener{Listener: j.lis}, j.flags.JSONMaxConnections)
+	lis := netutil.LimitListener(writeTimeoutListener{Listener: j.lis, timeout: j.flags.JSONWriteTimeout}, j.flags.JSONMaxConnections)
 	go func() {
 		var err error
 		if j.srv.TLSConfig != nil {
@@ -199,4 +205,45 @@ func (j *jsonAPI) shutdown(ctx context.Context) {
 		_ = j.srv.Close()
 	}
 	j.grpc.Stop()
+}
+
+// writeTimeoutListener gives its connections a write timeout: a write that
+// makes no progress for timeout fails, and the server closes the
+// connection. http.Server's WriteTimeout would not do: it bounds a whole
+// request and its answer from the request's headers on, so it would cut a
+// Claim that waits (ClaimRequest.wait) longer; and without a bound a client
+// that stops reading holds its connection, one of --json-max-connections,
+// for as long as it lives.
+type writeTimeoutListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l writeTimeoutListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeTimeoutConn{Conn: c, timeout: l.timeout}, nil
+}
+
+type writeTimeoutConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+// Write writes b with a deadline that moves on whenever some of b is
+// written: a client that reads, however slowly, is not cut off.
+func (c *writeTimeoutConn) Write(b []byte) (int, error) {
+	var written int
+	for {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+			return written, err
+		}
+		n, err := c.Conn.Write(b[written:])
+		written += n
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return written, err
+		}
+	}
 }

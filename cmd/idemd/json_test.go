@@ -460,6 +460,8 @@ func TestJSONLimitFlags(t *testing.T) {
 	}{
 		{nil, []string{"--json-read-timeout", "0s"}, "--json-read-timeout is 0s; it must be positive"},
 		{[]string{"IDEM_JSON_IDLE_TIMEOUT=-1s"}, nil, "--json-idle-timeout is -1s; it must be positive"},
+		{nil, []string{"--json-write-timeout", "0s"}, "--json-write-timeout is 0s; it must be positive"},
+		{[]string{"IDEM_JSON_WRITE_TIMEOUT=-2s"}, nil, "--json-write-timeout is -2s; it must be positive"},
 		{[]string{"IDEM_JSON_MAX_CONNECTIONS=0"}, nil, "--json-max-connections is 0; it must be between 1 and 1000000"},
 		{nil, []string{"--json-max-connections", "1000001"}, "--json-max-connections is 1000001"},
 	} {

@@ -18,6 +18,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/idemhq/idem/internal/buildinfo"
+	"github.com/idemhq/idem/internal/envflag"
 	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/migrate"
@@ -130,7 +131,6 @@ func (versionCmd) Run() error {
 }
 
 func main() {
-	setGCPercent(os.Getenv)
 	var c cli
 	parser := kong.Must(&c,
 		kong.Name("idemd"),
@@ -145,10 +145,15 @@ func main() {
 			"coalesce_max_rows":      strconv.Itoa(coalesce.DefaultMaxRows),
 		},
 	)
+	envflag.UnsetEmptyBools(parser.Model)
 	kctx, err := parser.Parse(os.Args[1:])
 	if err != nil {
 		// The same one line as idem's: what was wrong and where to look.
-		fmt.Fprintf(os.Stderr, "idemd: %v; %s\n", err, helpHint(err))
+		if hint := commandFirstHint(parser.Model, err, os.Args[1:]); hint != "" {
+			fmt.Fprintf(os.Stderr, "idemd: %v: %s\n", err, hint)
+		} else {
+			fmt.Fprintf(os.Stderr, "idemd: %v; %s\n", err, helpHint(err))
+		}
 		os.Exit(1)
 	}
 
@@ -173,6 +178,56 @@ func helpHint(err error) string {
 		}
 	}
 	return `run "idemd --help" for the commands`
+}
+
+// commandFirstHint explains an unknown flag given before any command when
+// it is a flag of commands (idemd --listen … for idemd serve --listen …):
+// which ones, and the command line with the first of them in its place. It
+// is "" otherwise.
+func commandFirstHint(app *kong.Application, err error, args []string) string {
+	var pe *kong.ParseError
+	if !errors.As(err, &pe) || pe.Context == nil || pe.Context.Selected() != nil || len(args) == 0 {
+		return ""
+	}
+	name, ok := strings.CutPrefix(args[0], "--")
+	if !ok || !strings.HasPrefix(err.Error(), "unknown flag ") {
+		return ""
+	}
+	name, _, _ = strings.Cut(name, "=")
+	var first string
+	var cmds []string
+	for _, cmd := range app.Children {
+		for _, f := range cmd.Flags {
+			if f.Name == name || f.Tag.Negatable != "" && "no-"+f.Name == name {
+				if first == "" {
+					first = cmd.Name
+				}
+				cmds = append(cmds, fmt.Sprintf("%q", "idemd "+cmd.Name))
+				break
+			}
+		}
+	}
+	if len(cmds) == 0 {
+		return ""
+	}
+	which := cmds[0]
+	if len(cmds) > 1 {
+		which = strings.Join(cmds[:len(cmds)-1], ", ") + " and " + cmds[len(cmds)-1]
+	}
+	line := []string{"idemd", first}
+	for _, a := range args {
+		line = append(line, shellQuote(a))
+	}
+	return fmt.Sprintf("it is a flag of %s; the command goes first: %s", which, strings.Join(line, " "))
+}
+
+// shellQuote quotes s for a shell when it holds more than the characters of
+// flags, addresses and URLs.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/=@+%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // oneLine flattens an error that pgx spreads over several lines (one per

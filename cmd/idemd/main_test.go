@@ -61,6 +61,8 @@ func TestStartupErrorsAreOneLineAndNonZero(t *testing.T) {
 		{"sqlite url with a host", []string{"migrate", "--database-url", "sqlite://host/idem.db"}, "a SQLite file is local"},
 		{"sqlite url without a file", []string{"serve", "--database-url", "sqlite:///"}, "does not name a file"},
 		{"empty data dir", []string{"sweep", "--once", "--data-dir", ""}, "--data-dir is empty"},
+		// A boolean variable set but empty is as if unset: the error is the one after it.
+		{"empty boolean variables", []string{"serve", "--database-url", "mysql://x/idem"}, `--database-url has the scheme "mysql"`},
 		{"unknown flag", []string{"serve", "--database-url", "postgres://x", "--nope"}, "--nope"},
 		{"lease out of bounds", []string{"serve", "--database-url", "postgres://x", "--default-lease-ttl", "500ms"}, "--default-lease-ttl is 500ms; it must be between 1s and 24h0m0s"},
 		{"retention out of bounds", []string{"serve", "--database-url", "postgres://x", "--default-retention", "91h", "--default-retention", "2160h1s"}, "--default-retention"},
@@ -81,7 +83,11 @@ func TestStartupErrorsAreOneLineAndNonZero(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, code := run(t, nil, tc.args...)
+			var env []string
+			if tc.name == "empty boolean variables" {
+				env = []string{"IDEM_MIGRATE=", "IDEM_CONSOLE=", "IDEM_PPROF="}
+			}
+			out, code := run(t, env, tc.args...)
 			if code == 0 {
 				t.Fatalf("exit code 0, want non-zero; output:\n%s", out)
 			}
@@ -159,21 +165,10 @@ func TestServeRefusesAnUnmigratedSchemaWithMigrateOff(t *testing.T) {
 	}
 }
 
-// TestServeClaimsAndShutsDownGracefully runs idemd with raw socket reads and
-// writes (the default) and with the net package's (--no-raw-sockets).
 func TestServeClaimsAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
-	for _, sockets := range []string{"--raw-sockets", "--no-raw-sockets"} {
-		t.Run(sockets, func(t *testing.T) {
-			t.Parallel()
-			serveClaimAndShutDown(t, sockets)
-		})
-	}
-}
-
-func serveClaimAndShutDown(t *testing.T, sockets string) {
 	db := testdb.New(t, testdb.Unmigrated())
-	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json", sockets)
+	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "", "--json-listen", "", "--sweep-interval", "50ms", "--log-format", "json")
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+db.URL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -21,7 +23,6 @@ import (
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/maintenance"
-	"github.com/idemhq/idem/internal/rawconn"
 	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
@@ -49,9 +50,8 @@ type serveCmd struct {
 	Migrate             bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
 	ShutdownTimeout     time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
-	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database."`
+	HealthInterval      time.Duration `default:"5s" env:"IDEM_HEALTH_INTERVAL" help:"How often the gRPC health status is checked against the database; between checks it follows what the calls see."`
 	MetricsNamespaces   int           `default:"100" env:"IDEM_METRICS_NAMESPACES" help:"How many namespaces idem_claims_total labels besides those the config names literally: the first ones claimed; the rest count as _other (0 to 10000)."`
-	RawSockets          bool          `default:"true" negatable:"" env:"IDEM_RAW_SOCKETS" help:"Read and write the gRPC, HTTP/JSON and Postgres connections with raw system calls, which spare the Go runtime's monitor thread a wake-up after every idle spell (Linux; a third less CPU per call at low load). --no-raw-sockets goes back to the net package's."`
 	Pprof               bool          `env:"IDEM_PPROF" help:"Also serve Go's profiler (net/http/pprof) under /debug/pprof/ on --http-listen, to profile idemd under load. Off by default: profiles expose the process's internals."`
 }
 
@@ -116,7 +116,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	rawconn.SetEnabled(c.RawSockets)
 	logger := c.logger(os.Stderr)
 	sec, err := c.securityFlags.load(c.Listen, c.MaxResultBytes)
 	if err != nil {
@@ -154,7 +153,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	defer db.Close()
 	db.poolerNotes(ctx, logger)
 	c.coalesce(db, tracer)
-	procs := setProcs(os.Getenv, db.inProcess)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
@@ -171,16 +169,16 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 
-	lis, err := net.Listen("tcp", c.Listen)
+	lis, err := listen(c.Listen, "--listen", "IDEM_LISTEN")
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+		return err
 	}
 
 	var httpLis net.Listener
 	if c.HTTPListen != "" {
-		if httpLis, err = net.Listen("tcp", c.HTTPListen); err != nil {
+		if httpLis, err = listen(c.HTTPListen, "--http-listen", "IDEM_HTTP_LISTEN"); err != nil {
 			lis.Close()
-			return fmt.Errorf("listen on %s (--http-listen): %w", c.HTTPListen, err)
+			return err
 		}
 	}
 
@@ -235,7 +233,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
 	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "console_url", jsonAPI.consoleURL(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", procs)
+		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", runtime.GOMAXPROCS(0))
 	if u := jsonAPI.consoleURL(); u != "" {
 		if consoleOpts.Authenticated {
 			logger.Info("operator console: open it in a browser and sign in with the token of a tenant with admin: true or operator: true", "url", u)
@@ -254,10 +252,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	g.Go(func() error {
-		// Raw reads and writes on the calls' connections: each read
-		// and write through the runtime's entersyscall woke its
-		// monitor thread after every idle spell (internal/rawconn).
-		if err := grpcServer.Serve(rawconn.Listener{Listener: lis}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serve: %w", err)
 		}
 		return nil
@@ -276,7 +271,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		g.Go(func() error { sw.Run(background); return nil })
 	}
 	g.Go(func() error {
-		server.WatchHealth(background, st, healthServer, c.HealthInterval, logger)
+		svc.WatchHealth(background, c.HealthInterval)
 		return nil
 	})
 	g.Go(func() error {
@@ -329,6 +324,20 @@ func (c *serveCmd) drain(svc *server.Service, grpcServer *grpc.Server, healthSer
 		<-stopped
 	}
 	<-jsonDone
+}
+
+// listen opens a TCP listener on addr, the value of flag or of the
+// environment variable env: an address in use says which of them moves it.
+func listen(addr, flag, env string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return lis, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("listen on %s (%s): the address is in use, by another idemd or another program; stop it, "+
+			"or give idemd another address with %s or %s (port 0 lets the system choose one)", addr, flag, flag, env)
+	}
+	return nil, fmt.Errorf("listen on %s (%s or %s): %w", addr, flag, env, err)
 }
 
 // listenAddr is the address lis listens on as the flag wrote it, with the

@@ -72,6 +72,10 @@ func TestFlagErrorsAreOneLineWithAHint(t *testing.T) {
 		{[]string{"serve", "--nope"}, `idemd: unknown flag --nope; run "idemd serve --help" for its flags`},
 		{[]string{"serve", "--log-format", "xml"}, `run "idemd serve --help" for its flags`},
 		{[]string{"nope"}, `; run "idemd --help" for the commands`},
+		// A flag of a command before any command: say which, and how.
+		{[]string{"--listen", "127.0.0.1:7999"}, `idemd: unknown flag --listen: it is a flag of "idemd serve"; the command goes first: idemd serve --listen 127.0.0.1:7999`},
+		{[]string{"--database-url=postgres://x", "--log-level", "debug"}, `it is a flag of "idemd serve", "idemd migrate" and "idemd sweep"; the command goes first: idemd serve --database-url=postgres://x --log-level debug`},
+		{[]string{"--no-migrate", "--data-dir", "my dir"}, `it is a flag of "idemd serve"; the command goes first: idemd serve --no-migrate --data-dir 'my dir'`},
 	}
 	for _, tc := range cases {
 		out, code := run(t, nil, tc.args...)
@@ -163,5 +167,33 @@ func TestMigrateCreatesTheSchemaOfSearchPath(t *testing.T) {
 	out, code := run(t, nil, "migrate", "--database-url", u.String())
 	if code != 0 || !strings.Contains(out, "applied migrations") || !strings.Contains(out, `schema=`+schema) {
 		t.Fatalf("idemd migrate with search_path=%s: exit %d, output %q; want the schema created and migrated", schema, code, out)
+	}
+}
+
+// TestBusyPortNamesTheFlag: an address another program listens on stops
+// idemd with a message that names the flag and the variable that move it.
+func TestBusyPortNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	for _, tc := range []struct{ flag, env string }{
+		{"--listen", "IDEM_LISTEN"},
+		{"--http-listen", "IDEM_HTTP_LISTEN"},
+		{"--json-listen", "IDEM_JSON_LISTEN"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--json-listen", "127.0.0.1:0"}
+			out, code := run(t, nil, append(args, tc.flag, busy.Addr().String())...)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if code == 0 || !strings.Contains(last, busy.Addr().String()) || !strings.Contains(last, "in use") ||
+				!strings.Contains(last, tc.flag+" ") || !strings.Contains(last, tc.env) {
+				t.Fatalf("exit %d, output:\n%s\nwant a last line that says %s is in use and names %s and %s", code, out, busy.Addr(), tc.flag, tc.env)
+			}
+		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
 )
@@ -143,7 +144,11 @@ func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context,
 	}
 	done := make(chan result, 1)
 	go func() {
-		own, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementDeadline)
+		// Of the caller's context only its span goes along: pgx keeps the
+		// context of a connection's last statement, and the caller's would
+		// keep its gRPC call alive, with everything its client connection
+		// has queued unread, until the connection runs another.
+		own, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), statementDeadline)
 		defer cancel()
 		// Acquiring on the caller's context would let pgxpool cancel a ping
 		// of an idle connection mid-flight, which closes it too.

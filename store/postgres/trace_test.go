@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -97,4 +98,33 @@ func TestTracedStatements(t *testing.T) {
 		_, errs := b.RecordClaimMany(ctx, []*store.ClaimParams{claimParams(recordID("m1"), "a"), claimParams(recordID("m2"), "a")})
 		return errs[0]
 	}, "postgres claim many")
+}
+
+// TestTracedDetachedStatement: a statement run apart from its caller's
+// cancellation (a Lookup's read) still gets a span under the caller's.
+func TestTracedDetachedStatement(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b, err := postgres.OpenBackend(t.Context(), db.URL, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, caller := tp.Tracer("test").Start(t.Context(), "caller")
+	_, err = b.RecordGet(ctx, recordID("traced-get"))
+	caller.End()
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RecordGet: %v; want not found", err)
+	}
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID() == caller.SpanContext().TraceID() && s.Name() == "postgres lookup" {
+			if s.Parent().SpanID() != caller.SpanContext().SpanID() {
+				t.Fatalf("the statement span's parent is %s; want the caller's span %s", s.Parent().SpanID(), caller.SpanContext().SpanID())
+			}
+			return
+		}
+	}
+	t.Fatal("no statement span in the caller's trace")
 }

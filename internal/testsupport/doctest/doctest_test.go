@@ -34,6 +34,7 @@ var notRun = map[string][]string{
 	"docs/BENCHMARKS.md": { // minutes of load that needs a quiet machine
 		"make bench",
 		"# An idemd that already runs (IDEM_ADDR, IDEM_TOKEN for one with tenants):",
+		"make bench-pinned                    # bench's runs: Postgres on CPU 1, the rest on CPU 0",
 		"# 1. unique on an empty table against one holding 5 million records, interleaved",
 		"bin/idem-bench --start-idemd --scenario wait -c 16 -d 15s",
 	},
