@@ -36,6 +36,9 @@ type fixture struct {
 // Followers get their leader's result times 1000 plus their own params, so a
 // test can tell who answered them.
 func newFixture(opts Options, answer func(params int) (int, error), fail func(batch []*pending[int, int]) error) *fixture {
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = 1 // one batch at a time, unless a test asks for more
+	}
 	f := &fixture{calls: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "test_batch_calls"})}
 	run := func(ctx context.Context, batch []*pending[int, int]) error {
 		var keys []string

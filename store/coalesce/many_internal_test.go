@@ -138,7 +138,7 @@ func TestDoManyCallerLeaves(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	started := make(chan struct{}, 4)
-	f := newFixture(Options{MaxInFlight: 1, MaxRows: 2, MaxOverflow: -1}, echo, func([]*pending[int, int]) error {
+	f := newFixture(Options{MaxRows: 2, MaxOverflow: -1}, echo, func([]*pending[int, int]) error {
 		started <- struct{}{}
 		<-release
 		return nil

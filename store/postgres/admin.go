@@ -238,3 +238,38 @@ func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
 func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
 	return driver{q: s.pool}.sweepPurge(ctx, limit)
 }
+
+// RecordGet implements store.Store.
+func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.getRecord(ctx, id) })
+}
+
+// RecordGetMany implements store.Store in one statement.
+func (s *Store) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ids)), make([]error, len(ids))
+	sent := make([]store.RecordID, 0, len(ids))
+	at := make([]int, 0, len(ids)) // the index in ids of each id sent
+	for i, id := range ids {
+		if errs[i] = id.CheckText(); errs[i] == nil {
+			sent, at = append(sent, id), append(at, i)
+		}
+	}
+	if len(sent) == 0 {
+		return recs, errs
+	}
+	found, err := detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.getMany(ctx, sent) })
+	for j, i := range at {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case found[j] == nil:
+			errs[i] = store.ErrNotFound
+		default:
+			recs[i] = found[j]
+		}
+	}
+	return recs, errs
+}

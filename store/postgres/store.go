@@ -144,10 +144,8 @@ func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context,
 	}
 	done := make(chan result, 1)
 	go func() {
-		// Of the caller's context only its span goes along: pgx keeps the
-		// context of a connection's last statement, and the caller's would
-		// keep its gRPC call alive, with everything its client connection
-		// has queued unread, until the connection runs another.
+		// Only the caller's span goes along: pgx keeps a connection's last
+		// context, which would keep the caller's whole gRPC call alive.
 		own, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), statementDeadline)
 		defer cancel()
 		// Acquiring on the caller's context would let pgxpool cancel a ping
