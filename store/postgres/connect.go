@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/migrate"
+	"github.com/idemhq/idem/store/postgres/migrations"
 )
 
 // Pooler names what stands between idem and PostgreSQL: how the store's
@@ -53,8 +54,7 @@ func ParsePooler(s string) (Pooler, error) {
 
 // Options are how the store reaches its database beyond the URL.
 type Options struct {
-	// Pooler is what stands in front of PostgreSQL. It defaults to
-	// NoPooler.
+	// Pooler is what stands in front of PostgreSQL; NoPooler by default.
 	Pooler Pooler
 	// ListenURL, when set, is the listener's own connection string: with
 	// TransactionPooler, a direct connection to the primary past the pooler.
@@ -137,8 +137,7 @@ func NewWith(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// feedFrom sets how the store hears of the changes that wake its waiting
-// Claims, before any waits.
+// feedFrom sets how the store hears of changes, before any waits.
 func (s *Store) feedFrom(opts Options) error {
 	switch {
 	case opts.ListenURL != "":
@@ -146,9 +145,9 @@ func (s *Store) feedFrom(opts Options) error {
 		if err != nil {
 			return fmt.Errorf("listen URL: %w", err)
 		}
-		s.listen.config = cfg
+		s.listen.Config = cfg
 	case opts.Pooler == TransactionPooler:
-		s.listen.poll = true
+		s.listen.Poll = s.poll
 	}
 	return nil
 }
@@ -197,19 +196,32 @@ func OpenBackendWith(ctx context.Context, url string, tp trace.TracerProvider, o
 	return &Backend{Store: s, pool: pool}, nil
 }
 
-// Migrate implements store.Backend: see MigrateLogged.
-func (b *Backend) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
-	return MigrateLogged(ctx, b.pool, logger)
+// Migrate applies the pending migrations of the schema
+// (store/postgres/migrations) on pool, logging to slog's default logger.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	applied, err := migrations.Migrate(ctx, pool, slog.Default())
+	return applied, interpretError(err)
 }
 
-// MigrationScript is the SQL Migrate would run now; see MigrationScript.
+// LatestVersion is the schema version this binary expects.
+func LatestVersion() int { return migrations.Latest() }
+
+// Migrate implements store.Backend (migrations.Migrate).
+func (b *Backend) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
+	applied, err := migrations.Migrate(ctx, b.pool, logger)
+	return applied, interpretError(err)
+}
+
+// MigrationScript is the SQL Migrate would run now (migrations.Script).
 func (b *Backend) MigrationScript(ctx context.Context) (migrate.Script, error) {
-	return MigrationScript(ctx, b.pool)
+	script, err := migrations.Script(ctx, b.pool)
+	return script, interpretError(err)
 }
 
 // SchemaVersion implements store.Backend.
 func (b *Backend) SchemaVersion(ctx context.Context) (int, error) {
-	return SchemaVersion(ctx, b.pool)
+	v, err := migrations.SchemaVersion(ctx, b.pool)
+	return v, interpretError(err)
 }
 
 // LatestVersion implements store.Backend.
@@ -249,10 +261,9 @@ func (b *Backend) Collectors() []prometheus.Collector {
 	}
 }
 
-// Connect parses url, opens a pool and checks that the database answers (a
-// database that cannot be reached is store.ErrUnavailable). The URL may set
-// search_path, to keep idem in its own schema, and pool_max_conns, which
-// defaults to DefaultMaxConns.
+// Connect parses url, opens a pool and checks that the database answers
+// (store.ErrUnavailable when not). The URL may set search_path, to keep
+// idem in its own schema, and pool_max_conns (DefaultMaxConns).
 func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return ConnectWith(ctx, url, NoPooler)
 }
@@ -326,8 +337,7 @@ func newQueryTracer(tp trace.TracerProvider) *queryTracer {
 	return &queryTracer{tracer: tp.Tracer(tracerName)}
 }
 
-// querySpanKey marks a context whose statement queryTracer made a span for,
-// so that TraceQueryEnd ends that span and never the caller's.
+// querySpanKey marks a context whose statement span queryTracer made.
 type querySpanKey struct{}
 
 // TraceQueryStart implements pgx.QueryTracer.
@@ -353,8 +363,7 @@ func (t *queryTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.T
 	end(ctx, data.Err)
 }
 
-// start makes the span of a statement (or of statements sent together)
-// whose text is sql, when ctx is a traced caller's.
+// start makes the span of the statements sql, when ctx is a traced caller's.
 func (t *queryTracer) start(ctx context.Context, sql string) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx // no traced caller: a sweep, a health check, a migration

@@ -28,10 +28,10 @@ func (b *Backend) Traced() bool { return b.pool.Config().ConnConfig.Tracer != ni
 
 // Listens is how many times the store's listener started listening: once
 // per connection it made.
-func (s *Store) Listens() int64 { return s.listen.listens.Load() }
+func (s *Store) Listens() int64 { return s.listen.Listens() }
 
 // Polls is how many times a polling store looked at its watched records.
-func (s *Store) Polls() int64 { return s.listen.polls.Load() }
+func (s *Store) Polls() int64 { return s.listen.Polls() }
 
 // HotStatement is a statement of the calls workers make (Claim, Complete,
 // Fail, Heartbeat, Lookup, a waiting Claim) and of the admin calls on one

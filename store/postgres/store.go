@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres/notifier"
 )
 
 var (
@@ -39,7 +40,7 @@ type Store struct {
 	// The waiting Claims of this process, and the connection that hears
 	// the notifications that wake them (wait.go).
 	watches store.Watches
-	listen  *listener
+	listen  *notifier.Listener
 }
 
 // New returns a Store that runs its statements on pool. The schema must have
@@ -48,15 +49,15 @@ func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool}
 	s.TokenCalls = s.runTokenCall
 	s.TokenCallsMany = s.runTokenCallsMany
-	s.listen = &listener{pool: pool, watches: &s.watches}
-	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
+	s.listen = &notifier.Listener{Watches: &s.watches, Config: pool.Config().ConnConfig}
+	s.watches.OnFirst, s.watches.OnLast = s.listen.Start, s.listen.Idle
 	return s
 }
 
 // Close stops the connection that listens for the notifications of waiting
 // Claims, if one runs. The pool is the caller's to close.
 func (s *Store) Close() {
-	s.listen.close()
+	s.listen.Close()
 }
 
 // Ping reports whether the database answers.

@@ -1,4 +1,7 @@
-package postgres
+// Package migrations is idem's PostgreSQL schema: the numbered SQL files
+// beside this one, applied in order by Migrate (store/migrate's runner) or
+// printed by Script for an operator to run.
+package migrations
 
 import (
 	"context"
@@ -15,33 +18,20 @@ import (
 	"github.com/idemhq/idem/store/migrate"
 )
 
-// migrationFS holds the PostgreSQL schema, named NNN_description.sql.
+// files holds the schema, named NNN_description.sql.
 //
-//go:embed migrations/*.sql
-var migrationFS embed.FS
+//go:embed *.sql
+var files embed.FS
 
-var migrations = migrate.Dir(migrationFS, "migrations")
+var source = migrate.Dir(files, ".")
 
-// Migration is one numbered schema change.
-type Migration = migrate.Migration
+// All returns the migrations in order.
+func All() ([]migrate.Migration, error) { return source.Migrations() }
 
-// Migrations returns the embedded migrations in order.
-func Migrations() ([]migrate.Migration, error) { return migrations.Migrations() }
+// Latest is the schema version this binary expects.
+func Latest() int { return source.Latest() }
 
-// LatestVersion is the schema version this binary expects.
-func LatestVersion() int { return migrations.Latest() }
-
-// Migrate applies the pending migrations in one transaction, under an
-// advisory lock so that replicas starting together apply each once, and
-// returns the versions it applied. A newer schema is logged to slog's
-// default logger, not refused: during a rolling deploy the old replicas
-// meet the schema the new ones applied.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	return MigrateLogged(ctx, pool, slog.Default())
-}
-
-// The migration transaction's own statements, for MigrateLogged and
-// MigrationScript.
+// The migration transaction's own statements, for Migrate and Script.
 const (
 	// A migration may rewrite a large table: StatementTimeout is for the
 	// request path, not for this.
@@ -55,11 +45,12 @@ const (
 	recordMigrationSQL = "INSERT INTO idem_schema_migrations (version, name) VALUES ($1, $2)"
 )
 
-// MigrateLogged is Migrate that logs to logger. A current schema is only
-// read, so idemd may serve with a role that cannot change it; a role that
-// lacks what a pending migration needs gets a *PrivilegeError.
-func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int, error) {
-	ms, err := migrations.Migrations()
+// Migrate applies the pending migrations in one transaction, under an
+// advisory lock so that replicas starting together apply each once. A
+// newer schema is logged, not refused, for rolling deploys; a current one
+// is only read, so idemd may serve with a role that cannot change it.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int, error) {
+	ms, err := source.Migrations()
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +76,7 @@ func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
 			return nil, &PrivilegeError{Role: pool.Config().ConnConfig.User, Err: err}
 		}
-		return nil, interpretError(err)
+		return nil, err
 	}
 	return applied, nil
 }
@@ -116,12 +107,11 @@ func (v readOnlyTx) Apply(_ context.Context, m migrate.Migration) error {
 	return fmt.Errorf("migration %s on a schema at version %d, which is current", m.Name, int(v))
 }
 
-// MigrationScript returns the SQL that MigrateLogged would run on the
-// database of pool, without running it: run by hand in one go (psql -v
-// ON_ERROR_STOP=1 -f), it leaves the schema as MigrateLogged would. Nothing
-// pending is an empty SQL.
-func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, error) {
-	ms, err := migrations.Migrations()
+// Script returns the SQL that Migrate would run on the database of pool,
+// without running it: run by hand in one go (psql -v ON_ERROR_STOP=1 -f),
+// it leaves the schema as Migrate would. Nothing pending is an empty SQL.
+func Script(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, error) {
+	ms, err := source.Migrations()
 	if err != nil {
 		return migrate.Script{}, err
 	}
@@ -135,7 +125,7 @@ func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, e
 	}
 	searchPath, create, err := schemaToCreate(ctx, pool)
 	if err != nil {
-		return migrate.Script{}, interpretError(err)
+		return migrate.Script{}, err
 	}
 	to := migrate.Latest(ms)
 	var b strings.Builder
@@ -157,9 +147,8 @@ func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, e
 	return migrate.Script{From: from, To: to, SQL: b.String()}, nil
 }
 
-// createSchema creates the first schema the search_path names when none of
-// them exists, so that ?search_path=idem works on a new database, where
-// Postgres would refuse the first CREATE TABLE.
+// createSchema creates the schema schemaToCreate names, so that
+// ?search_path=idem works on a new database.
 func createSchema(ctx context.Context, tx pgx.Tx, logger *slog.Logger) error {
 	_, name, err := schemaToCreate(ctx, tx)
 	if err != nil || name == "" {
@@ -174,7 +163,9 @@ func createSchema(ctx context.Context, tx pgx.Tx, logger *slog.Logger) error {
 
 // schemaToCreate returns the connection's search_path and the schema to
 // create in it: its first, when none of its schemas exists, else "".
-func schemaToCreate(ctx context.Context, q querier) (searchPath, name string, err error) {
+func schemaToCreate(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (searchPath, name string, err error) {
 	var current *string
 	if err := q.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &searchPath); err != nil {
 		return "", "", err
@@ -256,14 +247,14 @@ func (m migrationTx) Apply(ctx context.Context, mig migrate.Migration) error {
 func SchemaVersion(ctx context.Context, db *pgxpool.Pool) (int, error) {
 	var exists bool
 	if err := db.QueryRow(ctx, "SELECT to_regclass('idem_schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
-		return 0, interpretError(err)
+		return 0, err
 	}
 	if !exists {
 		return 0, nil
 	}
 	var v int
 	if err := db.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&v); err != nil {
-		return 0, interpretError(err)
+		return 0, err
 	}
 	return v, nil
 }
