@@ -30,6 +30,7 @@ import (
 
 type serveCmd struct {
 	databaseFlags
+	coalesceFlags
 	logFlags
 	securityFlags
 	jsonFlags
@@ -105,6 +106,9 @@ func (c *serveCmd) validate() error {
 	if err := c.connFlags.validate(); err != nil {
 		return err
 	}
+	if err := c.coalesceFlags.validate(); err != nil {
+		return err
+	}
 	return c.securityFlags.validate(c.Listen)
 }
 
@@ -148,6 +152,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	defer db.Close()
 	db.poolerNotes(ctx, logger)
+	c.coalesce(db, tracer)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)

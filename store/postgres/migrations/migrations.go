@@ -1,4 +1,7 @@
-package postgres
+// Package migrations is idem's PostgreSQL schema: the numbered SQL files
+// beside this one, applied in order by Migrate (store/migrate's runner) or
+// printed by Script for an operator to run.
+package migrations
 
 import (
 	"context"
@@ -15,36 +18,20 @@ import (
 	"github.com/idemhq/idem/store/migrate"
 )
 
-// migrationFS holds the PostgreSQL schema, named NNN_description.sql.
+// files holds the schema, named NNN_description.sql.
 //
-//go:embed migrations/*.sql
-var migrationFS embed.FS
+//go:embed *.sql
+var files embed.FS
 
-var migrations = migrate.Dir(migrationFS, "migrations")
+var source = migrate.Dir(files, ".")
 
-// Migration is one numbered schema change.
-type Migration = migrate.Migration
+// All returns the migrations in order.
+func All() ([]migrate.Migration, error) { return source.Migrations() }
 
-// Migrations returns the embedded migrations in order.
-func Migrations() ([]migrate.Migration, error) { return migrations.Migrations() }
+// Latest is the schema version this binary expects.
+func Latest() int { return source.Latest() }
 
-// LatestVersion is the schema version this binary expects.
-func LatestVersion() int { return migrations.Latest() }
-
-// Migrate applies the pending migrations in one transaction, under an
-// advisory lock so that replicas starting together apply each migration once.
-// It returns the versions it applied; none when the schema is up to date.
-//
-// A schema newer than this binary's is not an error: during a rolling deploy
-// the replicas still on the old binary meet the schema the new ones applied.
-// Migrate applies nothing then and logs a warning to slog's default logger
-// (see MigrateLogged).
-func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	return MigrateLogged(ctx, pool, slog.Default())
-}
-
-// The statements of the migration transaction besides the migrations' own,
-// shared by MigrateLogged and MigrationScript.
+// The migration transaction's own statements, for Migrate and Script.
 const (
 	// A migration may rewrite a large table: StatementTimeout is for the
 	// request path, not for this.
@@ -58,14 +45,12 @@ const (
 	recordMigrationSQL = "INSERT INTO idem_schema_migrations (version, name) VALUES ($1, $2)"
 )
 
-// MigrateLogged is Migrate that logs to logger.
-//
-// A schema that is current (or newer) is only read: no statement that needs
-// more than the run-time privileges runs, so idemd serves with a role that
-// may not change the schema (docs/production.md, "Database roles"). A role
-// without the privileges that migrating needs gets a *PrivilegeError.
-func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int, error) {
-	ms, err := migrations.Migrations()
+// Migrate applies the pending migrations in one transaction, under an
+// advisory lock so that replicas starting together apply each once. A
+// newer schema is logged, not refused, for rolling deploys; a current one
+// is only read, so idemd may serve with a role that cannot change it.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int, error) {
+	ms, err := source.Migrations()
 	if err != nil {
 		return nil, err
 	}
@@ -91,18 +76,16 @@ func MigrateLogged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
 			return nil, &PrivilegeError{Role: pool.Config().ConnConfig.User, Err: err}
 		}
-		return nil, interpretError(err)
+		return nil, err
 	}
 	return applied, nil
 }
 
 // PrivilegeError is a migration the database refused because the role
-// idemd connects as may not change the schema.
+// idemd connects as (Role) may not change the schema (Err).
 type PrivilegeError struct {
-	// Role is the role of the connection.
 	Role string
-	// Err is the database's refusal.
-	Err error
+	Err  error
 }
 
 func (e *PrivilegeError) Error() string {
@@ -115,8 +98,7 @@ func (e *PrivilegeError) Unwrap() error { return e.Err }
 // oneLineError is err's message on one line.
 func oneLineError(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// readOnlyTx is the migrate.Tx of a schema already at version v, which
-// migrate.Up only reads: it has nothing to apply to it.
+// readOnlyTx is the migrate.Tx of a schema already at version v.
 type readOnlyTx int
 
 func (v readOnlyTx) Version(context.Context) (int, error) { return int(v), nil }
@@ -125,14 +107,11 @@ func (v readOnlyTx) Apply(_ context.Context, m migrate.Migration) error {
 	return fmt.Errorf("migration %s on a schema at version %d, which is current", m.Name, int(v))
 }
 
-// MigrationScript returns the SQL that MigrateLogged would run on the
-// database of pool, without running any of it: the statements of its
-// transaction in order, each pending migration's SQL followed by the row
-// that records it. Run by hand in one go (psql -v ON_ERROR_STOP=1 -f),
-// it leaves the schema as MigrateLogged would. Nothing pending (or a newer
-// schema) is an empty SQL.
-func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, error) {
-	ms, err := migrations.Migrations()
+// Script returns the SQL that Migrate would run on the database of pool,
+// without running it: run by hand in one go (psql -v ON_ERROR_STOP=1 -f),
+// it leaves the schema as Migrate would. Nothing pending is an empty SQL.
+func Script(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, error) {
+	ms, err := source.Migrations()
 	if err != nil {
 		return migrate.Script{}, err
 	}
@@ -144,10 +123,9 @@ func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, e
 	if len(pending) == 0 {
 		return migrate.Script{From: from, To: from}, nil
 	}
-	var current *string
-	var searchPath string
-	if err := pool.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &searchPath); err != nil {
-		return migrate.Script{}, interpretError(err)
+	searchPath, create, err := schemaToCreate(ctx, pool)
+	if err != nil {
+		return migrate.Script{}, err
 	}
 	to := migrate.Latest(ms)
 	var b strings.Builder
@@ -157,8 +135,8 @@ func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, e
 	fmt.Fprintf(&b, "SELECT pg_catalog.set_config('search_path', %s, true);\n", migrate.QuoteLiteral(searchPath))
 	b.WriteString(noStatementTimeoutSQL + ";\n")
 	b.WriteString(migrationLockSQL + ";\n")
-	if name := firstSchema(searchPath); current == nil && name != "" {
-		b.WriteString("CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{name}.Sanitize() + ";\n")
+	if create != "" {
+		b.WriteString("CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{create}.Sanitize() + ";\n")
 	}
 	b.WriteString(strings.ReplaceAll(versionTableSQL, "\n\t\t", "\n    ") + ";\n")
 	for _, m := range pending {
@@ -169,23 +147,12 @@ func MigrationScript(ctx context.Context, pool *pgxpool.Pool) (migrate.Script, e
 	return migrate.Script{From: from, To: to, SQL: b.String()}, nil
 }
 
-// createSchema creates the schema the URL's search_path names first when no
-// schema on the search_path exists, so that ?search_path=idem works on a
-// database that has no schema idem yet: Postgres would otherwise refuse the
-// first CREATE TABLE with "no schema has been selected to create in". A
-// search_path naming only schemas that exist, or none at all, is left alone.
+// createSchema creates the schema schemaToCreate names, so that
+// ?search_path=idem works on a new database.
 func createSchema(ctx context.Context, tx pgx.Tx, logger *slog.Logger) error {
-	var current *string
-	var searchPath string
-	if err := tx.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &searchPath); err != nil {
+	_, name, err := schemaToCreate(ctx, tx)
+	if err != nil || name == "" {
 		return err
-	}
-	if current != nil {
-		return nil
-	}
-	name := firstSchema(searchPath)
-	if name == "" {
-		return nil
 	}
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return fmt.Errorf("create the schema %q that search_path names: %w", name, err)
@@ -194,9 +161,23 @@ func createSchema(ctx context.Context, tx pgx.Tx, logger *slog.Logger) error {
 	return nil
 }
 
-// firstSchema is the first schema a search_path setting names, unquoted;
-// "" when there is none. "$user" is skipped: it stands for the role's name,
-// which is no schema to create on the user's behalf.
+// schemaToCreate returns the connection's search_path and the schema to
+// create in it: its first, when none of its schemas exists, else "".
+func schemaToCreate(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (searchPath, name string, err error) {
+	var current *string
+	if err := q.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &searchPath); err != nil {
+		return "", "", err
+	}
+	if current != nil {
+		return searchPath, "", nil
+	}
+	return searchPath, firstSchema(searchPath), nil
+}
+
+// firstSchema is the first schema a search_path setting names, unquoted,
+// but not "$user": "" when there is none.
 func firstSchema(searchPath string) string {
 	for _, item := range splitSearchPath(searchPath) {
 		if item != "$user" && item != "" {
@@ -207,8 +188,7 @@ func firstSchema(searchPath string) string {
 }
 
 // splitSearchPath splits a search_path setting on the commas outside double
-// quotes, unquoting each item ("My ""x""" is My "x"). An unquoted name is
-// folded to lower case, as Postgres folds it.
+// quotes, unquoting each item and folding unquoted ones to lower case.
 func splitSearchPath(s string) []string {
 	var items []string
 	var b strings.Builder
@@ -267,14 +247,14 @@ func (m migrationTx) Apply(ctx context.Context, mig migrate.Migration) error {
 func SchemaVersion(ctx context.Context, db *pgxpool.Pool) (int, error) {
 	var exists bool
 	if err := db.QueryRow(ctx, "SELECT to_regclass('idem_schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
-		return 0, interpretError(err)
+		return 0, err
 	}
 	if !exists {
 		return 0, nil
 	}
 	var v int
 	if err := db.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_schema_migrations").Scan(&v); err != nil {
-		return 0, interpretError(err)
+		return 0, err
 	}
 	return v, nil
 }
