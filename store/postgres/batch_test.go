@@ -17,7 +17,7 @@ import (
 // The tests in this file hold the many-row operations (RecordClaimMany and
 // the token calls' twins: claimManySQL, writeMany, tokenManySQL) to every
 // guarantee of a call made alone, on a real database. The conformance suite
-// calls them too (store/storetest).
+// calls them too (internal/testsupport/storetest).
 
 // TestClaimManyMixesEveryOutcome: one many-row Claim whose calls each get
 // their own answer: new keys, replays, live leases, takeovers of released,

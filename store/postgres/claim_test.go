@@ -9,7 +9,7 @@ import (
 )
 
 // The behaviour every store shares (the state table of DESIGN §1, claimants,
-// fingerprints) is checked by the conformance suite in store/storetest, run
+// fingerprints) is checked by the conformance suite in internal/testsupport/storetest, run
 // by TestStore. What follows is PostgreSQL's own.
 
 // A Claim that only reports (IN_PROGRESS, a replay) must not write: no token

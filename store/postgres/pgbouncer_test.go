@@ -14,7 +14,7 @@ import (
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 )
 
 // TestStoreThroughPgBouncer runs the conformance suite through a real

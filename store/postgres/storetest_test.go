@@ -10,7 +10,7 @@ import (
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/postgres"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 )
 
 // TestStore runs the conformance suite of store.Store, each of its tests on
