@@ -6,11 +6,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/postgres"
-	"github.com/idemhq/idem/internal/testsupport/storetest"
 )
 
 // TestStore runs the conformance suite of store.Store, each of its tests on

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/sqlite"
-	"github.com/idemhq/idem/internal/testsupport/storetest"
 )
 
 // TestStore runs the conformance suite on new stores.
