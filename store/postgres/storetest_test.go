@@ -10,8 +10,8 @@ import (
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
-	"github.com/idemhq/idem/store/readfirst"
 	"github.com/idemhq/idem/store/postgres"
+	"github.com/idemhq/idem/store/readfirst"
 )
 
 // TestStore runs the conformance suite of store.Store, each of its tests on
