@@ -54,8 +54,10 @@ func completeStep(tok int64, i int, v string) Input {
 func stepOK(phase StepPhase, v string, tok int64) Output {
 	return Output{Step: StepObs{Phase: phase, Value: v, Token: tok}}
 }
-func finishedBy(v string, tok int64) StepObs { return StepObs{Phase: StepFinished, Value: v, Token: tok} }
-func startedBy(tok int64) StepObs            { return StepObs{Phase: StepStarted, Token: tok} }
+func finishedBy(v string, tok int64) StepObs {
+	return StepObs{Phase: StepFinished, Value: v, Token: tok}
+}
+func startedBy(tok int64) StepObs { return StepObs{Phase: StepStarted, Token: tok} }
 
 // withSteps is out with the record's steps, in the order of StepNames.
 func withSteps(out Output, steps ...StepObs) Output {
