@@ -162,6 +162,11 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 			rep.add(tallies)
 			continue
 		}
+		targets := targets
+		if scenario == scenarioSteps {
+			targets = stepsTargets(targets, c.Steps)
+			rep.Steps = c.Steps
+		}
 		tallies := make([]*tally, len(targets))
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
@@ -406,6 +411,8 @@ func startedIdemds(targets []target) map[string]*localIdemd {
 func idemdsOf(t target) []*localIdemd {
 	switch t := t.(type) {
 	case *serviceTarget:
+		return t.idemds
+	case *stepsTarget:
 		return t.idemds
 	case *httpTarget:
 		if t.svc != nil {
