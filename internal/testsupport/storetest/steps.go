@@ -28,6 +28,7 @@ var stepTests = []struct {
 	{"StepsGoWithRecord", testStepsGoWithRecord},
 	{"StepManyAnswersEachAsAlone", testStepManyAnswersEachAsAlone},
 	{"StepsRaceAcrossTakeover", testStepsRaceAcrossTakeover},
+	{"StepsOfManyJobsAtOnce", testStepsOfManyJobsAtOnce},
 }
 
 // Bounds large enough for every test but StepBounds.
@@ -519,5 +520,50 @@ func testStepsRaceAcrossTakeover(t *testing.T, h Harness) {
 		if s.State != store.StepFinished || winners[s.Name] != 1 {
 			t.Errorf("step %s: %s, told %d callers they finished it; want finished, by one", s.Name, s.State, winners[s.Name])
 		}
+	}
+}
+
+// testStepsOfManyJobsAtOnce records the steps of many jobs at once, as
+// many workers do (and a coalescer batches them): each job ends with its
+// own steps, in its order, and a stale token among them is refused alone.
+func testStepsOfManyJobsAtOnce(t *testing.T, h Harness) {
+	const jobs, steps = 8, 3
+	b := setup(t, h, 16)
+	recs := make([]*store.Record, jobs)
+	for i := range recs {
+		recs[i] = b.acquire(t, recordID(fmt.Sprintf("job-%d", i)), "w")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, jobs)
+	stale := make([]error, jobs)
+	for i, rec := range recs {
+		wg.Go(func() {
+			for k := range steps {
+				name, result := fmt.Sprintf("s%d", k), fmt.Sprintf("r%d-%d", i, k)
+				if k%2 == 0 {
+					if _, errs[i] = b.store.RecordStep(b.ctx, stepParams(rec.RecordID, rec.Token, name)); errs[i] != nil {
+						return
+					}
+				}
+				if _, errs[i] = b.store.RecordStep(b.ctx, finishParams(rec.RecordID, rec.Token, name, result)); errs[i] != nil {
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			_, stale[i] = b.store.RecordStep(b.ctx, finishParams(rec.RecordID, rec.Token-1, "stale", "x"))
+		})
+	}
+	wg.Wait()
+	for i, rec := range recs {
+		if errs[i] != nil {
+			t.Fatalf("job %d: %v", i, errs[i])
+		}
+		requireErr(t, fmt.Sprintf("job %d's stale step", i), stale[i], store.ErrLeaseLost)
+		var want []stepWant
+		for k := range steps {
+			want = append(want, finished(fmt.Sprintf("s%d", k), fmt.Sprintf("r%d-%d", i, k)))
+		}
+		requireSteps(t, fmt.Sprintf("job %d", i), b.get(t, rec.RecordID).Steps, want)
 	}
 }
