@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem/client"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 )
 
 // scenarioSteps is a job of --steps effects, done three ways on each
@@ -46,7 +47,7 @@ func stepsFormOf(name string) (label string, form stepsForm, ok bool) {
 }
 
 // maxSteps bounds --steps: idemd's default --max-steps.
-const maxSteps = 64
+const maxSteps = limits.DefaultMaxSteps
 
 // stepsTarget is a service target doing the steps scenario's job in one
 // form.
