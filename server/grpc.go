@@ -56,39 +56,17 @@ func connWindow(maxUnary, maxRequest int) int32 {
 	return max(16*streamWindow(maxUnary), streamWindow(maxRequest), 1<<20)
 }
 
-// NewGRPCServer returns a gRPC server with idem's interceptor chain and the
-// IdempotencyService, AdminService, standard health service and server
-// reflection registered. The chain is metrics → logging → auth → rate limit →
-// the HTTP/JSON API's refusals → recovery: recovery innermost, so a panic
-// becomes Internal and is still logged and counted; auth inside logging, so
-// a refused caller is logged too. Extra options are appended.
+// NewGRPCServer returns a gRPC server with idem's interceptor chain
+// (unaryInterceptors) and the IdempotencyService, AdminService, standard
+// health service and server reflection registered. Extra options are
+// appended.
 func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	recoveryHandler := func(ctx context.Context, p any) error {
-		logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-		return newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
-	}
-	var unary []grpc.UnaryServerInterceptor
+	unary := unaryInterceptors(svc, logger)
 	var stream []grpc.StreamServerInterceptor
 	if m := svc.cfg.Metrics; m != nil {
-		// Outermost, so that every call is counted, refused ones included.
-		unary = append(unary, m.GRPC.UnaryServerInterceptor())
 		stream = append(stream, m.GRPC.StreamServerInterceptor())
 	}
-	// One line per RPC; health probes and the workers' answered calls only
-	// at debug (healthPrefix, workerPrefix).
-	unary = append(unary, logCalls(logger, svc.cfg.Tracing != nil))
-	// Then authentication and the tenant's rate limit (none without tenants;
-	// health and reflection skip both): a caller without credentials is
-	// refused before it costs a store call, and is still logged and counted.
-	unary = append(unary, svc.cfg.Tenants.unaryInterceptors()...)
 	stream = append(stream, svc.cfg.Tenants.streamInterceptors()...)
-	// A request the HTTP/JSON API refused (NewJSONHandler) gets its refusal
-	// here, once its caller is authenticated and within its rate limit.
-	unary = append(unary, answerJSONRefusal)
-	unary = append(unary, recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoveryHandler)))
 
 	base := []grpc.ServerOption{
 		// A Complete carries at most MaxResultBytes of result and a batch
@@ -148,6 +126,47 @@ func NewGRPCServer(svc *Service, logger *slog.Logger, opts ...grpc.ServerOption)
 		m.GRPC.InitializeMetrics(srv)
 	}
 	return srv, healthSrv
+}
+
+// unaryInterceptors are idem's chain: metrics → logging → auth → rate limit →
+// recovery. Recovery is innermost, so that a panic becomes Internal and is
+// still logged and counted; auth inside logging, so that a refused caller
+// is logged too. The HTTP/JSON API runs the same chain on the calls it
+// refuses before they reach the server.
+func unaryInterceptors(svc *Service, logger *slog.Logger) []grpc.UnaryServerInterceptor {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	recoveryHandler := func(ctx context.Context, p any) error {
+		logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+		return newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+	}
+	var unary []grpc.UnaryServerInterceptor
+	if m := svc.cfg.Metrics; m != nil {
+		// Outermost, so that every call is counted, refused ones included.
+		unary = append(unary, m.GRPC.UnaryServerInterceptor())
+	}
+	// One line per RPC; health probes and the workers' answered calls only
+	// at debug (healthPrefix, workerPrefix).
+	unary = append(unary, logCalls(logger, svc.cfg.Tracing != nil))
+	// Then authentication and the tenant's rate limit (none without tenants;
+	// health and reflection skip both): a caller without credentials is
+	// refused before it costs a store call, and is still logged and counted.
+	unary = append(unary, svc.cfg.Tenants.unaryInterceptors()...)
+	return append(unary, recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoveryHandler)))
+}
+
+// chainUnary is the interceptors as one, outermost first, as
+// grpc.ChainUnaryInterceptor runs them.
+func chainUnary(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		next := handler
+		for i := len(interceptors) - 1; i >= 0; i-- {
+			interceptor, inner := interceptors[i], next
+			next = func(ctx context.Context, req any) (any, error) { return interceptor(ctx, req, info, inner) }
+		}
+		return next(ctx, req)
+	}
 }
 
 // The services whose successful calls logCalls logs at debug: health

@@ -129,7 +129,7 @@ func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, consoleOpts *co
 	// ServeHTTP feeds gets the connection's TLS from the http.Server.
 	j.grpc, _ = server.NewGRPCServer(svc, logger)
 	j.logger = logger
-	handler, err := server.NewJSONHandler(svc, j.grpc)
+	handler, err := server.NewJSONHandler(svc, j.grpc, logger)
 	if err != nil {
 		j.lis.Close()
 		return err

@@ -101,7 +101,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		// A gRPC server of its own, as idemd gives the JSON API.
 		jsonSrv, _ := server.NewGRPCServer(svc, opts.Logger, opts.ServerOptions...)
 		t.Cleanup(jsonSrv.Stop)
-		h, err := server.NewJSONHandler(svc, jsonSrv)
+		h, err := server.NewJSONHandler(svc, jsonSrv, opts.Logger)
 		if err != nil {
 			t.Fatalf("NewJSONHandler: %v", err)
 		}
