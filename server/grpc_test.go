@@ -8,7 +8,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/idemhq/idem/internal/testsupport/testserver"
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // TestHealthAndReflection: the standard health service answers SERVING for
@@ -56,12 +56,12 @@ func TestHealthAndReflection(t *testing.T) {
 // service, so a readiness probe that comes early gets "not yet".
 func TestHealthKnowsTheServiceBeforeTheFirstCheck(t *testing.T) {
 	t.Parallel()
-	_, hs := server.NewGRPCServer(server.NewService(nil, server.Config{}, nil), nil)
-	resp, err := hs.Check(t.Context(), &healthpb.HealthCheckRequest{Service: server.HealthServiceName})
+	ts := testserver.Start(t)
+	resp, err := healthpb.NewHealthClient(ts.Conn).Check(testContext(t), &healthpb.HealthCheckRequest{Service: services.HealthServiceName})
 	if err != nil {
-		t.Fatalf("health of %s before any check: %v", server.HealthServiceName, err)
+		t.Fatalf("health of %s before any check: %v", services.HealthServiceName, err)
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("health of %s before any check: %v, want NOT_SERVING", server.HealthServiceName, resp.GetStatus())
+		t.Fatalf("health of %s before any check: %v, want NOT_SERVING", services.HealthServiceName, resp.GetStatus())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // strictServer is a server with the JSON API, metrics and a log to read.
@@ -129,8 +130,8 @@ func errorOf(t *testing.T, a httpAnswer, rest bool) (code, reason string, md map
 			info, _ = d["debug"].(map[string]any)
 		}
 		if info != nil {
-			if info["domain"] != server.ErrorDomain {
-				t.Fatalf("ErrorInfo domain %v in %s; want %s", info["domain"], a.raw, server.ErrorDomain)
+			if info["domain"] != services.ErrorDomain {
+				t.Fatalf("ErrorInfo domain %v in %s; want %s", info["domain"], a.raw, services.ErrorDomain)
 			}
 			reason, _ = info["reason"].(string)
 			md, _ = info["metadata"].(map[string]any)

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/server/services"
 )
 
 // TestExplainAccepts: what the protobuf JSON mapping allows, explain finds
@@ -36,7 +37,7 @@ func TestExplainAccepts(t *testing.T) {
 // FuzzExplain: explain finds something wrong with exactly the bodies the
 // strict decoding (vanguard's codec) refuses, never panics, and says it as
 // INVALID_ARGUMENT with an ErrorInfo of domain idem. `go test -fuzz
-// FuzzExplain ./server` searches for more.
+// FuzzExplain ./server/gateway` searches for more.
 func FuzzExplain(f *testing.F) {
 	for _, seed := range []string{
 		`{"namespace":"jobs","key":"k","leaseTtl":"30s"}`,
@@ -71,7 +72,7 @@ func FuzzExplain(f *testing.F) {
 					info = i
 				}
 			}
-			if st.Code() != codes.InvalidArgument || info == nil || info.GetDomain() != ErrorDomain || info.GetReason() == "" || st.Message() == "" {
+			if st.Code() != codes.InvalidArgument || info == nil || info.GetDomain() != services.ErrorDomain || info.GetReason() == "" || st.Message() == "" {
 				t.Fatalf("%q: refused with %v, details %v", body, err, st.Details())
 			}
 		}

@@ -1,9 +1,9 @@
-package server
+package gateway
 
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -24,21 +24,20 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// jsonAnswer is the ResponseWriter vanguard answers a Connect or REST call
-// on. It passes the gRPC server's answer on, 413 for REQUEST_TOO_LARGE,
-// and drops what vanguard writes for a call the handler answers itself.
-type jsonAnswer struct{ c *jsonCall }
+// answer is the ResponseWriter vanguard answers a Connect or REST call on.
+// It passes the gRPC server's answer on, 413 for REQUEST_TOO_LARGE, and
+// drops what vanguard writes for a call the gateway answers itself.
+type answer struct{ c *call }
 
-func (a jsonAnswer) Header() http.Header {
+func (a answer) Header() http.Header {
 	if a.c.answerHeader == nil {
 		a.c.answerHeader = http.Header{}
 	}
 	return a.c.answerHeader
 }
 
-func (a jsonAnswer) WriteHeader(code int) {
-	c := a.c
-	switch {
+func (a answer) WriteHeader(code int) {
+	switch c := a.c; {
 	case c.wrote:
 		return
 	case c.refused || c.rpc != nil && c.received.Load() == 0:
@@ -47,19 +46,18 @@ func (a jsonAnswer) WriteHeader(code int) {
 		// seen it.
 		c.silent = true
 	case code == http.StatusMethodNotAllowed && c.rpc == nil:
-		c.silent = true
 		c.noRoute(code, a.Header().Get("Allow"))
 	default:
-		if reasonOf(c.answer) == "REQUEST_TOO_LARGE" {
+		if errorInfo(c.answer).GetReason() == "REQUEST_TOO_LARGE" {
 			code = http.StatusRequestEntityTooLarge
 		}
 		maps.Copy(c.w.Header(), a.Header())
 		c.w.WriteHeader(code)
 	}
-	c.wrote = true
+	a.c.wrote = true
 }
 
-func (a jsonAnswer) Write(p []byte) (int, error) {
+func (a answer) Write(p []byte) (int, error) {
 	if !a.c.wrote {
 		a.WriteHeader(http.StatusOK)
 	}
@@ -70,16 +68,17 @@ func (a jsonAnswer) Write(p []byte) (int, error) {
 }
 
 // Flush is what vanguard needs of a ResponseWriter.
-func (a jsonAnswer) Flush() {
+func (a answer) Flush() {
 	if f, ok := a.c.w.(http.Flusher); ok && a.c.wrote && !a.c.silent {
 		f.Flush()
 	}
 }
 
-// refuse answers c with its refusal, after the gRPC server's interceptors
-// have run on it as on any call of its RPC: with the request's credentials
-// and peer, so that a caller without credentials gets UNAUTHENTICATED.
-func (c *jsonCall) refuse(r *http.Request) {
+// refuse answers c with its refusal once the gRPC server's interceptors
+// have run on it, as on any call of its RPC, with the request's headers as
+// metadata and its TLS state as the peer: so a caller without credentials
+// gets UNAUTHENTICATED, and one over its rate limit RATE_LIMITED.
+func (c *call) refuse(r *http.Request) {
 	c.refused = true
 	err := c.refusal
 	if c.h.intercept != nil {
@@ -93,25 +92,32 @@ func (c *jsonCall) refuse(r *http.Request) {
 		}
 		stream := &headerStream{method: c.rpc.path}
 		ctx := grpc.NewContextWithServerTransportStream(peer.NewContext(metadata.NewIncomingContext(r.Context(), md), p), stream)
-		var req proto.Message
-		if mt, e := protoregistry.GlobalTypes.FindMessageByName(c.rpc.input.FullName()); e == nil {
-			req = mt.New().Interface()
-		}
-		_, err = c.h.intercept(ctx, req, &grpc.UnaryServerInfo{FullMethod: c.rpc.path},
+		mt, _ := protoregistry.GlobalTypes.FindMessageByName(c.rpc.input.FullName())
+		_, err = c.h.intercept(ctx, mt.New().Interface(), &grpc.UnaryServerInfo{FullMethod: c.rpc.path},
 			func(context.Context, any) (any, error) { return nil, c.refusal })
-		for k, v := range stream.header { // Retry-After, from the rate limit
+		for k, v := range stream.header { // retry-after, from the rate limit
 			c.w.Header()[http.CanonicalHeaderKey(k)] = v
 		}
 	}
 	c.writeError(status.Convert(err), 0, "")
 }
 
-// writeError answers with st in the API's error shape: a Connect error on a
-// Connect path, a google.rpc.Status on a REST route; code is the HTTP
-// status, 0 for st's own (httpStatus).
-func (c *jsonCall) writeError(st *status.Status, code int, allow string) {
-	if code == 0 {
-		code = httpStatus(st)
+// writeError answers with st in the API's error shape, a Connect error on a
+// Connect path and a google.rpc.Status on a REST route, with the HTTP
+// status code, or st's own for 0: 413 for REQUEST_TOO_LARGE, 415 for a
+// header the API does not read, else that of its code.
+func (c *call) writeError(st *status.Status, code int, allow string) {
+	info := errorInfo(st.Err())
+	switch {
+	case code != 0:
+	case info.GetReason() == "REQUEST_TOO_LARGE":
+		code = http.StatusRequestEntityTooLarge
+	case info.GetReason() == "MALFORMED_REQUEST" && info.GetMetadata()["header"] != "":
+		code = http.StatusUnsupportedMediaType
+	case httpStatus[st.Code()] != 0:
+		code = httpStatus[st.Code()]
+	default:
+		code = http.StatusInternalServerError
 	}
 	h := c.w.Header()
 	h.Set("Content-Type", "application/json")
@@ -124,64 +130,39 @@ func (c *jsonCall) writeError(st *status.Status, code int, allow string) {
 		// connection. (HTTP/2 resets the stream instead.)
 		h.Set("Connection", "close")
 	}
-	c.w.WriteHeader(code)
-	_, _ = c.w.Write(errorBody(st, c.connect))
-}
-
-func errorBody(st *status.Status, connectShape bool) []byte {
-	if !connectShape {
+	if !c.connect {
 		body, _ := protojson.Marshal(st.Proto())
-		return body
+		c.w.WriteHeader(code)
+		_, _ = c.w.Write(body)
+		return
 	}
-	type detail struct {
-		Type  string          `json:"type"`
-		Value string          `json:"value"`
-		Debug json.RawMessage `json:"debug,omitempty"`
-	}
-	var details []detail
-	for _, d := range st.Proto().GetDetails() {
-		dt := detail{Type: strings.TrimPrefix(d.GetTypeUrl(), "type.googleapis.com/"), Value: base64.RawStdEncoding.EncodeToString(d.GetValue())}
-		if m, err := d.UnmarshalNew(); err == nil {
-			dt.Debug, _ = protojson.Marshal(m)
-		}
-		details = append(details, dt)
-	}
-	body, _ := json.Marshal(struct {
-		Code    string   `json:"code"`
-		Message string   `json:"message,omitempty"`
-		Details []detail `json:"details,omitempty"`
-	}{connect.Code(st.Code()).String(), st.Message(), details})
-	return body
-}
-
-// httpStatus is the HTTP status of a refusal: 413 for a body too large and
-// 415 for a header the API does not read, as HTTP has them; otherwise
-// that of its code.
-func httpStatus(st *status.Status) int {
-	info := errorInfo(st)
-	switch {
-	case info.GetReason() == "REQUEST_TOO_LARGE":
-		return http.StatusRequestEntityTooLarge
-	case info.GetReason() == "MALFORMED_REQUEST" && info.GetMetadata()["header"] != "":
-		return http.StatusUnsupportedMediaType
-	}
-	switch st.Code() {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-func errorInfo(st *status.Status) *errdetails.ErrorInfo {
+	cerr := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	for _, d := range st.Details() {
+		if m, ok := d.(proto.Message); ok {
+			if detail, err := connect.NewErrorDetail(m); err == nil {
+				cerr.AddDetail(detail)
+			}
+		}
+	}
+	// A request of no protocol it knows gets the Connect unary shape.
+	_ = connect.NewErrorWriter().Write(statusWriter{c.w, code}, &http.Request{}, cerr)
+}
+
+// httpStatus is the HTTP status of the codes a refusal has, as the Connect
+// protocol gives them.
+var httpStatus = map[codes.Code]int{codes.InvalidArgument: 400, codes.Unauthenticated: 401, codes.PermissionDenied: 403,
+	codes.NotFound: 404, codes.ResourceExhausted: 429, codes.Unavailable: 503, codes.Internal: 500}
+
+// statusWriter writes code instead of the status it is given.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w statusWriter) WriteHeader(int) { w.ResponseWriter.WriteHeader(w.code) }
+
+func errorInfo(err error) *errdetails.ErrorInfo {
+	for _, d := range status.Convert(err).Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			return info
 		}
@@ -189,15 +170,8 @@ func errorInfo(st *status.Status) *errdetails.ErrorInfo {
 	return nil
 }
 
-func reasonOf(err error) string {
-	if err == nil {
-		return ""
-	}
-	return errorInfo(status.Convert(err)).GetReason()
-}
-
 // trailerStatus is the error a gRPC server answered with, from its
-// trailers, nil when it answered without one.
+// trailers; nil when it answered without one.
 func trailerStatus(h http.Header) error {
 	bin, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(h.Get("Grpc-Status-Details-Bin"), "="))
 	var st spb.Status
@@ -208,8 +182,8 @@ func trailerStatus(h http.Header) error {
 }
 
 // noRoute answers a request vanguard routed nowhere.
-func (h *jsonHandler) noRoute(w http.ResponseWriter, r *http.Request) {
-	if c, ok := r.Context().Value(jsonCallKey{}).(*jsonCall); ok {
+func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	if c, ok := r.Context().Value(callKey{}).(*call); ok {
 		c.noRoute(http.StatusNotFound, "")
 		return
 	}
@@ -220,28 +194,25 @@ func (h *jsonHandler) noRoute(w http.ResponseWriter, r *http.Request) {
 // its path is a route's with another HTTP method. It is not a call (no
 // authentication, no metrics), but it is answered in the API's error shape
 // and says what there is.
-func (c *jsonCall) noRoute(code int, allow string) {
-	c.silent, c.wrote = true, true
+func (c *call) noRoute(code int, allow string) {
+	c.silent = true
 	path := c.path
 	if len(path) > 200 {
 		path = path[:200] + "…"
 	}
-	rpcs, routes := slices.Sorted(maps.Keys(c.h.methods)), strings.Join(c.h.routes, ", ")
+	routes, grpcCode := strings.Join(c.h.routes, ", "), codes.Unimplemented
 	var msg string
 	switch {
 	case c.connect && allow != "":
 		msg = fmt.Sprintf("%s %s: an RPC's Connect path takes POST only", c.method, path)
 	case c.connect:
-		msg = fmt.Sprintf("no RPC at %s; the RPCs are %s", path, strings.Join(rpcs, ", "))
+		msg = fmt.Sprintf("no RPC at %s; the RPCs are %s", path, strings.Join(slices.Sorted(maps.Keys(c.h.methods)), ", "))
 	case allow != "":
 		msg = fmt.Sprintf("%s %s: this path takes %s only; the REST routes are %s", c.method, path, allow, routes)
 	default:
+		grpcCode = codes.NotFound
 		msg = fmt.Sprintf("no route matches %s %s; the REST routes are %s; every RPC also takes POST /idem.v1.<Service>/<Method> "+
 			"(Connect, gRPC-Web), as docs/http-api.md says", c.method, path, routes)
-	}
-	grpcCode := codes.NotFound
-	if c.connect || allow != "" {
-		grpcCode = codes.Unimplemented
 	}
 	c.writeError(status.New(grpcCode, msg), code, allow)
 }
