@@ -30,11 +30,25 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build idemd, idem and idem-bench into bin/.
-	@$(call go-build-progress,build,-ldflags "$(LDFLAGS)" -o bin/ ./cmd/...)
+	@$(call go-build-progress,build,-ldflags "$(LDFLAGS)" -o bin/,./cmd/...)
 	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
 
-install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin.
+install: ## Install idemd and idem into $(go env GOBIN), or $(go env GOPATH)/bin, and say whether that is on your PATH.
 	go install -ldflags "$(LDFLAGS)" ./cmd/idemd ./cmd/idem
+	@dir=$$(go env GOBIN); [ -n "$$dir" ] || dir="$$(go env GOPATH | cut -d: -f1)/bin"; \
+	case ":$$PATH:" in \
+	*":$$dir:"*) \
+		echo "make install: idemd and idem are in $$dir, which is on your PATH"; \
+		for b in idemd idem; do \
+			found=$$(command -v $$b 2>/dev/null || true); \
+			if [ -n "$$found" ] && [ "$$found" != "$$dir/$$b" ] && ! cmp -s "$$found" "$$dir/$$b"; then \
+				echo "make install: but \`$$b\` runs $$found, another build, which comes first on your PATH; remove it, or put $$dir before it"; \
+			fi; \
+		done ;; \
+	*) \
+		echo "make install: idemd and idem are in $$dir, which is not on your PATH; to run them by name, add it:"; \
+		echo "  export PATH=\"$$dir:\$$PATH\"" ;; \
+	esac
 
 version: ## Print the version that build, install and release stamp (docker build takes it as --build-arg VERSION).
 	@echo "$(VERSION)"
@@ -204,22 +218,22 @@ demo: ## Exactly-once payments over NATS JetStream with workers killed at random
 	go build -C examples/payments -o "$(CURDIR)/bin/payments-demo" .
 	bin/payments-demo -idemd bin/idemd -database-url "$(or $(IDEM_DATABASE_URL),$(LOCAL_POSTGRES_URL))" $(DEMO_FLAGS)
 
-run: ## Run idemd on 127.0.0.1:7070: on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
-	@echo "make run: building idemd into bin/ (the first build compiles some $$(go list -deps ./cmd/idemd 2>/dev/null | wc -l | tr -d ' ') packages, minutes on 2 cores; later builds take seconds)"
-	@$(call go-build-progress,run,-ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd)
+run: ## Build idemd and idem (the CLI) into bin/, and run idemd on 127.0.0.1:7070 (IDEM_LISTEN; HTTP 7071, IDEM_HTTP_LISTEN; JSON 7072, IDEM_JSON_LISTEN): on PostgreSQL at IDEM_DATABASE_URL if set, otherwise on SQLite in ./idem-data (Go is all it needs).
+	@echo "make run: building idemd and idem into bin/ (the first build compiles some $$(go list -deps ./cmd/idemd ./cmd/idem 2>/dev/null | wc -l | tr -d ' ') packages, minutes on 2 cores; later builds take seconds)"
+	@$(call go-build-progress,run,-ldflags "$(LDFLAGS)" -o bin/,./cmd/idemd ./cmd/idem)
 	bin/idemd serve $(if $(IDEM_DATABASE_URL),--database-url "$(IDEM_DATABASE_URL)")
 
-# go-build-progress runs `go build -v $(2)` and says how far it has got, so a
-# cold build is not silent for minutes: a line at every tenth of the packages
-# (go build -v names each as it starts compiling it), and one every 20 s
-# without such a line (BUILD_PROGRESS_EVERY), naming the package begun last.
-# go build's errors pass through as they are, and its exit status is the
-# recipe's. $(1) prefixes the lines (the target's name).
+# go-build-progress runs `go build -v $(2) $(3)` ($(3) the packages) and says
+# how far it has got, so a cold build is not silent for minutes: a line at
+# every tenth of the packages (go build -v names each as it starts compiling
+# it), and one every 20 s without such a line (BUILD_PROGRESS_EVERY), naming
+# the package begun last. go build's errors pass through as they are, and its
+# exit status is the recipe's. $(1) prefixes the lines (the target's name).
 BUILD_PROGRESS_EVERY ?= 20
 define go-build-progress
-total=$$(go list -deps $(lastword $(2)) 2>/dev/null | wc -l | tr -d ' '); \
+total=$$(go list -deps $(3) 2>/dev/null | wc -l | tr -d ' '); \
 { (while sleep $(BUILD_PROGRESS_EVERY); do echo go-build-tick; done) & tick=$$!; \
-  go build -v $(2) 2>&1; rc=$$?; kill $$tick 2>/dev/null; echo "go-build-exit $$rc"; } | \
+  go build -v $(2) $(3) 2>&1; rc=$$?; kill $$tick 2>/dev/null; echo "go-build-exit $$rc"; } | \
 awk -v total="$$total" -v prefix="make $(1)" ' \
 	/^go-build-exit / { if (n > 0) printf "%s: compiled %d packages\n", prefix, n; exit $$2 } \
 	/^go-build-tick$$/ { if (!shown && n > 0) printf "%s: still building: %d of about %d packages begun, the last %s\n", prefix, n, total, last; shown = 0; fflush(); next } \
@@ -230,12 +244,12 @@ endef
 clean-data: ## Delete ./idem-data, the records of `make run` on SQLite, to start the walkthrough afresh.
 	rm -rf idem-data
 
-.PHONY: release release-npm
+.PHONY: release release-npm release-python
 release: ## Cross-build idemd and idem for RELEASE_PLATFORMS (default linux and darwin, amd64 and arm64), static (CGO_ENABLED=0) and stamped with VERSION, with the SDK packages of RELEASE_SDKS (default python, the wheel and sdist, needing python3 >= 3.8; and typescript, the npm tarball, needing npm) of the same VERSION, into DIST (dist/) with SHA256SUMS.
 	$(if $(filter python,$(RELEASE_SDKS)),@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release: python3 >= 3.8 is needed to build the Python package (clients/python); RELEASE_SDKS=typescript leaves it out" >&2; exit 1; })
 	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
 	$(foreach p,$(RELEASE_PLATFORMS),$(foreach c,idemd idem,$(call release-build,$(p),$(c))))
-	$(if $(filter python,$(RELEASE_SDKS)),PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)")
+	$(if $(filter python,$(RELEASE_SDKS)),@$(MAKE) --no-print-directory release-python)
 	$(if $(filter typescript,$(RELEASE_SDKS)),@$(MAKE) --no-print-directory release-npm)
 	cd "$(DIST)" && $(SHA256SUM) idem* > SHA256SUMS
 	@echo "$(DIST)/: $$(ls "$(DIST)" | wc -l | tr -d ' ') files; verify with: cd $(DIST) && $(SHA256SUM) -c SHA256SUMS"
@@ -260,12 +274,17 @@ release-npm: ## Pack the TypeScript package (@idemhq/idem) into DIST, with VERSI
 		v="0.0.0-$$(printf '%s' '$(VERSION)' | tr -c '0-9A-Za-z.-' '-')"; \
 	fi; \
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	cp -R $(addprefix $(TS_DIR)/,package.json package-lock.json tsconfig.json tsconfig.build.json README.md src) "$$tmp/" && \
+	cp -R $(addprefix $(TS_DIR)/,package.json package-lock.json prepare.mjs tsconfig.json tsconfig.build.json README.md src) "$$tmp/" && \
 	{ [ ! -f LICENSE ] || cp LICENSE "$$tmp/"; } && \
 	ln -s "$(CURDIR)/$(TS_DIR)/node_modules" "$$tmp/node_modules" && \
 	cd "$$tmp" && npm pkg set version="$$v" && \
 	npm pack --silent --pack-destination "$(abspath $(DIST))" >/dev/null && \
 	echo "$(DIST)/idemhq-idem-$$v.tgz"
+
+release-python: ## Build the Python package (idem-client: its wheel and sdist) into DIST, with VERSION as its version.
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1 || { echo "release-python: python3 >= 3.8 is required to build clients/python" >&2; exit 1; }
+	@mkdir -p "$(DIST)"
+	@PYTHONDONTWRITEBYTECODE=1 python3 clients/python/build_backend/idem_build.py --out "$(DIST)" --version "$(VERSION)"
 
 define release-build
 CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o "$(DIST)/$(2)_$(VERSION)_$(subst /,_,$(1))" ./cmd/$(2)
@@ -327,6 +346,17 @@ bench-ab: bench-build ## A/B of bin/idemd (service) against another build (IDEMD
 
 bench-ab-pinned: bench-build ## bench-ab with Postgres on CPU 1 and the rest on CPU 0, as bench-pinned.
 	$(call bench-ab-runs,$(BENCH_PIN))
+
+.PHONY: bench-http
+bench-http: ## The Go Idempotency-Key middleware (client/idemhttp): a no-op POST through it (http) against the same server without it (http-plain) and idem-bench's own unique jobs (service), interleaved, first requests and replays, at C=1 and at C=32; then what a captured 1 MiB response costs in allocations (go test -bench). About 3 minutes.
+	go build -ldflags "$(LDFLAGS)" -o bin/idemd ./cmd/idemd
+	go build -C cmd/idem-bench -ldflags "$(LDFLAGS)" -o "$(CURDIR)/bin/" .
+	@echo "make bench-http 1/3: C=1, unique and replay: the latency the middleware adds"
+	$(BENCH_RUN) --target service,http,http-plain --concurrency 1 --scenario unique,replay $(BENCH_FLAGS)
+	@echo "make bench-http 2/3: C=32, unique and replay: requests/s against idem-bench's unique jobs/s"
+	$(BENCH_RUN) --target service,http,http-plain --concurrency 32 --scenario unique,replay $(BENCH_FLAGS)
+	@echo "make bench-http 3/3: bytes allocated per request with a 1 MiB response (x-body: per response byte)"
+	go test -run '^$$' -bench CapturedResponse -benchtime 200x ./client/idemhttp
 
 .PHONY: bench-growth
 bench-growth: ## Growth: unique on an empty table against one pre-filled with 5 million records (interleaved), then Claim latency while idemd's sweeper purges 1 million expired records; 5 to 10 minutes (docs/BENCHMARKS.md).

@@ -62,7 +62,7 @@ func (c *Client) BatchHeartbeat(ctx context.Context, reqs []HeartbeatRequest, op
 // BatchLookup is Lookup for many records; a record that does not exist is
 // an item with ErrNotFound.
 func (c *Client) BatchLookup(ctx context.Context, reqs []LookupRequest, opts ...grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: protos(reqs, LookupRequest.proto)}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchLookup(ctx, &idemv1.BatchLookupRequest{Requests: protos(reqs, LookupRequest.proto)}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -72,7 +72,7 @@ func (c *Client) BatchLookup(ctx context.Context, reqs []LookupRequest, opts ...
 }
 
 func (c *Client) batchClaim(ctx context.Context, reqs []*idemv1.ClaimRequest, opts []grpc.CallOption) ([]BatchItem[ClaimResult], error) {
-	resp, err := c.service.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchClaim(ctx, &idemv1.BatchClaimRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -80,7 +80,7 @@ func (c *Client) batchClaim(ctx context.Context, reqs []*idemv1.ClaimRequest, op
 }
 
 func (c *Client) batchComplete(ctx context.Context, reqs []*idemv1.CompleteRequest, opts []grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchComplete(ctx, &idemv1.BatchCompleteRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -90,7 +90,7 @@ func (c *Client) batchComplete(ctx context.Context, reqs []*idemv1.CompleteReque
 }
 
 func (c *Client) batchFail(ctx context.Context, reqs []*idemv1.FailRequest, opts []grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchFail(ctx, &idemv1.BatchFailRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
@@ -100,26 +100,13 @@ func (c *Client) batchFail(ctx context.Context, reqs []*idemv1.FailRequest, opts
 }
 
 func (c *Client) batchHeartbeat(ctx context.Context, reqs []*idemv1.HeartbeatRequest, opts []grpc.CallOption) ([]BatchItem[Record], error) {
-	resp, err := c.service.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: reqs}, batchCallOptions(opts)...)
+	resp, err := c.service.BatchHeartbeat(ctx, &idemv1.BatchHeartbeatRequest{Requests: reqs}, opts...)
 	if err != nil {
 		return nil, decodeError(ctx, err)
 	}
 	return batchItems(ctx, len(reqs), resp.GetResults(), func(r *idemv1.HeartbeatResponse) (Record, error) {
 		return recordFromProto(r.GetRecord()), nil
 	})
-}
-
-// batchRecvBytes is the largest batch answer the client takes. gRPC's
-// default of 4 MiB is too small for a BatchClaim of replays: 500 stored
-// results of the default 64 KiB limit are 32 MiB, and an answer refused
-// after the server acquired some of its items would leave them held by
-// nobody until their leases ran out.
-const batchRecvBytes = 64 << 20
-
-// batchCallOptions puts the larger answer limit before the caller's options,
-// so that the caller's win.
-func batchCallOptions(opts []grpc.CallOption) []grpc.CallOption {
-	return append([]grpc.CallOption{grpc.MaxCallRecvMsgSize(batchRecvBytes)}, opts...)
 }
 
 // kind is the two ways to send requests of one kind: many in a batch
@@ -150,11 +137,7 @@ func (c *Client) completeKind() kind[*idemv1.CompleteRequest, Record] {
 			return c.batchComplete(ctx, reqs, nil)
 		},
 		one: func(ctx context.Context, req *idemv1.CompleteRequest) (Record, error) {
-			resp, err := c.service.Complete(ctx, req)
-			if err != nil {
-				return Record{}, decodeError(ctx, err)
-			}
-			return recordFromProto(resp.GetRecord()), nil
+			return c.complete(ctx, req)
 		},
 	}
 }
@@ -230,10 +213,11 @@ func batchItems[P any, R batchResult[P], T any](ctx context.Context, n int, resu
 // would be taken: the server's INVALID_BATCH_SIZE or REQUEST_TOO_LARGE, or
 // gRPC's own message size limit (RESOURCE_EXHAUSTED with neither an
 // ErrorInfo nor a RetryInfo), which grpc-go applies before idem reads the
-// request, or on this side to an answer larger than the client reads. In
-// that last case the server did the items; DoBatch's items carry their
-// claimant, token and value, so sending them again is a repeat, answered
-// as the first time.
+// request, or to an answer on its way back (more than gRPC carries, or a
+// proxy or a caller's receive limit passes). In that last case the server
+// did the items; each carries its claimant (DoBatch's, or the one a
+// coalesced Claim is given), or its token and value, so sending it again
+// is a repeat, answered as the first time.
 func refusedForSize(err error) bool {
 	switch ReasonOf(err) {
 	case idemv1.ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE, idemv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE:

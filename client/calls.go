@@ -6,7 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -139,7 +143,8 @@ type ClaimRequest struct {
 	// Claimant identifies this attempt (at most 128 bytes). Repeating a Claim
 	// with the same claimant while its lease lives returns ACQUIRED with the
 	// same token, so a Claim whose response was lost can be retried. None by
-	// default.
+	// default; with WithCoalescing, a Claim that goes out in a batch gets a
+	// fresh UUID, so that the batch can be sent again (see WithCoalescing).
 	Claimant string
 	// Retention is how long the record is kept after it leaves PROCESSING.
 	// Zero means the server's default, 24 hours unless configured otherwise;
@@ -180,6 +185,12 @@ type ClaimResult struct {
 // BatchClaim with concurrent ones; its answer is the same.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest, opts ...grpc.CallOption) (ClaimResult, error) {
 	if c.claims != nil && req.Wait == 0 && coalescible(ctx, opts) {
+		if req.Claimant == "" {
+			// A batch whose answer could not be read is sent again
+			// (sendHalving), and the server may have acquired the job in
+			// it: only a claimant tells it that the Claim is the same call.
+			req.Claimant = uuid.NewString()
+		}
 		return c.claims.do(ctx, req.proto())
 	}
 	resp, err := c.service.Claim(ctx, req.proto(), opts...)
@@ -227,7 +238,9 @@ type CompleteRequest struct {
 	// Token is the token of the ACQUIRED Claim.
 	Token int64
 	// Result is stored and replayed to later Claims: at most 64 KiB unless
-	// the server is configured otherwise.
+	// the server is configured otherwise (idemd's --max-result-bytes, at
+	// most limits.ResultBytesCeiling; a tenant's max_result_bytes may
+	// lower it).
 	Result []byte
 }
 
@@ -236,15 +249,66 @@ type CompleteRequest struct {
 // returns the stored record. Errors: ErrLeaseLost (another worker took
 // over), ErrAlreadyTerminal, ErrResolvedByOperator, ErrNotFound. With
 // WithCoalescing, it may go out in a BatchComplete with concurrent ones.
+//
+// A result over the server's limit is refused, its error naming the
+// result's size and the limit: INVALID_RESULT from the server, or
+// RESOURCE_EXHAUSTED when it is more than idemd reads in one message at
+// all. A result over limits.ResultBytesCeiling, which no server takes, is
+// refused with INVALID_RESULT without an RPC.
 func (c *Client) Complete(ctx context.Context, req CompleteRequest, opts ...grpc.CallOption) (Record, error) {
 	if c.completes != nil && coalescible(ctx, opts) {
+		if err := checkResultSize(len(req.Result)); err != nil {
+			return Record{}, err
+		}
 		return c.completes.do(ctx, req.proto())
 	}
-	resp, err := c.service.Complete(ctx, req.proto(), opts...)
+	return c.complete(ctx, req.proto(), opts...)
+}
+
+// complete is the unary Complete RPC, with the errors of a result too large
+// made to say so (see Complete).
+func (c *Client) complete(ctx context.Context, req *idemv1.CompleteRequest, opts ...grpc.CallOption) (Record, error) {
+	n := len(req.GetResult())
+	if err := checkResultSize(n); err != nil {
+		return Record{}, err
+	}
+	resp, err := c.service.Complete(ctx, req, opts...)
 	if err != nil {
-		return Record{}, decodeError(ctx, err)
+		return Record{}, resultRefused(decodeError(ctx, err), n)
 	}
 	return recordFromProto(resp.GetRecord()), nil
+}
+
+// checkResultSize refuses a result of n bytes that no server takes, over
+// the most --max-result-bytes may be, as the server refuses one over its
+// own limit.
+func checkResultSize(n int) error {
+	if n <= limits.ResultBytesCeiling {
+		return nil
+	}
+	st, err := status.New(codes.InvalidArgument, fmt.Sprintf("result is %d bytes; no server takes more than %d (the most idemd's --max-result-bytes may be)", n, limits.ResultBytesCeiling)).
+		WithDetails(&errdetails.ErrorInfo{Reason: "INVALID_RESULT", Domain: errorDomain, Metadata: map[string]string{"field": "result"}})
+	if err != nil {
+		panic(err) // an ErrorInfo always marshals
+	}
+	return &rpcError{st: st}
+}
+
+// resultRefused is err, the error of a Complete of a result of n bytes,
+// with the result's size and the limit in its message when gRPC refused
+// the request for its size (RESOURCE_EXHAUSTED with neither an ErrorInfo
+// nor a RetryInfo): grpc-go says only that a message was larger than its
+// maximum, before idem's own check could name the limit.
+func resultRefused(err error, n int) error {
+	if status.Code(err) != codes.ResourceExhausted || Reason(err) != "" {
+		return err
+	}
+	if _, hinted := retryInfoDelay(err); hinted {
+		return err
+	}
+	return &rpcError{st: status.New(codes.ResourceExhausted, fmt.Sprintf(
+		"result is %d bytes, more than the server reads (%s); idemd's --max-result-bytes bounds results, at most %d",
+		n, status.Convert(err).Message(), limits.ResultBytesCeiling))}
 }
 
 func (req CompleteRequest) proto() *idemv1.CompleteRequest {

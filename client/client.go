@@ -44,6 +44,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -121,6 +122,17 @@ func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
 // and room to spare, about the most the estimate would grow to.
 const responseWindow = limits.ResultBytesCeiling + 64<<10
 
+// maxAnswerBytes is the largest answer the client reads: any the server can
+// send. A unary answer holds one record, with a result of at most
+// limits.ResultBytesCeiling (no server takes more) and its other fields;
+// but a batch answer holds one record per item, up to the server's
+// --batch-max-items (500 by default), and a ListRecords page up to 1000,
+// which at the defaults is already more than gRPC sends in one message
+// (grpc-go's limit, 2 GiB less a byte). gRPC's default of 4 MiB refused
+// the answer of a Complete the server had stored, and every later read of
+// that record.
+const maxAnswerBytes = math.MaxInt32
+
 // New returns a Client for target, a gRPC target such as "idem.internal:7070"
 // or "dns:///idem.internal:7070". It does not connect: the connection is made
 // on the first RPC, and re-made as needed. Close it when done.
@@ -148,7 +160,8 @@ func New(target string, opts ...Option) (*Client, error) {
 		// every response it receives, which costs the server a read and a
 		// write per call. A stream's window holds a response with the
 		// largest result a server accepts.
-		grpc.WithInitialWindowSize(responseWindow), grpc.WithInitialConnWindowSize(responseWindow)}
+		grpc.WithInitialWindowSize(responseWindow), grpc.WithInitialConnWindowSize(responseWindow),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes))}
 	if o.token != "" {
 		if o.insecure && !IsLoopback(target) {
 			return nil, fmt.Errorf("idem: refusing to send the token in plaintext to %q: use WithTLS, or a loopback target", target)

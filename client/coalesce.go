@@ -29,6 +29,14 @@ import (
 // call in it with that error. The batch RPC carries the latest deadline of
 // its callers, and none when one of them has none.
 //
+// A batch whose answer is refused for its size on the way back (larger
+// than gRPC carries, or than a proxy or a receive limit of your
+// WithDialOptions lets through) is halved and sent again, though the
+// server did its items: a Complete or Fail sent again is answered as the
+// first time, and a Claim without a Claimant is given a fresh UUID as its
+// claimant, so that the server answers it sent again ACQUIRED with the same
+// token rather than IN_PROGRESS behind itself.
+//
 // Some calls still go out unary: a Claim with a Wait (a batch answers at
 // once), and a call with grpc.CallOptions or outgoing metadata on its
 // context, which would otherwise apply to its neighbours' calls too. Against

@@ -97,7 +97,9 @@ func WithWait(max time.Duration) DoOption { return func(o *doOptions) { o.wait =
 //
 // When fn returns a value, Do records it with Complete and returns it. When
 // fn returns an error, Do records a retryable failure, or a permanent one if
-// the error is wrapped with Permanent, and returns fn's error; the text it
+// the error is wrapped with Permanent, and returns fn's error itself (when
+// the failure cannot be recorded, a *FailureNotRecordedError that carries
+// it and the Fail's error); the text it
 // records is the error's made storable (bytes that are not UTF-8 and NULs
 // become U+FFFD, and it is cut to 4 KiB on a rune boundary), so the failure
 // is recorded whatever the text holds. When fn panics, Do records a
@@ -218,7 +220,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 	if fnErr != nil {
 		failed, err := fail(fnErr.Error(), !isPermanent(fnErr))
 		if err != nil {
-			return Result{Record: rec}, errors.Join(fnErr, fmt.Errorf("idem: recording the failure of %s/%s: %w", job.Namespace, job.Key, err))
+			return Result{Record: rec}, &FailureNotRecordedError{HandlerErr: fnErr, FailErr: err, Record: rec}
 		}
 		return Result{Record: failed}, fnErr
 	}

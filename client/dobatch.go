@@ -284,7 +284,7 @@ func (c *Client) failBatch(ctx context.Context, jobs []*batchJob, out []BatchIte
 			continue // DoBatch panics
 		}
 		if err := items[k].Err; err != nil {
-			out[j.i] = BatchItem[Result]{Value: Result{Record: j.rec}, Err: errors.Join(j.fnErr, fmt.Errorf("idem: recording the failure of %s/%s: %w", j.job.Namespace, j.job.Key, err))}
+			out[j.i] = BatchItem[Result]{Value: Result{Record: j.rec}, Err: &FailureNotRecordedError{HandlerErr: j.fnErr, FailErr: err, Record: j.rec}}
 			continue
 		}
 		out[j.i] = BatchItem[Result]{Value: Result{Record: items[k].Value}, Err: j.fnErr}

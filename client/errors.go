@@ -48,6 +48,10 @@ var (
 	// returned a value but idem did not confirm the Complete. The side effect
 	// has happened; the error is a *CompletionUnknownError with fn's value.
 	ErrCompletionUnknown = errors.New("idem: completion not confirmed")
+	// ErrFailureNotRecorded is matched by the error Do returns when fn
+	// returned an error and idem did not record the failure; the error is a
+	// *FailureNotRecordedError with fn's error and the Fail's.
+	ErrFailureNotRecorded = errors.New("idem: the handler's failure was not recorded")
 )
 
 var reasonSentinels = map[idemv1.ErrorReason]error{
@@ -214,6 +218,32 @@ func (e *CompletionUnknownError) Error() string {
 func (e *CompletionUnknownError) Is(target error) bool { return target == ErrCompletionUnknown }
 
 func (e *CompletionUnknownError) Unwrap() error { return e.Err }
+
+// FailureNotRecordedError is the error Do returns when fn returned an error
+// and its Fail was not recorded: the server refused it (ALREADY_TERMINAL
+// when fn completed its own token first, LEASE_LOST when another worker took
+// the job over) or it failed until the lease ran out. fn's error is never
+// lost: errors.Is and errors.As find it, and the Fail's error too
+// (errors.Is(err, ErrAlreadyTerminal), Reason(err) when fn's error has no
+// reason of its own). It matches ErrFailureNotRecorded with errors.Is.
+type FailureNotRecordedError struct {
+	// HandlerErr is the error fn returned.
+	HandlerErr error
+	// FailErr is the last Fail error.
+	FailErr error
+	// Record is the record as acquired (with the attempt's token).
+	Record Record
+}
+
+func (e *FailureNotRecordedError) Error() string {
+	return fmt.Sprintf("idem: %s/%s: the handler failed (%v), and its failure was not recorded: %v", e.Record.Namespace, e.Record.Key, e.HandlerErr, e.FailErr)
+}
+
+// Is makes errors.Is(err, ErrFailureNotRecorded) true.
+func (e *FailureNotRecordedError) Is(target error) bool { return target == ErrFailureNotRecorded }
+
+// Unwrap returns fn's error and the Fail's, in that order.
+func (e *FailureNotRecordedError) Unwrap() []error { return []error{e.HandlerErr, e.FailErr} }
 
 // Permanent marks err as a permanent failure: when fn returns it, Do records
 // the failure with retryable=false, and every later Do for the key returns a

@@ -42,6 +42,7 @@ var scenarios = map[string]func(t *testing.T, e *scenarioEnv){
 	"lease-lost-mid-job":         scenarioLeaseLostMidJob,
 	"retryable-failure":          scenarioRetryableFailure,
 	"permanent-failure":          scenarioPermanentFailure,
+	"fail-after-own-complete":    scenarioFailAfterOwnComplete,
 	"unresolved":                 scenarioUnresolved,
 	"resolved-by-operator":       scenarioResolvedByOperator,
 	"wait":                       scenarioWait,
@@ -531,6 +532,60 @@ func scenarioPermanentFailure(t *testing.T, e *scenarioEnv) {
 
 // leaseLapse is how long the scenarios wait for a 1 s lease to run out.
 const leaseLapse = 1500 * time.Millisecond
+
+func scenarioFailAfterOwnComplete(t *testing.T, e *scenarioEnv) {
+	ctx, c := scenarioCtx(t), e.worker(t)
+	ns, k, k2 := e.Namespaces.Plain, e.key(t, "k"), e.key(t, "k2")
+	const r = "completed-by-handler"
+	// completesThenFails is the handler of step 1: a raw Complete of its own
+	// token, then an error of its own.
+	completesThenFails := func(key string, handlerErr error) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			if _, err := c.Complete(ctx, client.CompleteRequest{Namespace: ns, Key: key, Token: a.Token, Result: []byte(r)}); err != nil {
+				t.Errorf("the handler's raw Complete of %s: %v", key, err)
+			}
+			return nil, handlerErr
+		}
+	}
+	// wantBoth checks the error of a Fail refused after the handler completed.
+	wantBoth := func(step string, err, handlerErr error) {
+		t.Helper()
+		var nr *client.FailureNotRecordedError
+		if !errors.As(err, &nr) || nr.HandlerErr != handlerErr || !errors.Is(err, handlerErr) || !errors.Is(err, client.ErrFailureNotRecorded) {
+			t.Fatalf("%s: do() = %#v (%v); want a *FailureNotRecordedError with the handler's error itself", step, err, err)
+		}
+		if !errors.Is(nr.FailErr, client.ErrAlreadyTerminal) || !errors.Is(err, client.ErrAlreadyTerminal) {
+			t.Fatalf("%s: the fail error is %v; want AlreadyTerminal", step, nr.FailErr)
+		}
+		wantCodeReason(t, step, nr.FailErr, codes.FailedPrecondition, "ALREADY_TERMINAL")
+		wantCodeReason(t, step, err, codes.FailedPrecondition, "ALREADY_TERMINAL")
+		if msg := err.Error(); !strings.Contains(msg, "failed after completing") || !strings.Contains(msg, "ALREADY_TERMINAL") {
+			t.Fatalf("%s: the message %q does not have the handler's text and the refusal's reason", step, msg)
+		}
+	}
+
+	handlerErr := errors.New("failed after completing")
+	_, err := c.Do(ctx, client.Job{Namespace: ns, Key: k}, completesThenFails(k, handlerErr))
+	wantBoth("step 1", err, handlerErr)
+	if rec := lookup(t, ctx, c, ns, k); rec.State != client.StateCompleted || string(rec.Result) != r || rec.Attempt != 1 || rec.Error != "" {
+		t.Fatalf("step 2: record = %v %q attempt %d error %q; want COMPLETED %q attempt 1, no error", rec.State, rec.Result, rec.Attempt, rec.Error, r)
+	}
+	var calls handlerCalls
+	res, err := c.Do(ctx, client.Job{Namespace: ns, Key: k}, calls.fails(t))
+	wantValue(t, "step 3", res, err, r, true)
+
+	handlerErr2 := errors.New("failed after completing")
+	items, err := c.DoBatch(ctx, []client.Job{{Namespace: ns, Key: k2}}, func(ctx context.Context, _ int, a client.Attempt) ([]byte, error) {
+		return completesThenFails(k2, handlerErr2)(ctx, a)
+	})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("step 4: do_batch = %d items, %v; want 1", len(items), err)
+	}
+	wantBoth("step 4", items[0].Err, handlerErr2)
+	if rec := lookup(t, ctx, c, ns, k2); rec.State != client.StateCompleted || string(rec.Result) != r {
+		t.Fatalf("step 4: record = %v %q; want COMPLETED %q", rec.State, rec.Result, r)
+	}
+}
 
 func scenarioUnresolved(t *testing.T, e *scenarioEnv) {
 	ctx, c, k := scenarioCtx(t), e.worker(t), e.key(t, "k")

@@ -95,7 +95,7 @@ func TestDoRecordsAnyErrorText(t *testing.T) {
 						}
 						return nil, client.Permanent(cause)
 					})
-					if !errors.Is(err, cause) || strings.Contains(err.Error(), "recording the failure") {
+					if !errors.Is(err, cause) || errors.Is(err, client.ErrFailureNotRecorded) {
 						t.Fatalf("Do = %.300q; want fn's error alone, the failure recorded", err)
 					}
 					rec := mustLookup(t, c, job)

@@ -816,12 +816,16 @@ func TestMakeVersion(t *testing.T) {
 	}
 }
 
-// fakeGo stands in for the go command in TestMakeRunShowsBuildProgress:
-// go list -deps names 40 packages, and go build -v names them as it
-// "compiles" them (pausing FAKE_GO_PAUSE seconds after the 12th), then
-// fails with a compiler's error when FAKE_GO_FAIL is set, or else writes
-// an idemd that prints its arguments.
+// fakeGo stands in for the go command in TestMakeRunShowsBuildProgress
+// and TestMakeInstallSaysWhere: go list -deps names 40 packages, and go
+// build -v names them as it "compiles" them (pausing FAKE_GO_PAUSE seconds
+// after the 12th), then fails with a compiler's error when FAKE_GO_FAIL is
+// set, or else writes, for each ./cmd/NAME, a NAME that prints its
+// arguments: into the directory -o names when it ends in /, as go build
+// does. go install writes them into $GOBIN, or the bin of GOPATH's first
+// directory, and go env prints those two variables.
 const fakeGo = `#!/bin/sh
+fake() { mkdir -p "$(dirname "$1")" && printf '#!/bin/sh\necho "%s $*"\n' "$(basename "$1")" > "$1" && chmod +x "$1"; }
 case "$1" in
 list) i=1; while [ $i -le 40 ]; do echo "example.com/p$i"; i=$((i+1)); done ;;
 build)
@@ -831,19 +835,29 @@ build)
     i=$((i+1))
   done
   if [ -n "$FAKE_GO_FAIL" ]; then echo "cmd/idemd/main.go:3:1: syntax error: unexpected }" >&2; exit 2; fi
-  while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
-  mkdir -p "$(dirname "$out")"
-  printf '#!/bin/sh\necho "idemd $*"\n' > "$out" && chmod +x "$out" ;;
+  cmds=
+  while [ $# -gt 0 ]; do
+    case "$1" in -o) out=$2; shift ;; ./cmd/*) cmds="$cmds ${1#./cmd/}" ;; esac
+    shift
+  done
+  case "$out" in
+  */) for c in $cmds; do fake "$out$c"; done ;;
+  *) fake "$out" ;;
+  esac ;;
+install)
+  dir=$GOBIN; [ -n "$dir" ] || dir=${GOPATH%%:*}/bin
+  for a in "$@"; do case "$a" in ./cmd/*) fake "$dir/${a#./cmd/}" ;; esac; done ;;
+env) eval "echo \"\${$2}\"" ;;
 *) echo "fake go: $*" >&2; exit 1 ;;
 esac
 `
 
-// TestMakeRunShowsBuildProgress runs `make run` with a go command that
-// compiles slowly: make run says how far the build has got, at every tenth
-// of the packages and while one takes long, passes the compiler's errors
-// through and fails with them, and runs idemd once it is built.
-func TestMakeRunShowsBuildProgress(t *testing.T) {
-	t.Parallel()
+// makeWithFakeGo copies the Makefile into a new directory and returns a
+// function that runs make there with fakeGo first on the PATH, the
+// environment's make, IDEM_DATABASE_URL, GOBIN and GOPATH left out, and
+// the variables extra adds (a PATH of its own goes after fakeGo's).
+func makeWithFakeGo(t *testing.T) (dir string, run func(target string, extra ...string) (string, error)) {
+	t.Helper()
 	makefile, err := os.ReadFile("../Makefile")
 	if err != nil {
 		t.Fatal(err)
@@ -858,16 +872,37 @@ func TestMakeRunShowsBuildProgress(t *testing.T) {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains([]string{"PATH", "IDEM_DATABASE_URL", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, name) {
+		if !slices.Contains([]string{"PATH", "IDEM_DATABASE_URL", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GOBIN", "GOPATH"}, name) {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "BUILD_PROGRESS_EVERY=1")
-	makeRun := func(extra ...string) (string, error) {
-		cmd := exec.Command("make", "--no-print-directory", "run")
-		cmd.Dir, cmd.Env = dir, append(slices.Clone(env), extra...)
+	return dir, func(target string, extra ...string) (string, error) {
+		path := os.Getenv("PATH")
+		vars := slices.Clone(env)
+		for _, kv := range extra {
+			if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+				path = p
+			} else {
+				vars = append(vars, kv)
+			}
+		}
+		cmd := exec.Command("make", "--no-print-directory", target)
+		cmd.Dir, cmd.Env = dir, append(vars, "PATH="+bin+string(os.PathListSeparator)+path)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
+	}
+}
+
+// TestMakeRunShowsBuildProgress runs `make run` with a go command that
+// compiles slowly: make run says how far the build has got, at every tenth
+// of the packages and while one takes long, passes the compiler's errors
+// through and fails with them, and once idemd and idem are built, runs
+// idemd.
+func TestMakeRunShowsBuildProgress(t *testing.T) {
+	t.Parallel()
+	dir, makeIn := makeWithFakeGo(t)
+	makeRun := func(extra ...string) (string, error) {
+		return makeIn("run", append([]string{"BUILD_PROGRESS_EVERY=1"}, extra...)...)
 	}
 
 	out, err := makeRun("FAKE_GO_PAUSE=8")
@@ -875,7 +910,7 @@ func TestMakeRunShowsBuildProgress(t *testing.T) {
 		t.Fatalf("make run: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"make run: building idemd into bin/ (the first build compiles some 40 packages",
+		"make run: building idemd and idem into bin/ (the first build compiles some 40 packages",
 		"make run: compiling 1 of about 40 packages: example.com/p1\n",
 		"make run: compiling 6 of about 40 packages: example.com/p6\n",
 		"make run: still building: 12 of about 40 packages begun, the last example.com/p12\n",
@@ -889,9 +924,81 @@ func TestMakeRunShowsBuildProgress(t *testing.T) {
 	if n := strings.Count(out, "packages: example.com/"); n < 7 || n > 11 {
 		t.Errorf("make run printed %d progress lines for 40 packages; want one at each tenth:\n%s", n, out)
 	}
+	// The README's walkthrough uses bin/idem, the CLI, beside the idemd that make run runs.
+	for _, name := range []string{"idemd", "idem"} {
+		if _, err := os.Stat(filepath.Join(dir, "bin", name)); err != nil {
+			t.Errorf("make run did not build bin/%s: %v", name, err)
+		}
+	}
 
 	out, err = makeRun("FAKE_GO_FAIL=1")
 	if err == nil || !strings.Contains(out, "cmd/idemd/main.go:3:1: syntax error: unexpected }\n") || strings.Contains(out, "idemd serve") {
 		t.Errorf("make run with a build that fails: %v; want the compiler's error, a failure, and no idemd:\n%s", err, out)
+	}
+}
+
+// TestMakeInstallSaysWhere runs `make install` with a go command that
+// installs where the real one does: make install says which directory it
+// put idemd and idem in, whether that directory is on the PATH, the line
+// that puts it there when it is not, and which binary runs instead when
+// another build of idemd or idem comes before it on the PATH (not when it
+// is the same build, as make run's bin/ holds).
+func TestMakeInstallSaysWhere(t *testing.T) {
+	t.Parallel()
+	_, makeIn := makeWithFakeGo(t)
+	tmp := t.TempDir()
+	gobin, gopath := filepath.Join(tmp, "gobin"), filepath.Join(tmp, "gopath")
+	system := os.Getenv("PATH")
+	install := func(extra ...string) string {
+		t.Helper()
+		out, err := makeIn("install", extra...)
+		if err != nil {
+			t.Fatalf("make install %q: %v\n%s", extra, err, out)
+		}
+		return out
+	}
+
+	out := install("GOBIN="+gobin, "PATH="+gobin+string(os.PathListSeparator)+system)
+	if want := "make install: idemd and idem are in " + gobin + ", which is on your PATH\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("GOBIN on the PATH: make install ends with\n%s\nwant it to end with\n%s", out, want)
+	}
+	for _, name := range []string{"idemd", "idem"} {
+		if _, err := os.Stat(filepath.Join(gobin, name)); err != nil {
+			t.Errorf("the fake go install wrote no %s: %v", name, err)
+		}
+	}
+
+	first := filepath.Join(gopath, "bin")
+	out = install("GOPATH="+gopath+string(os.PathListSeparator)+filepath.Join(tmp, "other"), "PATH="+system)
+	want := "make install: idemd and idem are in " + first + ", which is not on your PATH; to run them by name, add it:\n" +
+		"  export PATH=\"" + first + ":$PATH\"\n"
+	if !strings.HasSuffix(out, want) {
+		t.Errorf("no GOBIN, GOPATH/bin not on the PATH: make install ends with\n%s\nwant it to end with\n%s", out, want)
+	}
+
+	older := filepath.Join(tmp, "older")
+	if err := os.MkdirAll(older, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(older, "idemd"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out = install("GOBIN="+gobin, "PATH="+older+string(os.PathListSeparator)+gobin+string(os.PathListSeparator)+system)
+	want = "make install: idemd and idem are in " + gobin + ", which is on your PATH\n" +
+		"make install: but `idemd` runs " + filepath.Join(older, "idemd") + ", another build, which comes first on your PATH; remove it, or put " + gobin + " before it\n"
+	if !strings.HasSuffix(out, want) {
+		t.Errorf("another idemd first on the PATH: make install ends with\n%s\nwant it to end with\n%s", out, want)
+	}
+
+	same, err := os.ReadFile(filepath.Join(gobin, "idemd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(older, "idemd"), same, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out = install("GOBIN="+gobin, "PATH="+older+string(os.PathListSeparator)+gobin+string(os.PathListSeparator)+system)
+	if want := "make install: idemd and idem are in " + gobin + ", which is on your PATH\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("the same build of idemd first on the PATH: make install ends with\n%s\nwant it to end with\n%s", out, want)
 	}
 }

@@ -54,6 +54,12 @@ const (
 	// (the server's own wait, no sleep) and finds the job taken over, or
 	// UNRESOLVED under on_lease_expiry: hold.
 	CrashAfterEffect Case = "crash-after-effect"
+	// CrashAfterComplete runs the handler under a 1 s lease and "kills" the
+	// worker as soon as a Complete of its record is applied: the handler's
+	// own (a Complete with its token, sent through WorkerClient while it
+	// runs) or Do's. What the handler does after that is not counted, as a
+	// dead worker does nothing; then the job is delivered again.
+	CrashAfterComplete Case = "crash-after-complete"
 	// LeaseLapsed holds the handler before it starts, and its heartbeats,
 	// while its 1 s lease lapses and a second delivery takes the job over
 	// (or finds it UNRESOLVED under hold); then it lets the first
@@ -71,7 +77,7 @@ const (
 
 // AllCases returns every Case in the order CheckHandler runs them.
 func AllCases() []Case {
-	return []Case{TwiceInSequence, Concurrent, CrashAfterEffect, LeaseLapsed, CompleteAnswerLost, RetryableFailure}
+	return []Case{TwiceInSequence, Concurrent, CrashAfterEffect, CrashAfterComplete, LeaseLapsed, CompleteAnswerLost, RetryableFailure}
 }
 
 // CheckOption configures CheckHandler and InspectHandler.
@@ -106,12 +112,16 @@ func CheckConcurrency(n int) CheckOption { return func(o *checkOptions) { o.conc
 
 // CheckHandler runs every Case against h on a real idem server of its own
 // (NewServer), each delivery through client.Do on a client of its own, as a
-// worker process of its own. effects counts the handler's side effect (rows
-// in your table, charges a fake payment API applied): CheckHandler reads it
-// before and after each case, which must make the effect once. For each case
-// where it did not, CheckHandler fails t with the report of that case: the
-// count, what every delivery did and, when the effect ran more than once,
-// the window it ran twice in and the remedy. Passing cases are logged.
+// worker process of its own (a handler that calls idem itself reaches it
+// with WorkerClient). effects counts the handler's side effect (rows in your
+// table, charges a fake payment API applied): CheckHandler reads it before
+// and after each case, which must make the effect once, and while the case
+// runs (around the building of each delivery's handler, around each run of
+// it, when a worker dies), to tell an effect made outside the handler or
+// after it returned; it must be safe to call from any goroutine. For each
+// case where the effect did not happen once, CheckHandler fails t with the
+// report of that case: the count, what every delivery did and the window
+// and the remedy, or what else is wrong. Passing cases are logged.
 //
 //	func TestChargeIsExactlyOnce(t *testing.T) {
 //		provider := newFakeProvider()
@@ -203,8 +213,16 @@ type CaseReport struct {
 	Title string
 	// Job is the job the case delivered, with the case's own key.
 	Job client.Job
-	// Effects is how much the effect counter went up during the case.
+	// Effects is how much the effect counter went up during the case (or
+	// for a second after it, when it had not moved by its end), leaving out
+	// what a handler did after its worker died.
 	Effects int
+	// Outside is how many of the effects happened while the handler of a
+	// delivery was being built, before Do claimed the job.
+	Outside int
+	// Late is how many of the effects happened after the handler that made
+	// them returned.
+	Late int
 	// Runs is how many times the handler ran.
 	Runs int
 	// Deliveries says what each delivery did, in order.
@@ -212,23 +230,27 @@ type CaseReport struct {
 	// Record is the record after the last delivery (nil if it could not be
 	// read).
 	Record *client.Record
-	// Window names where the effect ran more than once, and Remedy what
-	// closes it; both empty unless the effect ran more than once in a
-	// window the case opens.
+	// Window names where the effect ran more than once (or, after the
+	// handler's own Complete, not at all), and Remedy what closes it; both
+	// empty unless the case found such a window.
 	Window, Remedy string
 	// Held says how on_lease_expiry: hold kept the effect at one, when it
 	// did.
 	Held string
 	// Finding says what is wrong when it is not one of the windows: no
-	// effect counted, more effects than runs.
+	// effect counted, more effects than runs, an effect made outside the
+	// handler or after it returned.
 	Finding string
 	// Err is why the case could not run as designed: the handler failed
 	// where it should succeed, a call to the server failed.
 	Err error
 }
 
-// OK reports whether the case ran and made the effect exactly once.
-func (c *CaseReport) OK() bool { return c.Err == nil && c.Effects == 1 }
+// OK reports whether the case ran and made the effect exactly once, inside
+// the handler.
+func (c *CaseReport) OK() bool {
+	return c.Err == nil && c.Effects == 1 && c.Outside == 0 && c.Late == 0
+}
 
 // String is the case's report: a line that says whether the effect ran
 // once, what the deliveries were and did, the record, and the window and
@@ -241,10 +263,14 @@ func (c *CaseReport) String() string {
 	case c.Err != nil:
 		vars["error"] = c.Err.Error()
 		b.WriteString(fill(w.Messages["error"], vars))
+	case c.Late > 0 && c.Outside == 0:
+		b.WriteString(fill(w.Messages["late"], vars))
 	case c.Effects == 1:
 		b.WriteString(fill(w.Messages["ok"], vars))
 	case c.Effects > 1:
 		b.WriteString(fill(w.Messages["more"], vars))
+	case c.Window != "":
+		b.WriteString(fill(w.Messages["lost"], vars))
 	default:
 		b.WriteString(fill(w.Messages["none"], vars))
 	}
@@ -272,10 +298,11 @@ func (c *CaseReport) String() string {
 
 // goTerms are the Go SDK's names for what the remedies point at.
 var goTerms = map[string]string{
-	"takeover":    "a.Takeover",
-	"token_field": "a.Token",
-	"permanent":   "client.Permanent(err)",
-	"lost_check":  "ctx.Err()",
+	"takeover":      "a.Takeover",
+	"token_field":   "a.Token",
+	"permanent":     "client.Permanent(err)",
+	"lost_check":    "ctx.Err()",
+	"worker_client": "idemtest.WorkerClient(ctx)",
 }
 
 //go:embed cases.json
@@ -338,6 +365,23 @@ var errAfterEffect = errors.New(words().Messages["injected_failure"])
 // the case instead of hanging the test until go test's timeout.
 const caseTimeout = 2 * time.Minute
 
+// lateWait is how long a case whose effect counter did not move waits for an
+// effect that comes after the handler returned, before it reports none.
+const lateWait = time.Second
+
+type workerKey struct{}
+
+// WorkerClient returns the client of the worker that runs the delivery whose
+// handler got ctx, for a handler that calls idem itself (a Complete of its
+// own token, say) as a worker's handler calls it with the worker's client:
+// the kit's faults apply to those calls, and CrashAfterComplete stops the
+// worker right after such a Complete. It returns nil outside a delivery of
+// CheckHandler or InspectHandler.
+func WorkerClient(ctx context.Context) *client.Client {
+	c, _ := ctx.Value(workerKey{}).(*client.Client)
+	return c
+}
+
 // run runs case c and reports it.
 func (k *kit) run(c Case) *CaseReport {
 	cw := words().caseWords(c)
@@ -357,15 +401,21 @@ func (k *kit) run(c Case) *CaseReport {
 	var ds []*delivery
 	switch c {
 	case TwiceInSequence:
-		ds = append(ds, k.deliver(ctx, job, nil, nil), k.deliver(ctx, job, nil, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
 	case Concurrent:
+		// Built one after the other before any is sent, so that what
+		// building one makes is counted as its own.
 		ds = make([]*delivery, k.o.concurrency)
+		for i := range ds {
+			ds[i] = k.build(job, nil)
+		}
 		start := make(chan struct{})
 		var wg sync.WaitGroup
-		for i := range ds {
+		for _, d := range ds {
 			wg.Go(func() {
 				<-start
-				ds[i] = k.deliver(ctx, job, nil, nil)
+				k.send(ctx, d, job, nil)
 			})
 		}
 		close(start)
@@ -381,6 +431,11 @@ func (k *kit) run(c Case) *CaseReport {
 	case CrashAfterEffect:
 		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieBeforeComplete: true}, nil))
 		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case CrashAfterComplete:
+		// A lapsing lease, so that a record the dead worker left PROCESSING
+		// is taken over by the redelivery.
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{dieAfterComplete: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
 	case LeaseLapsed:
 		acquired, resume := make(chan struct{}), make(chan struct{})
 		var once sync.Once
@@ -393,8 +448,9 @@ func (k *kit) run(c Case) *CaseReport {
 				return ctx.Err()
 			}
 		}
+		stalled := k.build(lapsing, &wrap{stall: stall})
 		first := make(chan *delivery, 1)
-		go func() { first <- k.deliver(ctx, lapsing, &faults{holdHeartbeats: true}, &wrap{stall: stall}) }()
+		go func() { first <- k.send(ctx, stalled, lapsing, &faults{holdHeartbeats: true}) }()
 		var second *delivery
 		select {
 		case <-acquired:
@@ -408,17 +464,29 @@ func (k *kit) run(c Case) *CaseReport {
 			ds = append(ds, second)
 		}
 	case CompleteAnswerLost:
-		ds = append(ds, k.deliver(ctx, job, &faults{loseCompleteAnswer: true}, nil), k.deliver(ctx, job, nil, nil))
+		ds = append(ds, k.deliver(ctx, job, &faults{loseCompleteAnswer: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
 	case RetryableFailure:
-		ds = append(ds, k.deliver(ctx, job, nil, &wrap{failAfter: true}), k.deliver(ctx, job, nil, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, &wrap{failAfter: true}))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
 	}
-	cr.Effects = k.effects() - before
+	end := k.effects()
 
+	// What the counter saw, by when it moved: while a handler was built,
+	// while one ran (before its worker died), after a dead worker's, and
+	// the rest, which came after the handler that made it returned.
+	during, zombie, lost := 0, 0, false
 	for _, d := range ds {
 		if d.ran != nil {
 			cr.Runs++
 		}
+		cr.Outside += d.built
+		during += d.during
+		zombie += d.zombie
+		lost = lost || d.lostAtOwnComplete()
 	}
+	cr.Effects = end - before - zombie
+	cr.Late = max(cr.Effects-cr.Outside-during, 0)
 	cr.Deliveries = describe(ds)
 	if rec, err := k.srv.Client.Lookup(ctx, client.LookupRequest{Namespace: job.Namespace, Key: job.Key}); err == nil {
 		cr.Record = &rec
@@ -427,9 +495,16 @@ func (k *kit) run(c Case) *CaseReport {
 	if cr.Err != nil {
 		return cr
 	}
+	if cr.Runs > 0 && cr.Effects <= 0 && !lost {
+		if moved := k.awaitLateEffects(ctx, end); moved > 0 {
+			cr.Effects += moved
+			cr.Late += moved
+		}
+	}
 
 	vars := map[string]string{"namespace": job.Namespace, "key": job.Key,
-		"effects": strconv.Itoa(cr.Effects), "runs": strconv.Itoa(cr.Runs)}
+		"effects": strconv.Itoa(cr.Effects), "runs": strconv.Itoa(cr.Runs), "deliveries": strconv.Itoa(len(ds)),
+		"outside": strconv.Itoa(cr.Outside), "late": strconv.Itoa(cr.Late)}
 	maps.Copy(vars, goTerms)
 	msg := words().Messages
 	held := false
@@ -437,11 +512,17 @@ func (k *kit) run(c Case) *CaseReport {
 		held = held || d.outcome() == outcomeUnresolved
 	}
 	switch {
+	case cr.Outside > 0:
+		cr.Finding = fill(msg["outside_effects"], vars)
+	case cr.Late > 0:
+		cr.Finding = fill(msg["late_effect"], vars)
+	case lost && cr.Effects <= 0:
+		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
 	case cr.Effects <= 0:
 		cr.Finding = fill(msg["no_effect"], vars)
 	case cr.Effects > cr.Runs:
 		cr.Finding = fill(msg["extra_effects"], vars)
-	case cr.Effects > 1 && cw.Window == "":
+	case cr.Effects > 1 && (cw.Window == "" || c == CrashAfterComplete):
 		cr.Finding = fill(msg["extra_runs"], vars)
 	case cr.Effects > 1:
 		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
@@ -451,11 +532,38 @@ func (k *kit) run(c Case) *CaseReport {
 	return cr
 }
 
+// awaitLateEffects waits up to lateWait for the effect counter to move past
+// end, and returns by how much it did.
+func (k *kit) awaitLateEffects(ctx context.Context, end int) int {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(lateWait)
+	for {
+		if moved := k.effects() - end; moved > 0 {
+			return moved
+		}
+		select {
+		case <-t.C:
+		case <-deadline:
+			return 0
+		case <-ctx.Done():
+			return 0
+		}
+	}
+}
+
 // caseError is why case c could not run as designed, or nil: a delivery
 // failed where it should not have, or the fault the case injects did not
 // happen.
 func caseError(c Case, ds []*delivery) error {
 	msg := words().Messages
+	for _, d := range ds {
+		// A record ended where the kit cannot see it explains a failure
+		// that follows, and leaves CrashAfterComplete blind.
+		if d.ended != "" && (c == CrashAfterComplete || d.outcome() == outcomeFailed) {
+			return errors.New(fill(msg["ended_unseen"], map[string]string{"state": d.ended, "worker_client": goTerms["worker_client"]}))
+		}
+	}
 	for _, d := range ds {
 		switch d.outcome() {
 		case outcomePanicked:
@@ -469,9 +577,11 @@ func caseError(c Case, ds []*delivery) error {
 	}
 	first := ds[0]
 	switch {
-	case c == CrashAfterEffect && !first.died:
+	case c == CrashAfterEffect && !first.f.dead():
 		return errors.New("the first delivery did not reach its Complete")
-	case c == CompleteAnswerLost && !first.answerLost:
+	case c == CrashAfterComplete && !first.f.dead():
+		return errors.New("no Complete of the first delivery was applied")
+	case c == CompleteAnswerLost && !first.f.lostAnswer():
 		return errors.New("the first delivery's Complete was not applied")
 	case c == LeaseLapsed && len(ds) < 2:
 		return errors.New("the first delivery did not acquire the job")
@@ -495,52 +605,100 @@ type wrap struct {
 // delivery is one delivery of a job to a worker of its own, and what
 // became of it.
 type delivery struct {
-	w        wrap
+	w  wrap
+	f  *faults
+	fn func(context.Context, client.Attempt) ([]byte, error) // the handler, as built for this delivery
+	// What the effect counter saw: while the handler was built, while it
+	// ran (until its worker died, when it died in it), and after that.
+	built, during, zombie int
+	// ended is the state the handler left the record in when it ended the
+	// record itself through a client the kit does not see; "" otherwise.
+	ended    string
 	ran      *client.Attempt // the attempt the handler ran under, if it ran
 	res      client.Result
 	err      error
 	panicked any
-	// What the kit's faults did.
-	died, answerLost bool
 }
 
-// deliver delivers job to a new worker (a client of its own, with faults f
-// in its connection, when set) that runs the handler through client.Do.
-func (k *kit) deliver(ctx context.Context, job client.Job, f *faults, w *wrap, opts ...client.DoOption) (d *delivery) {
-	d = &delivery{} // named: a panic that Do passes on still returns it
+// deliver builds the handler of a delivery of job and sends it (see send).
+func (k *kit) deliver(ctx context.Context, job client.Job, f *faults, w *wrap, opts ...client.DoOption) *delivery {
+	return k.send(ctx, k.build(job, w), job, f, opts...)
+}
+
+// build builds the handler of one delivery of job, as a worker builds it
+// from the message it got, and counts what the effect counter saw
+// meanwhile: an effect made there happens on every delivery, outside Do.
+func (k *kit) build(job client.Job, w *wrap) *delivery {
+	d := &delivery{}
 	if w != nil {
 		d.w = *w
 	}
+	before := k.effects()
+	d.fn = k.h(job)
+	d.built = k.effects() - before
+	return d
+}
+
+// send delivers job to a new worker (a client of its own, with faults f in
+// its connection, when set) that runs d's handler through client.Do.
+func (k *kit) send(ctx context.Context, d *delivery, job client.Job, f *faults, opts ...client.DoOption) (sent *delivery) {
+	sent = d // named: a panic that Do passes on still returns it
 	if f == nil {
 		f = &faults{}
 	}
+	f.effects = k.effects
+	d.f = f
 	c, err := k.worker(f)
 	if err != nil {
 		d.err = err
 		return d
 	}
 	defer c.Close()
-	fn := k.h(job)
 	defer func() {
 		if p := recover(); p != nil {
-			d.panicked = p
+			d.panicked = p // a panic that Do passes on
 		}
-		d.died, d.answerLost = f.happened()
 	}()
-	d.res, d.err = c.Do(ctx, job, func(ctx context.Context, a client.Attempt) ([]byte, error) {
+	d.res, d.err = c.Do(context.WithValue(ctx, workerKey{}, c), job, func(fnCtx context.Context, a client.Attempt) ([]byte, error) {
 		if d.w.stall != nil {
-			if err := d.w.stall(ctx); err != nil {
+			if err := d.w.stall(fnCtx); err != nil {
 				return nil, err
 			}
 		}
 		d.ran = &a
-		v, err := fn(ctx, a)
+		start := k.effects()
+		f.setRunning(true)
+		defer func() {
+			f.setRunning(false)
+			returned := k.effects()
+			if at, ok := f.deathInHandler(); ok {
+				d.during, d.zombie = at-start, returned-at
+			} else {
+				d.during = returned - start
+			}
+			d.ended = k.endedUnseen(ctx, job, a, f)
+		}()
+		v, err := d.fn(fnCtx, a)
 		if err == nil && d.w.failAfter {
 			return nil, errAfterEffect
 		}
 		return v, err
 	}, opts...)
 	return d
+}
+
+// endedUnseen is the state the handler of attempt a left job's record in,
+// when it ended the record itself (Complete or Fail with its token) through
+// a client other than its worker's; "" otherwise.
+func (k *kit) endedUnseen(ctx context.Context, job client.Job, a client.Attempt, f *faults) string {
+	if f.ownCallSeen() {
+		return ""
+	}
+	rec, err := k.srv.Client.Lookup(ctx, client.LookupRequest{Namespace: job.Namespace, Key: job.Key})
+	if err != nil || rec.Token != a.Token || rec.State == client.StateProcessing {
+		return ""
+	}
+	return rec.State.String()
 }
 
 // worker returns a client as a worker process of its own would have, with
@@ -566,6 +724,7 @@ const (
 	outcomeLeaseLost
 	outcomeDied
 	outcomeReleased
+	outcomeNotReleased
 	outcomePanicked
 	outcomeFailed
 )
@@ -576,7 +735,7 @@ func (d *delivery) outcome() outcome {
 	switch {
 	case d.panicked != nil:
 		return outcomePanicked
-	case d.died && d.ran != nil:
+	case d.f.dead() && d.ran != nil:
 		return outcomeDied
 	case d.err == nil && d.res.Replayed:
 		return outcomeReplayed
@@ -588,10 +747,19 @@ func (d *delivery) outcome() outcome {
 		return outcomeUnresolved
 	case errors.Is(d.err, client.ErrLeaseLost):
 		return outcomeLeaseLost
+	case d.w.failAfter && errors.Is(d.err, errAfterEffect) && errors.Is(d.err, client.ErrFailureNotRecorded):
+		return outcomeNotReleased
 	case d.w.failAfter && errors.Is(d.err, errAfterEffect):
 		return outcomeReleased
 	}
 	return outcomeFailed
+}
+
+// lostAtOwnComplete reports whether the worker died right after the
+// handler's own Complete was applied, before the handler made its effect.
+func (d *delivery) lostAtOwnComplete() bool {
+	_, in := d.f.deathInHandler()
+	return in && d.f.dieAfterComplete && d.during <= 0
 }
 
 // line is the delivery's report line, after "delivery i: ".
@@ -609,7 +777,7 @@ func (d *delivery) line() string {
 	switch d.outcome() {
 	case outcomeCompleted:
 		switch {
-		case d.answerLost:
+		case d.f.lostAnswer():
 			end = msg["answer_lost"]
 		case d.w.stall != nil:
 			end = msg["late_complete"]
@@ -625,9 +793,26 @@ func (d *delivery) line() string {
 	case outcomeLeaseLost:
 		end = msg["lease_lost"]
 	case outcomeDied:
-		end = msg["died"]
+		_, inHandler := d.f.deathInHandler()
+		switch {
+		case d.f.dieAfterComplete && inHandler:
+			end = msg["died_after_own_complete"]
+		case d.f.dieAfterComplete:
+			end = msg["died_after_complete"]
+		default:
+			end = msg["died"]
+		}
 	case outcomeReleased:
 		end = msg["released"]
+	case outcomeNotReleased:
+		var nr *client.FailureNotRecordedError
+		reason := d.err.Error()
+		if errors.As(d.err, &nr) {
+			if reason = client.Reason(nr.FailErr); reason == "" {
+				reason = nr.FailErr.Error()
+			}
+		}
+		end = fill(msg["not_released"], map[string]string{"reason": reason})
 	case outcomePanicked:
 		end = fill(msg["handler_panicked"], map[string]string{"error": fmt.Sprint(d.panicked)})
 	default:

@@ -317,3 +317,142 @@ tenants:
 }
 
 func hashToken(token string) string { return config.HashToken(token) }
+
+// completesFirst is a handler that completes its own record (a Complete
+// with its token, through its worker's client) and then charges; with
+// chargeFirst, it charges first. The charge carries the record's key, so
+// that no other window is open.
+func completesFirst(p *paymentsAPI, chargeFirst bool) idemtest.Handler {
+	return func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			charge := func() error {
+				_, err := p.charge(job.Key, job.Namespace+"/"+job.Key, 0)
+				return err
+			}
+			if chargeFirst {
+				if err := charge(); err != nil {
+					return nil, err
+				}
+			}
+			if _, err := idemtest.WorkerClient(ctx).Complete(ctx, client.CompleteRequest{Namespace: job.Namespace, Key: job.Key, Token: a.Token, Result: []byte("done")}); err != nil {
+				return nil, err
+			}
+			if !chargeFirst {
+				if err := charge(); err != nil {
+					return nil, err
+				}
+			}
+			return []byte("done"), nil
+		}
+	}
+}
+
+// A handler that completes its own record before its effect loses the
+// effect when its worker dies in between: the kit stops the worker there,
+// and names the window and the remedy.
+func TestCheckHandlerCatchesACompleteBeforeTheEffect(t *testing.T) {
+	t.Parallel()
+	api := newPaymentsAPI()
+	rec := &failRecorder{TB: t}
+	r := idemtest.CheckHandler(rec, completesFirst(api, false), api.chargesApplied,
+		idemtest.CheckJob(client.Job{Namespace: "payments", Key: "order-1042"}))
+	cr := r.Case(idemtest.CrashAfterComplete)
+	msg := cr.String()
+	if cr.OK() || cr.Err != nil || cr.Effects != 0 || cr.Finding != "" {
+		t.Fatalf("want the effect lost, reported as a window:\n%s", msg)
+	}
+	for _, want := range []string{
+		"crash-after-complete: the effect never ran, and the record says the job is done; want once",
+		"delivery 1: ran the handler (attempt 1, token ",
+		"the handler completed the record itself (Complete with its token), and the worker died right there",
+		"delivery 2: replayed the stored result; the handler did not run",
+		"record: COMPLETED, attempt 1",
+		"window: between the handler's own Complete and its side effect",
+		"The effect is lost.",
+		"remedy: make the side effect before anything records the job as done: return the result from the handler and let do() send the Complete",
+		"instead of completing with a.Token yourself",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the report does not say %q:\n%s", want, msg)
+		}
+	}
+	if m := regexp.MustCompile(`\{[a-z_]+\}`).FindString(msg); m != "" {
+		t.Errorf("the report has %s unfilled:\n%s", m, msg)
+	}
+	failed := false
+	for _, e := range rec.errors {
+		failed = failed || strings.HasPrefix(e, "crash-after-complete: ")
+	}
+	if !failed {
+		t.Errorf("CheckHandler did not fail the test for crash-after-complete:\n%s", strings.Join(rec.errors, "\n"))
+	}
+
+	// The same handler, charging before its own Complete, loses nothing.
+	api = newPaymentsAPI()
+	r = idemtest.InspectHandler(t, completesFirst(api, true), api.chargesApplied)
+	if cr := r.Case(idemtest.CrashAfterComplete); !cr.OK() || !strings.Contains(cr.String(), "the handler completed the record itself") {
+		t.Errorf("want the effect once, the worker stopped after the handler's Complete:\n%s", cr)
+	}
+	// A handler that leaves the Complete to Do loses nothing either.
+	api = newPaymentsAPI()
+	r = idemtest.InspectHandler(t, keyedHandler(api), api.chargesApplied)
+	if cr := r.Case(idemtest.CrashAfterComplete); !cr.OK() || !strings.Contains(cr.String(), "; Complete applied, and the worker died before it heard back") {
+		t.Errorf("want the effect once, the worker stopped after Do's Complete:\n%s", cr)
+	}
+}
+
+// The retryable-failure case tells what became of the record: after the
+// handler completed it, its failure is not recorded and the job is not
+// released.
+func TestCheckHandlerRetryableFailureAfterTheHandlersOwnComplete(t *testing.T) {
+	t.Parallel()
+	api := newPaymentsAPI()
+	r := idemtest.InspectHandler(t, completesFirst(api, true), api.chargesApplied)
+	cr := r.Case(idemtest.RetryableFailure)
+	msg := cr.String()
+	if cr.Record == nil || cr.Record.State != client.StateCompleted {
+		t.Fatalf("want the record COMPLETED by the handler:\n%s", msg)
+	}
+	if strings.Contains(msg, "released") && !strings.Contains(msg, "not released") || strings.Contains(msg, "recorded as retryable") {
+		t.Errorf("the report says the job was released, while the record is COMPLETED:\n%s", msg)
+	}
+	if want := "then failed, but the failure was not recorded (ALREADY_TERMINAL), so the job was not released"; !strings.Contains(msg, want) {
+		t.Errorf("the report does not say %q:\n%s", want, msg)
+	}
+	if !cr.OK() {
+		t.Errorf("want the effect once:\n%s", msg)
+	}
+}
+
+// A handler whose effect runs while it is built, outside Do, is told to
+// move the effect into the handler, and nothing else.
+func TestCheckHandlerNamesAnEffectOutsideTheHandler(t *testing.T) {
+	t.Parallel()
+	api := newPaymentsAPI()
+	r := idemtest.InspectHandler(t, func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		id, err := api.charge(job.Key, "", 0) // before Do claimed the job
+		return func(context.Context, client.Attempt) ([]byte, error) { return []byte(id), err }
+	}, api.chargesApplied)
+	for _, cr := range r.Cases {
+		msg := cr.String()
+		if cr.OK() || cr.Err != nil || cr.Outside != cr.Effects || cr.Window != "" || cr.Remedy != "" {
+			t.Errorf("%s: want every effect found outside the handler, and no window:\n%s", cr.Case, msg)
+		}
+		for _, want := range []string{"effects happened while the kit built the handler of a delivery, before do() claimed the job", "Move it into the function the worker passes to do()"} {
+			if !strings.Contains(cr.Finding, want) {
+				t.Errorf("%s: the finding does not say %q:\n%s", cr.Case, want, msg)
+			}
+		}
+		for _, wrong := range []string{"retry loop", "idempotency key", "remedy:"} {
+			if strings.Contains(msg, wrong) {
+				t.Errorf("%s: the report says %q:\n%s", cr.Case, wrong, msg)
+			}
+		}
+	}
+	// One effect per delivery: the 8 at once, and the redelivery of each
+	// that found the job in progress.
+	cr := r.Case(idemtest.Concurrent)
+	if want := fmt.Sprintf("%d of the %[1]d effects happened while the kit built the handler of a delivery, before do() claimed the job (%[1]d deliveries, 1 of which ran the handler)", cr.Effects); cr.Effects < 8 || !strings.Contains(cr.Finding, want) {
+		t.Errorf("concurrent: want the count of effects made outside the handler, one per delivery:\n%s", cr)
+	}
+}

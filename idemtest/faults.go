@@ -13,24 +13,46 @@ import (
 
 // faults is what the kit does to one worker's calls, in that worker's
 // client connection (a gRPC interceptor): the server sees only what a real
-// worker that stalled, died or lost an answer would have sent it.
+// worker that stalled, died or lost an answer would have sent it. Once the
+// worker died, it sends nothing more.
 type faults struct {
 	// holdHeartbeats keeps every Heartbeat from the server: it is held
 	// until the call's context ends (Do ends it when the handler returns).
 	holdHeartbeats bool
-	// dieBeforeComplete stands for a worker that died once its handler
-	// returned: its Complete never goes out, and Do returns at once.
+	// dieBeforeComplete stands for a worker that died before its first
+	// Complete went out (the handler's own, or Do's once the handler
+	// returned): that Complete never goes out.
 	dieBeforeComplete bool
+	// dieAfterComplete stands for a worker that died as soon as its first
+	// Complete was applied (the handler's own, or Do's): it never hears the
+	// answer.
+	dieAfterComplete bool
 	// loseCompleteAnswer lets the first Complete reach the server and, once
 	// the server applied it, answers the worker UNAVAILABLE instead.
 	loseCompleteAnswer bool
+	// effects is the effect counter, read when the worker dies.
+	effects func() int
 
 	mu         sync.Mutex
+	running    bool // the handler runs
+	ownCall    bool // the handler sent a Complete or Fail through the worker
 	died       bool
+	diedIn     bool // the worker died while the handler ran
+	atDeath    int  // the effect counter when the worker died
 	answerLost bool
 }
 
 func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	f.mu.Lock()
+	dead, running := f.died, f.running
+	if running && (method == idemv1.IdempotencyService_Complete_FullMethodName || method == idemv1.IdempotencyService_Fail_FullMethodName) {
+		f.ownCall = true
+	}
+	f.mu.Unlock()
+	if dead {
+		// Not UNAVAILABLE: Do would retry it.
+		return status.Error(codes.Canceled, "idemtest: the worker is dead and sends nothing")
+	}
 	switch method {
 	case idemv1.IdempotencyService_Heartbeat_FullMethodName:
 		if f.holdHeartbeats {
@@ -38,13 +60,16 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	case idemv1.IdempotencyService_Complete_FullMethodName:
-		if f.dieBeforeComplete {
-			f.mu.Lock()
-			f.died = true
-			f.mu.Unlock()
-			// Not UNAVAILABLE: Do would retry it. A dead worker sends
-			// nothing more.
+		switch {
+		case f.dieBeforeComplete:
+			f.die(running)
 			return status.Error(codes.Canceled, "idemtest: the worker died before its Complete went out")
+		case f.dieAfterComplete:
+			if err := invoke(ctx, method, req, reply, cc, opts...); err != nil {
+				return err // not applied: the worker lives on
+			}
+			f.die(running)
+			return status.Error(codes.Canceled, "idemtest: the worker died once its Complete was applied")
 		}
 		f.mu.Lock()
 		lose := f.loseCompleteAnswer && !f.answerLost
@@ -62,9 +87,43 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 	return invoke(ctx, method, req, reply, cc, opts...)
 }
 
-// happened reports which faults took effect.
-func (f *faults) happened() (died, answerLost bool) {
+// die marks the worker dead, and what the effect counter saw then:
+// anything a handler still running does after it is not the worker's.
+func (f *faults) die(inHandler bool) {
+	at := f.effects()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.died, f.answerLost
+	f.died, f.diedIn, f.atDeath = true, inHandler, at
+}
+
+func (f *faults) setRunning(running bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running = running
+}
+
+func (f *faults) dead() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.died
+}
+
+// deathInHandler returns the effect counter when the worker died, and
+// whether it died while the handler ran.
+func (f *faults) deathInHandler() (atDeath int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.atDeath, f.died && f.diedIn
+}
+
+func (f *faults) ownCallSeen() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ownCall
+}
+
+func (f *faults) lostAnswer() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.answerLost
 }

@@ -20,8 +20,9 @@
 // the deliveries a real queue produces, the worker that dies between its
 // side effect and Complete and the lease that lapses under a stalled handler
 // among them, counts the handler's side effect with a counter the test
-// provides, and fails the test, for each case that made the effect more
-// than once, with the window it ran twice in and the remedy.
+// provides, and fails the test, for each case that did not make the effect
+// exactly once inside the handler, with the window it ran twice (or was
+// lost) in and the remedy.
 package idemtest
 
 import (

@@ -32,9 +32,22 @@ var sdkCopies = []sdkCopy{
 	{"clients/typescript/src/text.ts", `export const MAX_ERROR_BYTES = ([^;]+);`, limits.MaxErrorBytes},
 	{"clients/typescript/src/do.ts", `export const MAX_WAIT_MS = ([^;]+);`, ms(limits.MaxWait)},
 	{"clients/typescript/src/do.ts", `const DEFAULT_LEASE_TTL_MS = ([^;]+);`, ms(limits.DefaultLeaseTTL)},
+	{"clients/typescript/src/client.ts", `const RESULT_BYTES_CEILING = ([^;]+);`, limits.ResultBytesCeiling},
 	{"clients/python/src/idem/_do.py", `(?m)^MAX_ERROR_BYTES = (.+)$`, limits.MaxErrorBytes},
 	{"clients/python/src/idem/_do.py", `(?m)^_DEFAULT_LEASE_TTL = (.+)$`, limits.DefaultLeaseTTL.Seconds()},
 	{"clients/python/src/idem/_types.py", `(?m)^MAX_WAIT = (.+)$`, limits.MaxWait.Seconds()},
+	{"clients/typescript/src/httpidem.ts", `const MAX_KEY_BYTES = ([^;]+);`, limits.MaxKeyBytes},
+	{"clients/typescript/src/express.ts", `const MIN_LEASE_TTL_MS = ([^;]+);`, ms(limits.MinLeaseTTL)},
+	{"clients/typescript/src/express.ts", `const MAX_LEASE_TTL_MS = ([^;]+);`, ms(limits.MaxLeaseTTL)},
+	{"clients/typescript/src/express.ts", `const MIN_RETENTION_MS = ([^;]+);`, ms(limits.MinRetention)},
+	{"clients/typescript/src/express.ts", `const MAX_RETENTION_MS = ([^;]+);`, ms(limits.MaxRetention)},
+	{"clients/typescript/src/express.ts", `const RESULT_BYTES_CEILING = ([^;]+);`, limits.ResultBytesCeiling},
+	{"clients/python/src/idem/web.py", `(?m)^_MAX_KEY_BYTES = (.+)$`, limits.MaxKeyBytes},
+	{"clients/python/src/idem/web.py", `(?m)^_MIN_LEASE_TTL = (.+)$`, limits.MinLeaseTTL.Seconds()},
+	{"clients/python/src/idem/web.py", `(?m)^_MAX_LEASE_TTL = (.+)$`, limits.MaxLeaseTTL.Seconds()},
+	{"clients/python/src/idem/web.py", `(?m)^_MIN_RETENTION = (.+)$`, limits.MinRetention.Seconds()},
+	{"clients/python/src/idem/web.py", `(?m)^_MAX_RETENTION = (.+)$`, limits.MaxRetention.Seconds()},
+	{"clients/python/src/idem/web.py", `(?m)^_RESULT_BYTES_CEILING = (.+)$`, limits.ResultBytesCeiling},
 }
 
 func ms(d time.Duration) float64 { return float64(d.Milliseconds()) }

@@ -10,11 +10,12 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/postgres"
 )
 
 // poolAcquires is idem_db_pool_acquires_total in reg: the connections the
-// store took from its pool, one per statement it ran outside a coalescer.
+// store took from its pool, one per call.
 func poolAcquires(t testing.TB, reg *prometheus.Registry) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -31,7 +32,7 @@ func poolAcquires(t testing.TB, reg *prometheus.Registry) float64 {
 }
 
 // batchStatements is what idem_db_batch_calls of kind holds in reg: the
-// statements observed and the calls they answered.
+// batches observed and the calls they answered.
 func batchStatements(t testing.TB, reg *prometheus.Registry, kind string) (statements uint64, calls float64) {
 	t.Helper()
 	families, err := reg.Gather()
@@ -54,16 +55,17 @@ func batchStatements(t testing.TB, reg *prometheus.Registry, kind string) (state
 }
 
 // TestBatchClaimStatements: a BatchClaim of 100 new keys on an otherwise
-// idle Postgres store goes in ceil(100/64) = 2 many-row statements (64 is
-// the coalescer's default MaxRows), not one alone and the rest after it;
-// so does the BatchComplete of those jobs.
+// idle Postgres store behind the coalescer, as idemd runs it, goes in
+// ceil(100/64) = 2 batches (64 is the coalescer's default MaxRows), not one
+// alone and the rest after it; so does the BatchComplete of those jobs.
 func TestBatchClaimStatements(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	be, err := postgres.OpenBackend(testContext(t), db.URL, nil)
+	pg, err := postgres.OpenBackend(testContext(t), db.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	be := coalesce.NewBackend(pg, coalesce.Options{})
 	t.Cleanup(func() { _ = be.Close() })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(be.Collectors()...)

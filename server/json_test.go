@@ -645,8 +645,8 @@ func TestJSONBodyLimit(t *testing.T) {
 			// not wait for it.
 			a := doHTTP(t, req, jsonBillToken)
 			close(body.release)
-			if a.status != http.StatusRequestEntityTooLarge || !strings.Contains(a.raw, strconv.FormatInt(limit, 10)) {
-				t.Fatalf("%s: HTTP %d %s; want 413 naming the limit %d", u, a.status, a.raw, limit)
+			if a.status != http.StatusRequestEntityTooLarge || !strings.Contains(a.raw, strconv.FormatInt(limit, 10)) || !strings.Contains(a.raw, "--max-result-bytes") {
+				t.Fatalf("%s: HTTP %d %s; want 413 naming the limit %d and the flag that sets it", u, a.status, a.raw, limit)
 			}
 			wantCode := any("resource_exhausted")
 			if u == restURL {

@@ -36,7 +36,9 @@ type ClaimDecision struct {
 
 // DecideClaim decides a Claim of the existing record rec at time now (the
 // store's clock). A store runs it on the record as its statement or its
-// transaction saw it, and does what the decision names.
+// transaction saw it, and does what the decision names; a decorator runs it
+// on an earlier Claim's answer (ClaimResult.Now) to answer a Claim of the
+// same key as if it ran right after.
 func DecideClaim(rec *Record, p *ClaimParams, now time.Time) ClaimDecision {
 	if len(rec.Fingerprint) > 0 && len(p.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
 		return ClaimDecision{Action: ClaimAnswer, Err: ErrFingerprintMismatch}
@@ -44,18 +46,18 @@ func DecideClaim(rec *Record, p *ClaimParams, now time.Time) ClaimDecision {
 	answer := func(res *ClaimResult) ClaimDecision { return ClaimDecision{Action: ClaimAnswer, Answer: res} }
 	switch rec.State {
 	case StateCompleted:
-		return answer(&ClaimResult{Outcome: OutcomeCompleted, Record: rec})
+		return answer(&ClaimResult{Outcome: OutcomeCompleted, Record: rec, Now: now})
 	case StateFailed:
-		return answer(&ClaimResult{Outcome: OutcomeFailed, Record: rec})
+		return answer(&ClaimResult{Outcome: OutcomeFailed, Record: rec, Now: now})
 	case StateUnresolved:
-		return answer(Unresolved(rec))
+		return answer(Unresolved(rec, now))
 	case StateProcessing:
 		if rec.LeaseExpiresAt.After(now) {
 			if p.Claimant != "" && rec.Claimant == p.Claimant {
 				// The same attempt asking again (its response was lost).
-				return answer(&ClaimResult{Outcome: OutcomeAcquired, Record: rec})
+				return answer(&ClaimResult{Outcome: OutcomeAcquired, Record: rec, Now: now})
 			}
-			return answer(&ClaimResult{Outcome: OutcomeInProgress, Record: rec, RetryAfter: rec.LeaseExpiresAt.Sub(now)})
+			return answer(&ClaimResult{Outcome: OutcomeInProgress, Record: rec, RetryAfter: rec.LeaseExpiresAt.Sub(now), Now: now})
 		}
 		if rec.Hold {
 			return ClaimDecision{Action: ClaimMakeUnresolved}
@@ -64,14 +66,14 @@ func DecideClaim(rec *Record, p *ClaimParams, now time.Time) ClaimDecision {
 	return ClaimDecision{Action: ClaimAcquire}
 }
 
-// Acquired is the answer to a Claim that wrote rec: a new record, or a
-// takeover when an earlier attempt had held it.
-func Acquired(rec *Record) *ClaimResult {
-	return &ClaimResult{Outcome: OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1}
+// Acquired is the answer to a Claim that wrote rec at now: a new record, or
+// a takeover when an earlier attempt had held it.
+func Acquired(rec *Record, now time.Time) *ClaimResult {
+	return &ClaimResult{Outcome: OutcomeAcquired, Record: rec, Takeover: rec.Attempt > 1, Now: now}
 }
 
-// Unresolved is the answer to a Claim of rec, an UNRESOLVED record: one
-// that was so already, or that this Claim made so (ClaimMakeUnresolved).
-func Unresolved(rec *Record) *ClaimResult {
-	return &ClaimResult{Outcome: OutcomeUnresolved, Record: rec}
+// Unresolved is the answer to a Claim of rec, an UNRESOLVED record, at now:
+// one that was so already, or that this Claim made so (ClaimMakeUnresolved).
+func Unresolved(rec *Record, now time.Time) *ClaimResult {
+	return &ClaimResult{Outcome: OutcomeUnresolved, Record: rec, Now: now}
 }

@@ -59,8 +59,8 @@ func TestDecideClaim(t *testing.T) {
 				if d.Answer != nil {
 					t.Fatalf("a refusal with an answer %+v", d.Answer)
 				}
-			case d.Answer.Outcome != tc.outcome || d.Answer.Record != tc.rec:
-				t.Fatalf("answer %+v; want %v on the record", d.Answer, tc.outcome)
+			case d.Answer.Outcome != tc.outcome || d.Answer.Record != tc.rec || !d.Answer.Now.Equal(decideNow):
+				t.Fatalf("answer %+v; want %v on the record, at the clock it was decided at", d.Answer, tc.outcome)
 			case tc.outcome == OutcomeInProgress && d.Answer.RetryAfter != time.Minute:
 				t.Fatalf("RetryAfter %v, want the lease's minute", d.Answer.RetryAfter)
 			}

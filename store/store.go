@@ -28,10 +28,11 @@ type Store interface {
 	// It returns ErrFingerprintMismatch when the stored fingerprint and
 	// params.Fingerprint are both non-empty and differ.
 	RecordClaim(ctx context.Context, params *ClaimParams) (*ClaimResult, error)
-	// RecordClaimMany is RecordClaim for calls of distinct records made at
-	// once (a batch request): each call gets what RecordClaim would answer
-	// it, in the order of params, and one call's error is its own. A store
-	// may send them in one statement.
+	// RecordClaimMany is RecordClaim for calls made at once (a batch
+	// request): each call gets what RecordClaim would answer it, in the
+	// order of params, and one call's error is its own. A store may send
+	// them in one statement; calls of a record already among them are
+	// answered as if they ran after it.
 	RecordClaimMany(ctx context.Context, params []*ClaimParams) ([]*ClaimResult, []error)
 	// RecordComplete stores the result of the record held with params.Token.
 	RecordComplete(ctx context.Context, params *CompleteParams) (*Record, error)
@@ -41,9 +42,9 @@ type Store interface {
 	// RecordHeartbeat extends the lease of the record held with params.Token.
 	RecordHeartbeat(ctx context.Context, params *HeartbeatParams) (*Record, error)
 	// RecordCompleteMany, RecordFailMany and RecordHeartbeatMany are the
-	// calls above for calls of distinct records made at once (a batch
-	// request): each call gets what its unary method would answer it, in
-	// the order of params. A store may send them in one statement.
+	// calls above for calls made at once (a batch request): each call gets
+	// what its unary method would answer it, in the order of params, as
+	// RecordClaimMany's calls do. A store may send them in one statement.
 	RecordCompleteMany(ctx context.Context, params []*CompleteParams) ([]*Record, []error)
 	RecordFailMany(ctx context.Context, params []*FailParams) ([]*Record, []error)
 	RecordHeartbeatMany(ctx context.Context, params []*HeartbeatParams) ([]*Record, []error)
@@ -289,6 +290,10 @@ type ClaimResult struct {
 	// attempt had held (a lapsed lease, EXPIRED or RELEASED); false for a new
 	// record and for a claimant asking again.
 	Takeover bool
+	// Now is the store's clock at which the answer held: when the statement
+	// or transaction that read or wrote Record ran. A decorator decides a
+	// Claim of the same key from it (DecideClaim) as if it ran right after.
+	Now time.Time
 }
 
 // CompleteParams are the inputs of RecordComplete.

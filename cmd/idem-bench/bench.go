@@ -166,9 +166,9 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
 			tallies[i] = newTally(t.name(), scenario)
-			if st, ok := t.(*serviceTarget); ok && len(st.idemds) > 0 {
+			if ds := idemdsOf(t); len(ds) > 0 {
 				tallies[i].hasIdemd = true
-				tallies[i].pgStore = st.idemds[0].appName != ""
+				tallies[i].pgStore = ds[0].appName != ""
 			}
 			if _, ok := t.(*sqlTarget); ok {
 				tallies[i].pgStore = true
@@ -230,7 +230,7 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 // be skipped, after saying why on stderr and in the report.
 func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *report, stderr io.Writer) (target, error) {
 	switch name {
-	case "service", "service-sqlite", "service-prefilled", "service-b", "service-sqlite-b":
+	case "service", "service-sqlite", "service-prefilled", "service-b", "service-sqlite-b", "http":
 		addrs := []string{c.Addr}
 		var idemds []*localIdemd
 		if c.StartIdemd {
@@ -272,7 +272,17 @@ func (c *cli) open(ctx context.Context, name, runID string, result []byte, rep *
 				return nil, fmt.Errorf("--prefill: %w", err)
 			}
 		}
+		if name == "http" {
+			ht, err := c.newHTTPTarget(name, t, result, c.Concurrency)
+			if err != nil {
+				_ = t.close(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			return ht, nil
+		}
 		return t, nil
+	case "http-plain":
+		return c.newHTTPTarget(name, nil, result, c.Concurrency)
 	case "sql":
 		maxConns := c.SQLPoolMaxConns
 		if maxConns <= 0 {
@@ -328,6 +338,9 @@ func (c *cli) startService(ctx context.Context, name, runID string, stderr io.Wr
 		opts.bin = c.IdemdBinB
 		opts.schema += "_b"
 		opts.appName = "idem-bench-idemd-b-" + runID
+	case "http":
+		opts.schema += "_http"
+		opts.appName = "idem-bench-idemd-http-" + runID
 	}
 	replicas := max(c.IdemdReplicas, 1)
 	if opts.sqlite {
@@ -366,12 +379,12 @@ func replicaName(target string, k, n int) string {
 }
 
 // isServiceTarget reports whether name is a target served by idemd.
-func isServiceTarget(name string) bool { return strings.HasPrefix(name, "service") }
+func isServiceTarget(name string) bool { return strings.HasPrefix(name, "service") || name == "http" }
 
 // needsPostgres reports whether one of the targets cannot run without the
 // Postgres at --database-url.
 func (c *cli) needsPostgres(targets []string) bool {
-	return slices.Contains(targets, "sql") || (c.StartIdemd && slices.Contains(targets, "service"))
+	return slices.Contains(targets, "sql") || (c.StartIdemd && (slices.Contains(targets, "service") || slices.Contains(targets, "http")))
 }
 
 // startedIdemds returns the targets' started idemds, by target name (and
@@ -379,13 +392,27 @@ func (c *cli) needsPostgres(targets []string) bool {
 func startedIdemds(targets []target) map[string]*localIdemd {
 	out := map[string]*localIdemd{}
 	for _, t := range targets {
-		if st, ok := t.(*serviceTarget); ok {
-			for k, d := range st.idemds {
-				out[replicaName(st.label, k, len(st.idemds))] = d
+		if ds := idemdsOf(t); len(ds) > 0 {
+			for k, d := range ds {
+				out[replicaName(t.name(), k, len(ds))] = d
 			}
 		}
 	}
 	return out
+}
+
+// idemdsOf is the idemds that --start-idemd started for t (its replicas), or
+// none.
+func idemdsOf(t target) []*localIdemd {
+	switch t := t.(type) {
+	case *serviceTarget:
+		return t.idemds
+	case *httpTarget:
+		if t.svc != nil {
+			return t.svc.idemds
+		}
+	}
+	return nil
 }
 
 // profilePath is FILE for one started idemd, or FILE with the target's name

@@ -156,6 +156,42 @@ func TestStartIdemd(t *testing.T) {
 	}
 }
 
+// TestHTTPTargets runs the http target (client/idemhttp in front of a
+// handler that does nothing, on an idemd of its own) and http-plain (the
+// same server without it) next to service, first requests and replays.
+func TestHTTPTargets(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,http,http-plain", "--scenario", "unique,replay", "--json"))
+	var raw struct {
+		Results []struct {
+			Target   string           `json:"target"`
+			Scenario string           `json:"scenario"`
+			Ops      int64            `json:"ops"`
+			Errors   int64            `json:"errors"`
+			First    string           `json:"first_error"`
+			Outcomes map[string]int64 `json:"outcomes"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	seen := map[string]bool{}
+	for _, r := range raw.Results {
+		seen[r.Scenario+"/"+r.Target] = true
+		if r.Ops <= 0 || r.Errors != 0 {
+			t.Errorf("%s/%s: %d ops, %d errors (%s)", r.Scenario, r.Target, r.Ops, r.Errors, r.First)
+		}
+		if r.Scenario == "replay" && r.Target == "http" && r.Outcomes["replayed"] == 0 {
+			t.Errorf("replay/http: no request was replayed: %v", r.Outcomes)
+		}
+	}
+	for _, want := range []string{"unique/service", "unique/http", "unique/http-plain", "replay/http"} {
+		if !seen[want] {
+			t.Errorf("no %s result:\n%s", want, stdout)
+		}
+	}
+}
+
 // TestWaitScenario runs the wait scenario over two started replicas and
 // checks its JSON report: every waiting Claim was answered COMPLETED.
 func TestWaitScenario(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/envflag"
 	"github.com/idemhq/idem/internal/maintenance"
+	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/migrate"
 	"github.com/idemhq/idem/store/sqlite"
 )
@@ -135,11 +136,13 @@ func main() {
 		kong.Name("idemd"),
 		kong.Description("idem makes a job's side effect happen once: workers Claim before it and Complete or Fail after it."),
 		kong.Vars{
-			"version":          buildinfo.Read(version, commit).Line("idemd"),
-			"sweep_interval":   maintenance.DefaultSweepInterval.String(),
-			"sweep_batch_size": strconv.Itoa(maintenance.DefaultSweepBatchSize),
-			"count_interval":   maintenance.DefaultCountEvery.String(),
-			"sweep_duty":       strconv.FormatFloat(maintenance.DefaultSweepDuty, 'g', -1, 64),
+			"version":                buildinfo.Read(version, commit).Line("idemd"),
+			"sweep_interval":         maintenance.DefaultSweepInterval.String(),
+			"sweep_batch_size":       strconv.Itoa(maintenance.DefaultSweepBatchSize),
+			"count_interval":         maintenance.DefaultCountEvery.String(),
+			"sweep_duty":             strconv.FormatFloat(maintenance.DefaultSweepDuty, 'g', -1, 64),
+			"coalesce_max_in_flight": strconv.Itoa(coalesce.DefaultMaxInFlight),
+			"coalesce_max_rows":      strconv.Itoa(coalesce.DefaultMaxRows),
 		},
 	)
 	envflag.UnsetEmptyBools(parser.Model)

@@ -70,6 +70,8 @@ func TestStartupErrorsAreOneLineAndNonZero(t *testing.T) {
 		{"no batch items", []string{"serve", "--database-url", "postgres://x", "--batch-max-items", "0"}, "--batch-max-items is 0; it must be between 1 and 10000"},
 		{"batch bytes too small", []string{"serve", "--database-url", "postgres://x", "--batch-max-bytes", "1000"}, "--batch-max-bytes is 1000; it must be between 65536 and 67108864"},
 		{"batch bytes too large", []string{"serve", "--database-url", "postgres://x", "--batch-max-bytes", "67108865"}, "--batch-max-bytes is 67108865; it must be between 65536 and 67108864"},
+		{"coalescer in flight", []string{"serve", "--database-url", "postgres://x", "--coalesce-max-in-flight=-1"}, "--coalesce-max-in-flight is -1; it must be between 0 (off) and 256"},
+		{"coalescer rows", []string{"serve", "--database-url", "postgres://x", "--coalesce-max-rows", "0"}, "--coalesce-max-rows is 0; it must be between 1 and 10000"},
 		{"sweep duty zero", []string{"serve", "--database-url", "postgres://x", "--sweep-duty", "0"}, "--sweep-duty is 0; it must be between 0.01 and 1"},
 		{"sweep duty above one", []string{"serve", "--database-url", "postgres://x", "--sweep-duty", "1.5"}, "--sweep-duty is 1.5; it must be between 0.01 and 1"},
 		{"sweep command duty", []string{"sweep", "--once", "--database-url", "postgres://x", "--duty=-1"}, "--duty is -1; it must be between 0.01 and 1"},

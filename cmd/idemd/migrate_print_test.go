@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store/postgres"
+	"github.com/idemhq/idem/store/postgres/migrations"
 	"github.com/idemhq/idem/store/sqlite"
 )
 
@@ -89,7 +90,7 @@ func TestMigratePrintPostgres(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, fmt.Sprintf("from version 0 to %d", latest)) || !strings.Contains(stderr, "none of it was run") {
 		t.Fatalf("migrate --print: exit %d\nstderr: %s", code, stderr)
 	}
-	ms, err := postgres.Migrations()
+	ms, err := migrations.All()
 	if err != nil {
 		t.Fatal(err)
 	}

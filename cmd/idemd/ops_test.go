@@ -36,7 +36,7 @@ type opsServer struct {
 	conn           *grpc.ClientConn
 }
 
-func startOpsServer(t *testing.T) *opsServer {
+func startOpsServer(t *testing.T, args ...string) *opsServer {
 	t.Helper()
 	db := testdb.New(t)
 	u, err := url.Parse(db.URL)
@@ -50,8 +50,8 @@ func startOpsServer(t *testing.T) *opsServer {
 	u.RawQuery = q.Encode()
 
 	s := &opsServer{proxy: proxy, db: db}
-	cmd := exec.Command(idemdBinary, "serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--json-listen", "",
-		"--sweep-interval", "100ms", "--count-interval", "100ms", "--health-interval", "100ms", "--log-format", "json")
+	cmd := exec.Command(idemdBinary, append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--json-listen", "",
+		"--sweep-interval", "100ms", "--count-interval", "100ms", "--health-interval", "100ms", "--log-format", "json"}, args...)...)
 	cmd.Env = append(environWithout("IDEM_DATABASE_URL"), "IDEM_DATABASE_URL="+u.String())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -178,6 +178,34 @@ func TestMetricsFollowClaimsTakeoversAndSweeps(t *testing.T) {
 	}
 	if got := s.metric(t, "idem_sweep_duration_seconds_count"); got < 1 {
 		t.Errorf("idem_sweep_duration_seconds_count = %v, want at least 1", got)
+	}
+}
+
+// TestCoalescerOnPostgres: idemd on PostgreSQL puts its store behind the
+// coalescer, whose batches idem_db_batch_calls counts, unless
+// --coalesce-max-in-flight (or its variable) is 0.
+func TestCoalescerOnPostgres(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		coalesced bool
+	}{
+		{"by default", nil, true},
+		{"turned off", []string{"--coalesce-max-in-flight", "0"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startOpsServer(t, tc.args...)
+			c := idemv1.NewIdempotencyServiceClient(s.conn)
+			if _, err := c.Claim(context.Background(), &idemv1.ClaimRequest{Namespace: "ops", Key: "coalesced"}); err != nil {
+				t.Fatal(err)
+			}
+			got := s.metric(t, `idem_db_batch_calls_count{kind="claim"}`)
+			if tc.coalesced && got != 1 || !tc.coalesced && got != -1 {
+				t.Fatalf(`idem_db_batch_calls_count{kind="claim"} = %v; want 1 with the coalescer, absent without`, got)
+			}
+		})
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 
 type serveCmd struct {
 	databaseFlags
+	coalesceFlags
 	logFlags
 	securityFlags
 	jsonFlags
@@ -100,6 +101,9 @@ func (c *serveCmd) validate() error {
 		return err
 	}
 	if err := c.connFlags.validate(); err != nil {
+		return err
+	}
+	if err := c.coalesceFlags.validate(); err != nil {
 		return err
 	}
 	return c.securityFlags.validate(c.Listen)
@@ -181,6 +185,7 @@ func (c *serveCmd) openDatabase(ctx context.Context, tp trace.TracerProvider, lo
 		return nil, err
 	}
 	db.poolerNotes(ctx, logger)
+	c.coalesce(db, tp)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)

@@ -1,7 +1,7 @@
 // The console's one way to idemd: the TypeScript client (@idemhq/idem) over
 // the Connect protocol to the origin that served the console, with the
 // token the person pasted.
-import { connectTransport, IdemClient, RpcError } from "@idemhq/idem";
+import { connectTransport, IdemClient, type pb, RpcError } from "@idemhq/idem";
 import { Code } from "@connectrpc/connect";
 
 export { RpcError };
@@ -155,4 +155,32 @@ export function isUnauthenticated(raw: unknown): boolean {
 export function reasonOf(raw: unknown): string {
   const err = RpcError.from(raw);
   return err instanceof RpcError ? err.reasonName : "";
+}
+
+/** FETCH_PAGES bounds how many pages of keys sharing a record's key as their prefix fetchRecord reads. */
+const FETCH_PAGES = 10;
+
+/**
+ * fetchRecord reads one record afresh, null when there is none. The
+ * AdminService has no call for one record of another tenant, so it lists
+ * the keys that start with the record's key (an operator's Lookup would be
+ * of its own tenant) and picks the one that is the key.
+ */
+export async function fetchRecord(session: Session, id: { tenant: string; namespace: string; key: string }, signal?: AbortSignal): Promise<pb.Record | null> {
+  let pageToken = "";
+  for (let i = 0; i < FETCH_PAGES; i++) {
+    const page = await session.client.raw.admin.listRecords(
+      { namespace: id.namespace, keyPrefix: id.key, tenant: id.tenant, pageSize: 100, pageToken },
+      { signal },
+    );
+    const rec = page.records.find((r) => r.key === id.key);
+    if (rec !== undefined) {
+      return rec;
+    }
+    pageToken = page.nextPageToken;
+    if (pageToken === "") {
+      return null;
+    }
+  }
+  throw new Error(`more than ${FETCH_PAGES * 100} keys of ${id.namespace} start with ${id.key}, and none read so far is it`);
 }

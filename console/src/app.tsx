@@ -1,25 +1,20 @@
 // The console's frame: signing in, the header (pages, the tenant an
 // operator looks at, the refresh interval) and the page of the URL's
-// fragment (#/overview, #/records, #/held). Nothing secret goes in the URL.
+// fragment (route.ts). Signing in keeps the address, so a link opened in a
+// new tab shows its page once the token is in. Nothing secret goes in the URL.
 import { useEffect, useState } from "preact/hooks";
-import { State } from "@idemhq/idem";
 import { fetchServerInfo, forgetToken, isUnauthenticated, savedToken, type ServerInfo, type Session, signIn, SignInError } from "./api";
 import { Held } from "./held";
 import { Overview, useStats } from "./overview";
-import { NO_FILTER, type RecordFilter, Records } from "./records";
+import { RecordPage } from "./recordpage";
+import { Records } from "./records";
+import { formatRoute, navigate, NO_QUERY, type Page, type Route, useRoute } from "./route";
 import { REFRESH_CHOICES, useNow } from "./ui";
 
 /** Scope is whose records the pages show: the caller's own, one tenant's, or all (operators). */
 export interface Scope {
   tenant: string;
   all: boolean;
-}
-
-type Page = "overview" | "records" | "held";
-
-function pageOfHash(): Page {
-  const h = window.location.hash.replace(/^#\/?/, "");
-  return h === "records" || h === "held" ? h : "overview";
 }
 
 export function App() {
@@ -140,30 +135,40 @@ function SignIn({ info, error, onSignIn }: { info: ServerInfo; error: string; on
   );
 }
 
+/** NAV are the pages the header links to; a record's page is reached from the others. */
+const NAV: { page: Exclude<Page, "record">; label: string }[] = [
+  { page: "overview", label: "Overview" },
+  { page: "records", label: "Records" },
+  { page: "held", label: "Held" },
+];
+
+/** navRoute is a page of the header, fresh, for the tenant the operator looks at. */
+function navRoute(page: Exclude<Page, "record">, tenant: string): Route {
+  switch (page) {
+    case "overview":
+      return { page, tenant };
+    case "records":
+      return { page, tenant, query: NO_QUERY };
+    case "held":
+      return { page, tenant, namespace: "" };
+  }
+}
+
 function Console({ session, info, signOut }: { session: Session; info: ServerInfo; signOut: (why?: string) => void }) {
-  const [page, setPage] = useState<Page>(pageOfHash);
-  const [scope, setScope] = useState<Scope>(session.role === "operator" ? { tenant: "", all: true } : { tenant: "", all: false });
+  const route = useRoute();
+  // An operator looks at every tenant unless the address names one; a
+  // tenant's admin sees its own, whatever the address says.
+  const scope: Scope = session.role === "operator" ? { tenant: route.tenant, all: route.tenant === "" } : { tenant: "", all: false };
   const [intervalMs, setIntervalMs] = useState(10_000);
-  const [filter, setFilter] = useState<RecordFilter>(NO_FILTER);
-  const [filterEpoch, setFilterEpoch] = useState(0);
   const [tenants, setTenants] = useState<string[]>(session.tenants);
   const now = useNow();
 
-  useEffect(() => {
-    const onHash = () => setPage(pageOfHash());
-    window.addEventListener("hashchange", onHash);
-    return () => window.removeEventListener("hashchange", onHash);
-  }, []);
-  const go = (p: Page) => {
-    window.location.hash = `#/${p}`;
-    setPage(p);
-  };
   const onError = (err: unknown) => {
     if (isUnauthenticated(err)) {
       signOut("idemd no longer accepts this token: sign in again.");
     }
   };
-  const stats = useStats(session, scope, page === "overview" ? intervalMs : 0, onError);
+  const stats = useStats(session, scope, route.page === "overview" ? intervalMs : 0, onError);
   useEffect(() => {
     if (scope.all && stats.data) {
       const seen = new Set([...tenants, ...stats.data.map((r) => r.tenant)]);
@@ -172,39 +177,24 @@ function Console({ session, info, signOut }: { session: Session; info: ServerInf
       }
     }
   }, [stats.data]);
+  const pickTenant = (tenant: string) => {
+    // A record belongs to one tenant: picking another shows that tenant's records.
+    navigate(route.page === "record" ? navRoute("records", tenant) : route.page === "records" ? { ...route, tenant, query: { ...route.query, after: "" } } : { ...route, tenant });
+  };
 
   const who =
     session.role === "open" ? "no authentication (tenant default)" : session.role === "operator" ? "operator" : `tenant ${session.tenant || "(own)"}`;
+  const scopeTenant = session.role === "operator" ? route.tenant : "";
   return (
     <div class="app">
       <header class="top">
-        <a
-          class="brand"
-          href="#/overview"
-          onClick={(e) => {
-            e.preventDefault();
-            go("overview");
-          }}
-        >
+        <a class="brand" href={formatRoute(navRoute("overview", scopeTenant))}>
           idem
         </a>
         <nav>
-          {(["overview", "records", "held"] as Page[]).map((p) => (
-            <a
-              key={p}
-              href={`#/${p}`}
-              class={page === p ? "active" : ""}
-              aria-current={page === p ? "page" : undefined}
-              onClick={(e) => {
-                e.preventDefault();
-                if (p === "records") {
-                  setFilter(NO_FILTER);
-                  setFilterEpoch(filterEpoch + 1);
-                }
-                go(p);
-              }}
-            >
-              {{ overview: "Overview", records: "Records", held: "Held" }[p]}
+          {NAV.map(({ page, label }) => (
+            <a key={page} href={formatRoute(navRoute(page, scopeTenant))} class={route.page === page ? "active" : ""} aria-current={route.page === page ? "page" : undefined}>
+              {label}
             </a>
           ))}
         </nav>
@@ -212,17 +202,9 @@ function Console({ session, info, signOut }: { session: Session; info: ServerInf
           {session.role === "operator" ? (
             <label>
               <span class="label">Tenant</span>
-              <select
-                name="tenant"
-                data-testid="tenant-picker"
-                value={scope.all ? "*" : scope.tenant}
-                onChange={(e) => {
-                  const v = (e.target as HTMLSelectElement).value;
-                  setScope(v === "*" ? { tenant: "", all: true } : { tenant: v, all: false });
-                }}
-              >
+              <select name="tenant" data-testid="tenant-picker" value={scope.all ? "*" : scope.tenant} onChange={(e) => pickTenant((e.target as HTMLSelectElement).value.replace(/^\*$/, ""))}>
                 <option value="*">all tenants</option>
-                {tenants.map((t) => (
+                {[...new Set([...tenants, ...(scope.all ? [] : [scope.tenant])])].sort().map((t) => (
                   <option key={t} value={t}>
                     {t}
                   </option>
@@ -251,36 +233,14 @@ function Console({ session, info, signOut }: { session: Session; info: ServerInf
         </div>
       </header>
       <main class="page">
-        {page === "overview" ? (
-          <Overview
-            session={session}
-            scope={scope}
-            stats={stats}
-            now={now}
-            goHeld={() => go("held")}
-            goRecords={(f) => {
-              if (session.role === "operator" && scope.all) {
-                setScope({ tenant: f.tenant, all: false });
-              }
-              setFilter({ ...NO_FILTER, namespace: f.namespace, state: f.state });
-              setFilterEpoch(filterEpoch + 1);
-              go(f.state === State.UNRESOLVED ? "held" : "records");
-            }}
-          />
-        ) : page === "records" ? (
-          <Records
-            key={filterEpoch}
-            session={session}
-            scope={scope}
-            filter={filter}
-            setFilter={setFilter}
-            namespaces={session.namespaces}
-            now={now}
-            intervalMs={intervalMs}
-            onError={onError}
-          />
+        {route.page === "overview" ? (
+          <Overview session={session} scope={scope} route={route} stats={stats} now={now} />
+        ) : route.page === "records" ? (
+          <Records session={session} scope={scope} route={route} namespaces={session.namespaces} now={now} intervalMs={intervalMs} onError={onError} />
+        ) : route.page === "record" ? (
+          <RecordPage session={session} route={route} now={now} intervalMs={intervalMs} onError={onError} />
         ) : (
-          <Held session={session} scope={scope} now={now} intervalMs={intervalMs} onError={onError} />
+          <Held session={session} scope={scope} route={route} now={now} intervalMs={intervalMs} onError={onError} />
         )}
       </main>
     </div>

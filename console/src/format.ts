@@ -164,3 +164,36 @@ export function byteLength(text: string): number {
 export function plural(n: number | bigint, one: string, many: string): string {
   return `${n} ${n === 1 || n === 1n ? one : many}`;
 }
+
+/** MAX_OLDER_THAN_S is the longest older_than ListRecords takes: 87600h (10 years), in seconds. */
+export const MAX_OLDER_THAN_S = 87_600 * 3600;
+
+const UNIT_S: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400 };
+
+/**
+ * parseDuration reads how long a record has not changed, as a person writes
+ * it: "90s", "15m", "2h", "7d", "1h30m". It returns whole seconds, or throws
+ * an Error that says what to write.
+ */
+export function parseDuration(text: string): number {
+  const t = text.trim();
+  if (!/^(\d+[smhd])+$/.test(t)) {
+    throw new Error(`"${text}" is not a duration: write a number and a unit (s, m, h or d), like 90s, 15m, 2h, 7d or 1h30m`);
+  }
+  let s = 0;
+  for (const [, n, unit] of t.matchAll(/(\d+)([smhd])/g)) {
+    s += Number(n) * UNIT_S[unit!]!;
+  }
+  if (s > MAX_OLDER_THAN_S) {
+    throw new Error(`"${text}" is longer than 87600h (10 years), the longest the listing takes`);
+  }
+  return s;
+}
+
+/** joinList writes ["a", "b", "c"] as "a, b and c". */
+export function joinList(items: readonly string[]): string {
+  if (items.length <= 1) {
+    return items[0] ?? "";
+  }
+  return `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
+}

@@ -1,10 +1,12 @@
 // Overview: per tenant and namespace, the records by state, the oldest
-// PROCESSING claim and the held count, from AdminService.Stats.
+// PROCESSING claim and the held count, from AdminService.Stats. Each count
+// links to the records behind it, the held count to the held queue.
 import { pb, State } from "@idemhq/idem";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Session } from "./api";
 import { plural, STATES, stateName } from "./format";
 import type { Scope } from "./app";
+import { formatRoute, NO_QUERY, type Route } from "./route";
 import { Ago, dateOf, ErrorBox, type Loaded, useLoad } from "./ui";
 
 /** Group is one tenant's namespace: its counts by state. */
@@ -55,36 +57,33 @@ export function useStats(session: Session, scope: Scope, intervalMs: number, onE
   );
 }
 
-export function Overview({
-  session,
-  scope,
-  stats,
-  now,
-  goRecords,
-  goHeld,
-}: {
-  session: Session;
-  scope: Scope;
-  stats: Loaded<pb.StatsRow[]>;
-  now: Date;
-  goRecords: (f: { tenant: string; namespace: string; state: State }) => void;
-  goHeld: () => void;
-}) {
+/** COLUMNS are the states the table counts: Held first, the one an on-call person looks for. */
+const COLUMNS: readonly State[] = [State.UNRESOLVED, ...STATES.filter((s) => s !== State.UNRESOLVED)];
+
+export function Overview({ session, scope, route, stats, now }: { session: Session; scope: Scope; route: Route; stats: Loaded<pb.StatsRow[]>; now: Date }) {
   const groups = group(stats.data ?? []);
   const total = (s: State) => groups.reduce((n, g) => n + (g.counts.get(s) ?? 0n), 0n);
   const held = total(State.UNRESOLVED);
   const processing = total(State.PROCESSING);
   const oldest = earliest(groups.map((g) => g.oldestProcessing));
   const showTenant = session.role === "operator" && scope.all;
+  // A count of one tenant's namespace leads an operator to that tenant's records.
+  const tenantOf = (g: Group) => (session.role === "operator" ? g.tenant : route.tenant);
+  const countHref = (g: Group, s: State) =>
+    formatRoute(
+      s === State.UNRESOLVED
+        ? { page: "held", tenant: tenantOf(g), namespace: g.namespace }
+        : { page: "records", tenant: tenantOf(g), query: { ...NO_QUERY, namespace: g.namespace, state: stateName(s) } },
+    );
   return (
     <section>
       <h1>Overview</h1>
       <ErrorBox error={stats.error} title="Could not count the records" />
       <div class="cards">
-        <button type="button" class={`card ${held > 0n ? "card-alert" : ""}`} onClick={goHeld} data-testid="card-held">
+        <a class={`card ${held > 0n ? "card-alert" : ""}`} href={formatRoute({ page: "held", tenant: route.tenant, namespace: "" })} data-testid="card-held">
           <span class="card-n">{held.toString()}</span>
           <span class="card-label">held for resolution</span>
-        </button>
+        </a>
         <div class="card" data-testid="card-processing">
           <span class="card-n">{processing.toString()}</span>
           <span class="card-label">PROCESSING</span>
@@ -94,41 +93,38 @@ export function Overview({
           <span class="card-label">oldest PROCESSING lease taken or renewed</span>
         </div>
       </div>
-      {stats.data !== undefined && groups.length === 0 ? (
-        <p class="muted">No records{scope.all ? " in any tenant" : ""} yet.</p>
-      ) : null}
+      {stats.data !== undefined && groups.length === 0 ? <p class="muted">No records{scope.all ? " in any tenant" : ""} yet.</p> : null}
       {groups.length > 0 ? (
         <div class="table-wrap">
-          <table class="table" data-testid="overview-table">
+          <table class="table overview" data-testid="overview-table">
             <thead>
               <tr>
-                {showTenant ? <th>Tenant</th> : null}
+                {showTenant ? <th class="wide">Tenant</th> : null}
                 <th>Namespace</th>
-                {STATES.map((s) => (
+                {COLUMNS.map((s) => (
                   <th key={s} class="num">
                     {s === State.UNRESOLVED ? "Held" : stateName(s)}
                   </th>
                 ))}
-                <th>Oldest PROCESSING</th>
+                <th class="wide">Oldest PROCESSING</th>
               </tr>
             </thead>
             <tbody>
               {groups.map((g) => (
                 <tr key={`${g.tenant}/${g.namespace}`}>
-                  {showTenant ? <td>{g.tenant}</td> : null}
-                  <td>{g.namespace}</td>
-                  {STATES.map((s) => {
+                  {showTenant ? <td class="wide">{g.tenant}</td> : null}
+                  <td class="ns-cell">
+                    {g.namespace}
+                    {showTenant ? <div class="narrow-only muted small">{g.tenant}</div> : null}
+                  </td>
+                  {COLUMNS.map((s) => {
                     const n = g.counts.get(s) ?? 0n;
                     return (
                       <td key={s} class={`num ${s === State.UNRESOLVED && n > 0n ? "held-count" : ""}`}>
                         {n > 0n ? (
                           <a
-                            href="#/records"
-                            title={`List the ${plural(n, "record", "records")} of ${g.namespace} in ${stateName(s)}`}
-                            onClick={(e) => {
-                              e.preventDefault();
-                              goRecords({ tenant: g.tenant, namespace: g.namespace, state: s });
-                            }}
+                            href={countHref(g, s)}
+                            title={s === State.UNRESOLVED ? `The held queue of ${g.namespace}` : `List the ${plural(n, "record", "records")} of ${g.namespace} in ${stateName(s)}`}
                           >
                             {n.toString()}
                           </a>
@@ -138,7 +134,7 @@ export function Overview({
                       </td>
                     );
                   })}
-                  <td>
+                  <td class="wide">
                     <Ago at={g.oldestProcessing} now={now} />
                   </td>
                 </tr>

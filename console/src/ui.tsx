@@ -155,3 +155,59 @@ export function Dialog({ title, onClose, busy = false, children, testid }: { tit
     </dialog>
   );
 }
+
+/**
+ * copyText puts text on the clipboard: the Clipboard API where the page may
+ * use it (https, or localhost), else the older copy command on a selection,
+ * which also works on an idemd reached over plain http.
+ */
+export async function copyText(text: string): Promise<void> {
+  if (window.isSecureContext && navigator.clipboard) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return;
+    } catch {
+      // denied: try the copy command
+    }
+  }
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.className = "offscreen";
+  // Inside an open modal dialog, only the dialog's content can be selected.
+  (document.querySelector("dialog[open]") ?? document.body).appendChild(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  if (!ok) {
+    throw new Error("the browser refused to copy");
+  }
+}
+
+/** CopyButton copies text, and says for a moment that it did (or could not). */
+export function CopyButton({ text, what }: { text: string; what: string }) {
+  const [said, setSaid] = useState<"" | "Copied" | "Copy failed">("");
+  useEffect(() => {
+    if (said === "") {
+      return;
+    }
+    const id = window.setTimeout(() => setSaid(""), 2000);
+    return () => window.clearTimeout(id);
+  }, [said]);
+  return (
+    <button
+      type="button"
+      class="copy"
+      aria-label={`Copy ${what}`}
+      title={`Copy the ${what}`}
+      onClick={() =>
+        copyText(text).then(
+          () => setSaid("Copied"),
+          () => setSaid("Copy failed"),
+        )
+      }
+    >
+      <span aria-live="polite">{said || "Copy"}</span>
+    </button>
+  );
+}

@@ -47,9 +47,10 @@ function client(idemd: Idemd, tenant: string): IdemClient {
  * also waits until a Claim reports it UNRESOLVED; without, the sweeper
  * (every second) gets there.
  */
-async function hold(c: IdemClient, key: string, opts: { wait: boolean; claimant?: string; fingerprint?: Uint8Array }): Promise<void> {
+async function hold(c: IdemClient, key: string, opts: { wait: boolean; claimant?: string; fingerprint?: Uint8Array; namespace?: string }): Promise<void> {
   const claimant = opts.claimant ?? `worker-${key}`;
-  await c.claim({ namespace: HOLD_NAMESPACE, key, leaseTtlMs: 1000, claimant, fingerprint: opts.fingerprint });
+  const namespace = opts.namespace ?? HOLD_NAMESPACE;
+  await c.claim({ namespace, key, leaseTtlMs: 1000, claimant, fingerprint: opts.fingerprint });
   if (!opts.wait) {
     return;
   }
@@ -57,7 +58,7 @@ async function hold(c: IdemClient, key: string, opts: { wait: boolean; claimant?
   for (;;) {
     await new Promise((r) => setTimeout(r, 250));
     try {
-      await c.claim({ namespace: HOLD_NAMESPACE, key, claimant: "a-later-delivery" });
+      await c.claim({ namespace, key, claimant: "a-later-delivery" });
     } catch (err) {
       if (err instanceof UnresolvedError) {
         return;
@@ -76,7 +77,8 @@ interface Opened {
   cspViolations: string[];
 }
 
-async function open(idemd: Idemd, viewport = { width: 1280, height: 900 }): Promise<Opened> {
+/** open opens the console in a fresh browser context, at the address at (a fragment like "#/held", or a whole URL). */
+async function open(idemd: Idemd, viewport = { width: 1280, height: 900 }, at = ""): Promise<Opened> {
   const context = await browser.newContext({ viewport, colorScheme: "light", locale: "en-US", timezoneId: "UTC" });
   const page = await context.newPage();
   page.setDefaultTimeout(WAIT_MS);
@@ -87,7 +89,7 @@ async function open(idemd: Idemd, viewport = { width: 1280, height: 900 }): Prom
     }
   });
   page.on("pageerror", (e) => cspViolations.push(`page error: ${e.message}`));
-  await page.goto(idemd.consoleUrl);
+  await page.goto(at.startsWith("http") ? at : idemd.consoleUrl + at);
   return { context, page, cspViolations };
 }
 
@@ -121,7 +123,7 @@ describe("the console with tenants", () => {
     assert.ok(!page.url().includes(idemd.tokens.ops!), "the token is not in the URL");
     assert.deepEqual(await context.cookies(), [], "the console sets no cookie");
 
-    await page.getByRole("link", { name: "Held" }).click();
+    await page.getByRole("link", { name: "Held", exact: true }).click();
     await page.locator("select[name=refresh]").selectOption("2000");
     await page.getByTestId("held-count").filter({ hasText: "Nothing is held." }).waitFor();
 
@@ -130,12 +132,15 @@ describe("the console with tenants", () => {
     await hold(acme, "order-1001", { wait: false, claimant: "worker-7f3a", fingerprint });
     const item = page.locator('[data-testid=held-item][data-key="order-1001"]');
     await item.waitFor(); // the sweeper held it, and the queue refreshed on its own
-    const text = await item.innerText();
-    assert.match(text, /acme\/payments\/order-1001/);
-    assert.match(text, /worker-7f3a/, "the last claimant");
-    assert.match(text, /deadbeef/, "the fingerprint");
-    assert.match(text, /Attempts\s*1/);
-    assert.match(text, /Lease lapsed\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\s*\((just now|\d+ (s|min) ago)\)/);
+    const cells = await item.locator("td").allInnerTexts();
+    const headers = await page.getByTestId("held-list").locator("th").allInnerTexts();
+    const cell = (h: string) => cells[headers.indexOf(h)] ?? `(no column ${h} in ${headers.join(", ")})`;
+    assert.equal(cell("Record"), "acme/payments/order-1001");
+    assert.equal(cell("Last claimant"), "worker-7f3a");
+    assert.equal(cell("Fingerprint"), "deadbeef");
+    assert.equal(cell("Attempts"), "1");
+    assert.match(cell("Lease lapsed"), /^(just now|\d+ (s|min) ago)$/);
+    assert.match(await item.locator("time").first().getAttribute("title") ?? "", /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, "the time itself on hover");
 
     const result = '{"charge":"ch_3Nx","amount":4200}';
     await item.getByRole("button", { name: "Completed…" }).click();
@@ -181,7 +186,7 @@ describe("the console with tenants", () => {
     const second = await open(idemd);
     for (const { page } of [first, second]) {
       await signIn(page, idemd.tokens.ops!);
-      await page.getByRole("link", { name: "Held" }).click();
+      await page.getByRole("link", { name: "Held", exact: true }).click();
       await page.locator('[data-testid=held-item][data-key="refund-42"]').waitFor();
     }
     // Both reach the confirmation; the first confirms, then the second.
@@ -208,7 +213,7 @@ describe("the console with tenants", () => {
     // An operator picks one tenant: the records are that tenant's alone.
     await first.page.getByRole("button", { name: "Close" }).click();
     await first.page.getByTestId("tenant-picker").selectOption("globex");
-    await first.page.getByRole("link", { name: "Records" }).click();
+    await first.page.getByRole("link", { name: "Records", exact: true }).click();
     await first.page.locator('tr[data-key="refund-42"]').waitFor();
     assert.equal(await first.page.locator('tr[data-key="acme-beside-the-race"]').count(), 0, "acme's record is not among globex's");
     await first.page.getByTestId("tenant-picker").selectOption("*");
@@ -227,7 +232,7 @@ describe("the console with tenants", () => {
     await page.getByTestId("who").filter({ hasText: "tenant acme" }).waitFor();
     assert.equal(await page.getByTestId("tenant-picker").count(), 0, "no tenant picker for a tenant's admin");
 
-    await page.getByRole("link", { name: "Records" }).click();
+    await page.getByRole("link", { name: "Records", exact: true }).click();
     await page.locator('tr[data-key="acme-welcome-1"]').waitFor();
     const table = await page.getByTestId("records-table").innerText();
     assert.doesNotMatch(table, /globex/, "globex's records are not listed");
@@ -240,7 +245,7 @@ describe("the console with tenants", () => {
     const fields = await page.getByTestId("record-fields").innerText();
     assert.match(fields, /State\s*PROCESSING/);
     assert.match(fields, /Lease expires\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(in \d+ min\)/);
-    await page.getByRole("button", { name: "Close" }).click();
+    await page.goBack();
 
     // What the API refuses, the console cannot do either: acme naming globex.
     const refused = await page.evaluate(async (token) => {
@@ -276,12 +281,17 @@ describe("the console with tenants", () => {
     await acme.claim({ namespace: "exports", key: "stuck-export" });
     const { context, page } = await open(idemd);
     await signIn(page, idemd.tokens.acme!);
-    await page.getByRole("link", { name: "Records" }).click();
+    await page.getByRole("link", { name: "Records", exact: true }).click();
     await page.locator('tr[data-key="stuck-export"] a.key').click();
     await page.getByRole("button", { name: "Delete…" }).click();
     assert.match(await page.getByTestId("restate").innerText(), /exports\/stuck-export of tenant acme, now PROCESSING at attempt 1, is deleted: idem forgets it/);
     await page.getByRole("button", { name: "Delete it" }).click();
     await page.getByTestId("answer").filter({ hasText: "Deleted acme/exports/stuck-export; it was PROCESSING, attempt 1." }).waitFor();
+    // The record's page learns that the record is gone; the answer stays until closed.
+    await page.getByTestId("record-missing").waitFor({ state: "attached" });
+    assert.ok(await page.getByTestId("answer").isVisible(), "the answer is still shown");
+    await page.getByRole("button", { name: "Close" }).click();
+    assert.match(await page.getByTestId("record-missing").innerText(), /There is no record acme\/exports\/stuck-export: it was deleted/);
     await assert.rejects(acme.lookup({ namespace: "exports", key: "stuck-export" }), NotFoundError);
     assert.ok(logEntries(idemd, "record deleted by an operator").some((e) => e.tenant === "acme" && e.namespace === "exports"));
     await context.close();
@@ -309,6 +319,344 @@ describe("the console with tenants", () => {
     assert.equal(rec.state, State.FAILED);
     assert.equal(rec.error, "card declined by the issuer");
     assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+});
+
+/** fieldsText is the text of the record's fields, on whatever shows them. */
+async function fieldsText(page: Page): Promise<string> {
+  return page.getByTestId("record-fields").innerText();
+}
+
+/** box is an element's bounding box; it fails when the element is not laid out. */
+async function box(page: Page, selector: string): Promise<{ x: number; y: number; width: number; height: number }> {
+  const b = await page.locator(selector).first().boundingBox();
+  assert.ok(b !== null, `${selector} is not laid out`);
+  return b;
+}
+
+/**
+ * inViewport fails unless the element lies within the viewport as it is,
+ * nothing scrolled: across it, and with down also within its height.
+ */
+async function inViewport(page: Page, selector: string, what: string, down = true): Promise<void> {
+  const b = await box(page, selector);
+  const vp = page.viewportSize()!;
+  const across = b.x >= 0 && b.x + b.width <= vp.width + 0.5;
+  const within = !down || (b.y >= 0 && b.y + b.height <= vp.height + 0.5);
+  assert.ok(across && within, `${what}: at x ${b.x}..${b.x + b.width}, y ${b.y}..${b.y + b.height} in a ${vp.width}x${vp.height} viewport`);
+}
+
+// LAPTOP is what a browser shows of a 1366x768 laptop screen: the task
+// bar, the tab strip and the address bar take about 130 px of the height.
+const LAPTOP = { width: 1366, height: 640 };
+
+describe("the console an on-call person can link to", () => {
+  let idemd: Idemd;
+  before(async () => {
+    idemd = await startIdemd();
+  });
+  after(async () => {
+    await idemd?.stop();
+  });
+
+  test("a record's address, opened cold in a new window, signs in and shows that record on its own page; reload keeps it", async () => {
+    const acme = client(idemd, "acme");
+    // A key with the characters a URL gives meaning to.
+    const key = "order/77?x=1&y=#2 %41é";
+    await acme.claim({ namespace: "links", key });
+    await acme.claim({ namespace: "links", key: "order/78" });
+    const first = await open(idemd);
+    await signIn(first.page, idemd.tokens.ops!);
+    await first.page.getByRole("link", { name: "Records", exact: true }).click();
+    await first.page.locator("input[name=prefix]").fill("order/77");
+    await first.page.getByRole("button", { name: "Filter" }).click();
+    await first.page.getByTestId("page-info").filter({ hasText: "1 records" }).waitFor();
+    await first.page.locator("tr[data-key] a.key").click();
+    await first.page.getByTestId("record-page").waitFor();
+    const link = first.page.url();
+    assert.ok(!link.includes(idemd.tokens.ops!), "the token is not in the address");
+    await first.context.close();
+
+    // Someone else opens the pasted link in a fresh window: sign-in first.
+    const { context, page, cspViolations } = await open(idemd, undefined, link);
+    await signIn(page, idemd.tokens.ops!);
+    await page.getByTestId("record-page").waitFor();
+    assert.equal(page.url(), link, "signing in keeps the linked address");
+    let fields = await fieldsText(page);
+    assert.match(fields, /Tenant\s*acme/);
+    assert.match(fields, /Namespace\s*links/);
+    assert.ok(fields.includes(key), `the record's fields show its key ${key}: ${fields}`);
+    assert.equal(await page.locator("dialog[open]").count(), 0, "the record is a page, not a dialog");
+    assert.match(await page.locator("h1").innerText(), /acme\/links\/order\/77\?x=1&y=#2 %41é/);
+
+    await page.reload();
+    await page.getByTestId("record-page").waitFor();
+    fields = await fieldsText(page);
+    assert.ok(fields.includes(key), "a reload shows the same record");
+    assert.equal(page.url(), link);
+    assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+
+  test("the records' filters are in the address: a reload keeps them and Back returns to the filtered list", async () => {
+    const acme = client(idemd, "acme");
+    const globex = client(idemd, "globex");
+    for (const key of ["inv-a-1", "inv-a-2", "inv-b-1"]) {
+      await acme.claim({ namespace: "invoices", key });
+    }
+    const done = await acme.claim({ namespace: "invoices", key: "inv-a-3" });
+    await acme.complete({ namespace: "invoices", key: "inv-a-3", token: done.record.token, result: "ok" });
+    await globex.claim({ namespace: "invoices", key: "inv-a-9" });
+
+    const { context, page, cspViolations } = await open(idemd);
+    await signIn(page, idemd.tokens.ops!);
+    await page.getByTestId("tenant-picker").selectOption("acme");
+    await page.getByRole("link", { name: "Records", exact: true }).click();
+    await page.locator("input[name=namespace]").fill("invoices");
+    await page.locator("select[name=state]").selectOption({ label: "PROCESSING" });
+    await page.locator("input[name=prefix]").fill("inv-a-");
+    await page.getByRole("button", { name: "Filter" }).click();
+    const listed = async () => (await page.locator("tr[data-key]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-key")))).sort();
+    await page.getByTestId("page-info").filter({ hasText: "2 records" }).waitFor();
+    assert.deepEqual(await listed(), ["inv-a-1", "inv-a-2"]);
+    const filtered = page.url();
+
+    await page.reload();
+    await page.getByTestId("page-info").filter({ hasText: "2 records" }).waitFor();
+    assert.deepEqual(await listed(), ["inv-a-1", "inv-a-2"], "a reload lists the same records");
+    assert.equal(await page.locator("input[name=namespace]").inputValue(), "invoices");
+    assert.equal(await page.locator("input[name=prefix]").inputValue(), "inv-a-");
+    assert.equal(await page.locator("select[name=state] option:checked").innerText(), "PROCESSING");
+    assert.equal(await page.getByTestId("tenant-picker").inputValue(), "acme", "the tenant an operator picked is kept too");
+
+    // Unchanged for at least an hour: none of these.
+    await page.locator("input[name=older]").fill("1h");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByText("No records match.").waitFor();
+    assert.notEqual(page.url(), filtered);
+
+    await page.goBack();
+    await page.getByTestId("page-info").filter({ hasText: "2 records" }).waitFor();
+    assert.equal(page.url(), filtered);
+    assert.equal(await page.locator("input[name=older]").inputValue(), "", "Back restores the form as well as the list");
+
+    await page.locator('tr[data-key="inv-a-2"] a.key').click();
+    await page.getByTestId("record-page").waitFor();
+    assert.match(await fieldsText(page), /inv-a-2/);
+    await page.goBack();
+    await page.getByTestId("page-info").filter({ hasText: "2 records" }).waitFor();
+    assert.equal(page.url(), filtered, "Back from a record returns to the list with its filters");
+    assert.deepEqual(await listed(), ["inv-a-1", "inv-a-2"]);
+    assert.equal(await page.locator("input[name=prefix]").inputValue(), "inv-a-");
+    assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+
+  test("the page of a listing is in the address, and a filter in a link that is not one is named", async () => {
+    const acme = client(idemd, "acme");
+    await acme.batchClaim(Array.from({ length: 27 }, (_, i) => ({ namespace: "pages", key: `page-${String(i).padStart(2, "0")}` })));
+    const { context, page } = await open(idemd, undefined, "#/records?namespace=pages&size=25");
+    await signIn(page, idemd.tokens.acme!);
+    await page.getByTestId("page-info").filter({ hasText: "Page 1: 25 records" }).waitFor();
+    await page.getByRole("button", { name: "Next →" }).click();
+    await page.getByTestId("page-info").filter({ hasText: "Page 2: 2 records" }).waitFor();
+    const second = page.url();
+    assert.match(second, /[?&]after=/, "the page token is in the address");
+    await page.reload();
+    await page.getByTestId("page-info").filter({ hasText: "Page 2: 2 records" }).waitFor();
+    assert.deepEqual(await page.locator("tr[data-key]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-key"))), ["page-25", "page-26"]);
+    await page.getByRole("button", { name: "← Previous" }).click();
+    await page.getByTestId("page-info").filter({ hasText: "Page 1: 25 records" }).waitFor();
+    await page.goBack();
+    await page.getByTestId("page-info").filter({ hasText: "Page 2: 2 records" }).waitFor();
+    assert.equal(page.url(), second);
+
+    await page.goto(`${idemd.consoleUrl}#/records?older=5x&state=DONE`);
+    const problems = await page.getByRole("alert").allInnerTexts();
+    assert.ok(problems.some((p) => /^Unchanged for: "5x" is not a duration: write a number and a unit/.test(p)), problems.join(" | "));
+    assert.ok(problems.some((p) => /^State: "DONE" is not a state; it is one of PROCESSING, UNRESOLVED/.test(p)), problems.join(" | "));
+    await page.locator("input[name=older]").fill("100000h");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByRole("alert").filter({ hasText: 'Unchanged for: "100000h" is longer than 87600h (10 years)' }).waitFor();
+    await context.close();
+  });
+
+  test("the held queue filters by namespace in the address, shows 20 held records on a laptop screen, and pre-selects no decision", async () => {
+    const acme = client(idemd, "acme");
+    const keys = Array.from({ length: 21 }, (_, i) => `queue-${String(i).padStart(2, "0")}`);
+    await Promise.all([
+      ...keys.map((key) => hold(acme, key, { wait: true, namespace: "payments-queue", fingerprint: new TextEncoder().encode(key) })),
+      hold(acme, "elsewhere-1", { wait: true, namespace: "payments-other" }),
+    ]);
+    const { context, page, cspViolations } = await open(idemd, LAPTOP);
+    await signIn(page, idemd.tokens.ops!);
+    await page.getByRole("link", { name: "Held", exact: true }).click();
+    await page.locator('[data-testid=held-item][data-key="elsewhere-1"]').waitFor();
+    await page.locator("select[name=namespace]").selectOption("payments-queue");
+    await page.locator('[data-testid=held-item][data-key="elsewhere-1"]').waitFor({ state: "detached" });
+    await page.reload();
+    await page.locator('[data-testid=held-item][data-key="queue-20"]').waitFor();
+    assert.equal(await page.locator("select[name=namespace]").inputValue(), "payments-queue", "a reload keeps the namespace");
+    assert.equal(await page.locator('[data-testid=held-item][data-key="elsewhere-1"]').count(), 0, "another namespace's held record is not listed");
+    assert.equal(await page.locator("[data-testid=held-item]").count(), 21);
+    assert.match(await page.getByTestId("held-count").innerText(), /21 records held/);
+    for (let i = 0; i < 20; i++) {
+      await inViewport(page, `[data-testid=held-item] >> nth=${i}`, `held record ${i + 1} of 20 on a ${LAPTOP.width}x${LAPTOP.height} page`);
+    }
+    await noHorizontalScroll(page, "held queue");
+
+    // No decision is offered as the default: the three look alike, and
+    // none has the focus.
+    const row = page.locator("[data-testid=held-item]").first();
+    const looks = await Promise.all(
+      ["Completed…", "Failed…", "Released…"].map((name) =>
+        row.getByRole("button", { name }).evaluate((b) => {
+          const cs = getComputedStyle(b);
+          return `${b.className}|${cs.backgroundColor}|${cs.color}|${cs.borderColor}|${cs.fontWeight}`;
+        }),
+      ),
+    );
+    assert.equal(new Set(looks).size, 1, `the three decisions look alike: ${looks.join(" / ")}`);
+    assert.ok(!looks[0]!.startsWith("primary"), `no decision is the primary button: ${looks[0]}`);
+    const focused = await page.evaluate(() => (document.activeElement && document.activeElement !== document.body ? document.activeElement.outerHTML : ""));
+    assert.doesNotMatch(focused, /Completed|Failed|Released|Release|Fail/, `no decision has the focus: ${focused}`);
+    assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+
+  test("three held records released at once, after one confirmation that restates the count, the namespaces and the decision", async () => {
+    const acme = client(idemd, "acme");
+    const globex = client(idemd, "globex");
+    await Promise.all([
+      hold(acme, "bulk-1", { wait: true, namespace: "payments-bulk" }),
+      hold(acme, "bulk-2", { wait: true, namespace: "payments-bulk" }),
+      hold(globex, "bulk-3", { wait: true, namespace: "payments-bulk-eu" }),
+      hold(acme, "bulk-left-alone", { wait: true, namespace: "payments-bulk" }),
+    ]);
+    const { context, page, cspViolations } = await open(idemd);
+    await signIn(page, idemd.tokens.ops!);
+    await page.getByRole("link", { name: "Held", exact: true }).click();
+    for (const name of ["acme/payments-bulk/bulk-1", "acme/payments-bulk/bulk-2", "globex/payments-bulk-eu/bulk-3"]) {
+      await page.getByRole("checkbox", { name: `Select ${name}` }).check();
+    }
+    const bar = page.getByTestId("bulk-bar");
+    assert.match(await bar.innerText(), /3 selected/);
+    const decisions = await bar.getByRole("button").evaluateAll((bs) => bs.map((b) => `${b.className}|${getComputedStyle(b).backgroundColor}`));
+    assert.equal(new Set(decisions).size, 1, `the bulk decisions look alike: ${decisions.join(" / ")}`);
+    await bar.getByRole("button", { name: "Release…" }).click();
+    const dialog = page.getByTestId("confirm-dialog");
+    await dialog.waitFor();
+    const restate = await dialog.getByTestId("restate").innerText();
+    assert.match(restate, /3 records/);
+    assert.match(restate, /namespaces payments-bulk and payments-bulk-eu/);
+    assert.match(restate, /tenants acme and globex/);
+    assert.match(restate, /become RELEASED: the next Claim of each key acquires it and runs the job again/);
+    const listed = await dialog.getByTestId("confirm-records").innerText();
+    for (const name of ["acme/payments-bulk/bulk-1", "acme/payments-bulk/bulk-2", "globex/payments-bulk-eu/bulk-3"]) {
+      assert.ok(listed.includes(name), `the confirmation lists ${name}: ${listed}`);
+    }
+    assert.ok(!listed.includes("bulk-left-alone"));
+    const focused = await page.evaluate(() => document.activeElement?.textContent ?? "");
+    assert.equal(focused, "Cancel", "the confirmation's focus is on Cancel, not on the decision");
+    await dialog.getByRole("button", { name: "Release 3 records" }).click();
+    await page.getByTestId("answer").filter({ hasText: "Released 3 of 3 records." }).waitFor();
+    for (const [c, ns, key] of [
+      [acme, "payments-bulk", "bulk-1"],
+      [acme, "payments-bulk", "bulk-2"],
+      [globex, "payments-bulk-eu", "bulk-3"],
+    ] as const) {
+      assert.equal((await c.lookup({ namespace: ns, key })).state, State.RELEASED, `${key} is RELEASED`);
+    }
+    assert.equal((await acme.lookup({ namespace: "payments-bulk", key: "bulk-left-alone" })).state, State.UNRESOLVED, "the record not selected is left alone");
+    await page.getByRole("button", { name: "Close" }).click();
+    await page.locator('[data-testid=held-item][data-key="bulk-1"]').waitFor({ state: "detached" });
+    assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+
+  test("a bulk failure reports the record someone else decided first, and fails the others", async () => {
+    const acme = client(idemd, "acme");
+    await Promise.all(["race-1", "race-2", "race-3"].map((key) => hold(acme, key, { wait: true, namespace: "payments-race" })));
+    const { context, page } = await open(idemd, undefined, "#/held?namespace=payments-race");
+    await signIn(page, idemd.tokens.acme!);
+    await page.locator('[data-testid=held-item][data-key="race-3"]').waitFor();
+    await page.getByRole("checkbox", { name: "Select all shown" }).check();
+    await page.getByTestId("bulk-bar").getByRole("button", { name: "Fail…" }).click();
+    await page.locator("#action-value").fill("card network timeout; refunded by hand");
+    await page.getByRole("button", { name: "Review…" }).click();
+    const dialog = page.getByTestId("confirm-dialog");
+    const restate = await dialog.getByTestId("restate").innerText();
+    assert.match(restate, /3 records of namespace payments-race \(tenant acme\) become FAILED with the error below/);
+    // Someone else decides race-2 while this confirmation is open.
+    await acme.admin.resolveRecord({ namespace: "payments-race", key: "race-2", completed: "charged" });
+    await dialog.getByRole("button", { name: "Fail 3 records" }).click();
+    const answer = page.getByTestId("answer");
+    await answer.filter({ hasText: "Failed 2 of 3 records." }).waitFor();
+    const text = await answer.innerText();
+    assert.match(text, /acme\/payments-race\/race-2: someone else decided it first.*it is now COMPLETED/s);
+    for (const key of ["race-1", "race-3"]) {
+      const rec = await acme.lookup({ namespace: "payments-race", key });
+      assert.equal(rec.state, State.FAILED);
+      assert.equal(rec.error, "card network timeout; refunded by hand");
+    }
+    assert.equal(new TextDecoder().decode((await acme.lookup({ namespace: "payments-race", key: "race-2" })).result), "charged", "the other decision stands");
+    await context.close();
+  });
+
+  test("375 px wide: the records list shows each record's State, the overview its Held count", async () => {
+    const acme = client(idemd, "acme");
+    await hold(acme, "narrow-held-1", { wait: true, namespace: "payments-narrow" });
+    await acme.claim({ namespace: "notifications-for-customers", key: "a-rather-long-key-of-a-notification-0001" });
+    const { context, page, cspViolations } = await open(idemd, { width: 375, height: 740 });
+    await signIn(page, idemd.tokens.ops!);
+    await page.getByTestId("overview-table").waitFor();
+    await noHorizontalScroll(page, "overview");
+    await inViewport(page, "[data-testid=overview-table] th:text-is('Held')", "the overview's Held column", false);
+    await inViewport(page, "[data-testid=overview-table] tr:has(td:has-text('payments-narrow')) .held-count", "the held count of payments-narrow", false);
+
+    await page.getByRole("link", { name: "Records", exact: true }).click();
+    await page.locator("input[name=namespace]").fill("notifications-for-customers");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByTestId("page-info").filter({ hasText: "1 records" }).waitFor();
+    await noHorizontalScroll(page, "records");
+    await inViewport(page, "[data-testid=records-table] th:text-is('State')", "the records' State column", false);
+    await inViewport(page, "tr[data-key='a-rather-long-key-of-a-notification-0001'] .state", "the record's state", false);
+    await inViewport(page, "tr[data-key='a-rather-long-key-of-a-notification-0001'] a.key", "the record's key", false);
+    assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+
+  test("a record's page copies its key and its token", async () => {
+    const acme = client(idemd, "acme");
+    const got = await acme.claim({ namespace: "copies", key: "copy-me-7" });
+    const { context, page } = await open(idemd);
+    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: new URL(idemd.consoleUrl).origin });
+    await signIn(page, idemd.tokens.acme!);
+    await page.getByRole("link", { name: "Records", exact: true }).click();
+    await page.locator('tr[data-key="copy-me-7"] a.key').click();
+    await page.getByTestId("record-page").waitFor();
+    await page.getByRole("button", { name: "Copy key" }).click();
+    await page.getByRole("button", { name: "Copy key" }).filter({ hasText: "Copied" }).waitFor();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "copy-me-7");
+    await page.getByRole("button", { name: "Copy token" }).click();
+    await page.getByRole("button", { name: "Copy token" }).filter({ hasText: "Copied" }).waitFor();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), got.record.token.toString());
+    await context.close();
+  });
+
+  test("a FAILED record's detail says when it failed, and shows no Completed time", async () => {
+    const acme = client(idemd, "acme");
+    const got = await acme.claim({ namespace: "failures", key: "gave-up-1" });
+    await acme.fail({ namespace: "failures", key: "gave-up-1", token: got.record.token, error: "card declined", retryable: false });
+    const { context, page } = await open(idemd);
+    await signIn(page, idemd.tokens.acme!);
+    await page.getByRole("link", { name: "Records", exact: true }).click();
+    await page.locator('tr[data-key="gave-up-1"] a.key').click();
+    const fields = await fieldsText(page);
+    assert.match(fields, /State\s*FAILED/);
+    assert.doesNotMatch(fields, /Completed/, `a FAILED record did not complete: ${fields}`);
+    assert.match(fields, /Failed\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/);
     await context.close();
   });
 });

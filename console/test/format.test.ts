@@ -1,7 +1,10 @@
 // The console's formatting: how results, times and bytes are shown.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
 import { test } from "node:test";
 import { decodeBytes, hexDump, indentJSON, relative, utc } from "../src/format.js";
+import { CONSOLE_DIR } from "./idemd.js";
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
 
@@ -15,6 +18,19 @@ test("a result is shown as JSON, text or hex, by what its bytes are", () => {
   assert.equal(binary.kind, "binary", "invalid UTF-8 is shown as hex");
   assert.equal(binary.text, "00000000  ff 00 41" + " ".repeat(39) + "  ..A");
   assert.equal(decodeBytes(utf8("a\u0000b")).kind, "binary", "UTF-8 with a NUL is shown as hex");
+});
+
+test("a response an Idempotency-Key middleware stored shows its status and body", () => {
+  // The stored form every middleware writes (clients/scenarios/http.json):
+  // a line of JSON with the status and headers, then the body.
+  const spec = JSON.parse(readFileSync(path.join(CONSOLE_DIR, "..", "clients", "scenarios", "http.json"), "utf8")) as {
+    vectors: { envelopes: Array<{ status: number; body?: string; envelope?: string }> };
+  };
+  const v = spec.vectors.envelopes.find((e) => e.envelope !== undefined && e.body)!;
+  const shown = decodeBytes(utf8(v.envelope!));
+  assert.equal(shown.kind, "text");
+  assert.ok(shown.text.includes(`"status":${v.status}`), shown.text);
+  assert.ok(shown.text.endsWith("\n" + v.body!), shown.text);
 });
 
 test("JSON is re-indented without changing a value", () => {

@@ -1,5 +1,7 @@
-// Takes the screenshots of docs/console.md: the overview and the held
-// queue of an operator, on a real idemd with a few records of two tenants.
+// Takes the screenshots of docs/console.md: the overview, the held queue
+// with three records checked, the confirmation of their release, and a
+// record's page, as an operator sees them on a real idemd with a few
+// records of two tenants.
 //   node build/tools/screenshots.mjs ../docs   (make console-screenshots)
 import * as path from "node:path";
 import { chromium } from "playwright-core";
@@ -27,7 +29,10 @@ try {
   const held: [IdemClient, string, string][] = [
     [acme, "order-7731", "worker-3c9e1f"],
     [acme, "order-7735", "worker-3c9e1f"],
+    [acme, "order-7740", "worker-91aa07"],
+    [acme, "order-7742", "worker-91aa07"],
     [globex, "refund-2208", "worker-b17d42"],
+    [globex, "refund-2211", "worker-b17d42"],
   ];
   for (const [c, key, claimant] of held) {
     const fingerprint = new TextEncoder().encode(key).slice(0, 8);
@@ -61,18 +66,27 @@ try {
   await page.locator("#token").fill(idemd.tokens.ops!);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByTestId("overview-table").waitFor();
+  await page.locator("select[name=refresh]").selectOption("0");
   await page.screenshot({ path: path.join(out, "console-overview.png") });
   await page.getByTestId("card-held").click();
-  await page.locator("[data-testid=held-item]").nth(2).waitFor();
-  await page.setViewportSize({ width: 1200, height: 760 });
+  await page.locator("[data-testid=held-item]").nth(held.length - 1).waitFor();
+  for (const name of ["acme/payments/order-7731", "acme/payments/order-7735", "globex/payments/refund-2208"]) {
+    await page.getByRole("checkbox", { name: `Select ${name}` }).check();
+  }
+  await page.setViewportSize({ width: 1200, height: 420 });
   await page.screenshot({ path: path.join(out, "console-held.png") });
-  await page.locator("[data-testid=held-item]").first().getByRole("button", { name: "Completed…" }).click();
-  await page.locator("#action-value").fill('{"charge":"ch_3Nx7731","amount":4200,"currency":"eur"}');
-  await page.getByRole("button", { name: "Review…" }).click();
+  await page.setViewportSize({ width: 1200, height: 640 });
+  await page.getByTestId("bulk-bar").getByRole("button", { name: "Release…" }).click();
+  await page.getByTestId("confirm-records").waitFor();
   await page.screenshot({ path: path.join(out, "console-confirm.png") });
+  await page.getByRole("button", { name: "Cancel" }).click();
+  await page.locator('[data-testid=held-item][data-key="order-7740"] a.key').click();
+  await page.getByTestId("record-fields").waitFor();
+  await page.setViewportSize({ width: 1200, height: 760 });
+  await page.screenshot({ path: path.join(out, "console-record.png") });
 
   await browser.close();
-  console.log(`screenshots in ${out}: console-overview.png, console-held.png, console-confirm.png`);
+  console.log(`screenshots in ${out}: console-overview.png, console-held.png, console-confirm.png, console-record.png`);
 } finally {
   await idemd.stop();
 }

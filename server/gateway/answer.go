@@ -40,7 +40,7 @@ func (a answer) WriteHeader(code int) {
 	switch c := a.c; {
 	case c.wrote:
 		return
-	case c.refused || c.rpc != nil && c.received.Load() == 0:
+	case c.refused || c.rpc != nil && c.protocol != protocolGRPCWeb && c.received.Load() == 0:
 		// Until the server has the request, what vanguard writes is its own
 		// refusal of it, which serveCall answers once the interceptors have
 		// seen it.
@@ -130,7 +130,7 @@ func (c *call) writeError(st *status.Status, code int, allow string) {
 		// connection. (HTTP/2 resets the stream instead.)
 		h.Set("Connection", "close")
 	}
-	if !c.connect {
+	if c.protocol == protocolREST {
 		body, _ := protojson.Marshal(st.Proto())
 		c.w.WriteHeader(code)
 		_, _ = c.w.Write(body)
@@ -143,6 +143,10 @@ func (c *call) writeError(st *status.Status, code int, allow string) {
 				cerr.AddDetail(detail)
 			}
 		}
+	}
+	if c.protocol == protocolGRPCWeb { // in the trailers, as gRPC-Web has them
+		_ = connect.NewErrorWriter().Write(c.w, &http.Request{Method: http.MethodPost, Header: c.header}, cerr)
+		return
 	}
 	// A request of no protocol it knows gets the Connect unary shape.
 	_ = connect.NewErrorWriter().Write(statusWriter{c.w, code}, &http.Request{}, cerr)
@@ -203,9 +207,9 @@ func (c *call) noRoute(code int, allow string) {
 	routes, grpcCode := strings.Join(c.h.routes, ", "), codes.Unimplemented
 	var msg string
 	switch {
-	case c.connect && allow != "":
+	case c.protocol != protocolREST && allow != "":
 		msg = fmt.Sprintf("%s %s: an RPC's Connect path takes POST only", c.method, path)
-	case c.connect:
+	case c.protocol != protocolREST:
 		msg = fmt.Sprintf("no RPC at %s; the RPCs are %s", path, strings.Join(slices.Sorted(maps.Keys(c.h.methods)), ", "))
 	case allow != "":
 		msg = fmt.Sprintf("%s %s: this path takes %s only; the REST routes are %s", c.method, path, allow, routes)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -58,6 +59,7 @@ func BodyLimits(cfg services.Config) (unary, batch int64) {
 func New(server http.Handler, intercept grpc.UnaryServerInterceptor, cfg services.Config) (http.Handler, error) {
 	h := &handler{server: server, intercept: intercept, methods: map[string]*method{}, verbs: map[string]bool{}}
 	unary, batch := BodyLimits(cfg)
+	h.maxResultBytes = cfg.WithDefaults().MaxResultBytes
 	var vgServices []*vanguard.Service
 	for _, sd := range []protoreflect.ServiceDescriptor{
 		idemv1.File_idem_v1_idem_proto.Services().ByName("IdempotencyService"),
@@ -65,7 +67,11 @@ func New(server http.Handler, intercept grpc.UnaryServerInterceptor, cfg service
 	} {
 		vgServices = append(vgServices, vanguard.NewServiceWithSchema(sd, http.HandlerFunc(h.serveCall),
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC), vanguard.WithTargetCodecs(vanguard.CodecProto),
-			vanguard.WithNoTargetCompression(), vanguard.WithMaxMessageBufferBytes(uint32(batch))))
+			// vanguard buffers each message whole, the answer too, with one
+			// bound for both. As the gRPC API, this one sends every answer
+			// whole, a batch or a page of large results among them; a
+			// request is bounded by the gateway (body).
+			vanguard.WithNoTargetCompression(), vanguard.WithMaxMessageBufferBytes(math.MaxUint32)))
 		for i := range sd.Methods().Len() {
 			h.addMethod(sd.Methods().Get(i), unary, batch)
 		}
@@ -77,7 +83,8 @@ func New(server http.Handler, intercept grpc.UnaryServerInterceptor, cfg service
 			c.UnmarshalOptions.DiscardUnknown = false
 			return c
 		}),
-		// gRPC-Web's compressed messages; body inflates Connect and REST.
+		// A gRPC-Web message is inflated no further than the largest valid
+		// request; body inflates a Connect or REST body.
 		vanguard.WithCompression("gzip", func() connect.Compressor { return gzip.NewWriter(io.Discard) },
 			func() connect.Decompressor { return &limitedGzipReader{limit: batch} }),
 		vanguard.WithUnknownHandler(http.HandlerFunc(h.noRoute)))
@@ -88,19 +95,21 @@ func New(server http.Handler, intercept grpc.UnaryServerInterceptor, cfg service
 }
 
 type handler struct {
-	transcoder http.Handler
-	server     http.Handler
-	intercept  grpc.UnaryServerInterceptor
-	methods    map[string]*method // by gRPC path: /idem.v1.IdempotencyService/Claim
-	routes     []string           // "POST /v1/…:claim", for the answers to unknown routes
-	verbs      map[string]bool    // the REST routes' custom verbs: "claim", …
+	transcoder     http.Handler
+	server         http.Handler
+	intercept      grpc.UnaryServerInterceptor
+	methods        map[string]*method // by gRPC path: /idem.v1.IdempotencyService/Claim
+	routes         []string           // "POST /v1/…:claim", for the answers to unknown routes
+	verbs          map[string]bool    // the REST routes' custom verbs: "claim", …
+	maxResultBytes int                // --max-result-bytes, for the message of a body too large
 }
 
 // method is an RPC as the API serves it.
 type method struct {
-	path  string
-	input protoreflect.MessageDescriptor
-	limit int64 // of its body
+	path      string
+	input     protoreflect.MessageDescriptor
+	limit     int64  // of its body
+	limitFlag string // what sets limit, for the message of a body over it
 	// Its REST route, from its google.api.http rule; "" when it has none.
 	httpMethod, template string
 	segments             []string // of the template's path, without the custom verb
@@ -110,8 +119,9 @@ type method struct {
 
 func (h *handler) addMethod(md protoreflect.MethodDescriptor, unary, batch int64) {
 	m := &method{path: "/" + string(md.Parent().FullName()) + "/" + string(md.Name()), input: md.Input(), limit: unary, inPath: map[protoreflect.Name]bool{}}
+	m.limitFlag = fmt.Sprintf("a result of idemd's --max-result-bytes (%d bytes), in JSON", h.maxResultBytes)
 	if services.IsBatch(m.path) {
-		m.limit = batch
+		m.limit, m.limitFlag = batch, "a batch of idemd's --batch-max-bytes, in JSON"
 	}
 	h.methods[m.path] = m
 	rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
@@ -134,13 +144,22 @@ func (h *handler) addMethod(md protoreflect.MethodDescriptor, unary, batch int64
 	}
 }
 
-// call is one Connect or REST request on its way through vanguard.
+// The protocols of a call.
+type protocol int
+
+const (
+	protocolREST    protocol = iota
+	protocolConnect          // Connect unary, JSON or binary
+	protocolGRPCWeb          // gRPC-Web or gRPC, which vanguard reads by its own rules but the body's size
+)
+
+// call is one request on its way through vanguard.
 type call struct {
-	h       *handler
-	w       http.ResponseWriter
-	connect bool // a Connect call, not a REST route
-	http1   bool
-	// The request as sent, before ServeHTTP adapts it for vanguard.
+	h        *handler
+	w        http.ResponseWriter
+	protocol protocol
+	http1    bool
+	// The request as sent, before ServeHTTP adapts a copy for vanguard.
 	header                 http.Header
 	method, path, rawQuery string
 	length                 int64
@@ -159,18 +178,24 @@ type call struct {
 type callKey struct{}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if ct := strings.ToLower(r.Header.Get("Content-Type")); strings.HasPrefix(ct, "application/grpc") {
-		h.transcoder.ServeHTTP(w, r) // gRPC and gRPC-Web, as vanguard serves them
-		return
+	c := &call{h: h, w: w, http1: r.ProtoMajor == 1, header: r.Header, method: r.Method, path: r.URL.EscapedPath(),
+		rawQuery: r.URL.RawQuery, length: r.ContentLength, body: &body{ReadCloser: r.Body}}
+	// vanguard gets a copy to adapt: net/http still reads the request it
+	// gave, to drain or close what is left of an unread body.
+	r = r.Clone(context.WithValue(r.Context(), callKey{}, c))
+	switch ct := strings.ToLower(r.Header.Get("Content-Type")); {
+	case strings.HasPrefix(ct, "application/grpc"):
+		c.protocol = protocolGRPCWeb
+	case strings.HasPrefix(r.URL.Path, "/idem.v1."):
+		c.protocol = protocolConnect
 	}
-	c := &call{h: h, w: w, connect: strings.HasPrefix(r.URL.Path, "/idem.v1."), http1: r.ProtoMajor == 1, header: r.Header.Clone(),
-		method: r.Method, path: r.URL.EscapedPath(), rawQuery: r.URL.RawQuery, length: r.ContentLength, body: &body{ReadCloser: r.Body}}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if c.gzipped = enc == "gzip"; enc != "" && enc != "identity" && !c.gzipped {
 		c.refusal = unsupportedMedia("Content-Encoding", fmt.Sprintf("Content-Encoding %q is not one this API reads; send gzip or an uncompressed body", enc))
 	}
 	r.Header.Del("Content-Encoding") // body inflates it
-	if c.connect {
+	switch c.protocol {
+	case protocolConnect:
 		codec, err := checkContentType(r.Header.Get("Content-Type"), true)
 		if c.refusal == nil {
 			c.refusal = err
@@ -179,7 +204,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// a call is Connect, not REST.
 		r.Header.Set("Content-Type", "application/"+codec)
 		r.Header.Set("Connect-Protocol-Version", "1")
-	} else {
+	case protocolREST:
 		// vanguard reads a REST body as JSON whatever it is labelled;
 		// check compares the label with the route's.
 		r.Header.Del("Content-Type")
@@ -187,30 +212,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path, r.URL.RawPath = restPath(c.path, h.verbs), ""
 	}
 	r.Body = c.body
-	h.transcoder.ServeHTTP(answer{c}, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+	h.transcoder.ServeHTTP(answer{c}, r)
 }
 
 // serveCall is where vanguard sends a call it has routed: to the gRPC
 // server, unless the API's rules refuse it or vanguard cannot decode it.
 func (h *handler) serveCall(w http.ResponseWriter, r *http.Request) {
-	c, _ := r.Context().Value(callKey{}).(*call)
-	if c == nil { // gRPC, gRPC-Web
-		h.server.ServeHTTP(w, r)
-		return
-	}
+	c := r.Context().Value(callKey{}).(*call)
 	if c.rpc = h.methods[r.URL.Path]; c.refusal == nil {
 		c.refusal = c.check()
 	}
 	if c.refusal == nil {
 		r.Body = &counted{ReadCloser: r.Body, n: &c.received}
 		h.server.ServeHTTP(w, r)
-		if c.received.Load() > 0 {
+		if c.received.Load() > 0 || c.protocol == protocolGRPCWeb {
 			c.answer = trailerStatus(w.Header())
 			return
 		}
 		// vanguard refused the body before the server got a message.
 		var inPath map[protoreflect.Name]bool
-		if !c.connect {
+		if c.protocol == protocolREST {
 			inPath = c.rpc.inPath
 		}
 		if c.refusal = explain(c.body.data, c.rpc.input, inPath); c.refusal == nil {
@@ -223,14 +244,20 @@ func (h *handler) serveCall(w http.ResponseWriter, r *http.Request) {
 // check applies the rules of docs/http-api.md that vanguard does not, to a
 // call of c.rpc, and reads its body.
 func (c *call) check() error {
-	m := c.rpc
-	if c.length > m.limit {
-		return services.TooLarge("the request body is %d bytes; the limit is %d", c.length, m.limit)
+	m, limit := c.rpc, c.rpc.limit
+	if c.protocol == protocolGRPCWeb {
+		limit += 5 // a gRPC message's envelope: a flag and a length
+	}
+	if c.length > limit {
+		return services.TooLarge("the request body is %d bytes; the limit is %d, %s", c.length, limit, m.limitFlag)
+	}
+	if err := c.body.load(limit, c.gzipped, m.limitFlag); err != nil || c.protocol == protocolGRPCWeb {
+		return err
 	}
 	// No call takes query parameters: idem's routes have every field in
 	// the path or the body.
 	switch names, where := queryNames(c.rawQuery), "path"; {
-	case len(names) > 0 && c.connect:
+	case len(names) > 0 && c.protocol == protocolConnect:
 		return unknownField(names[0], "query parameter", "; a Connect call sends every field in its body")
 	case len(names) > 0:
 		if m.body {
@@ -238,23 +265,19 @@ func (c *call) check() error {
 		}
 		return unknownField(names[0], "query parameter", "; %s %s takes none: send the fields in the %s", m.httpMethod, m.template, where)
 	}
-	if !c.connect {
-		if err := m.checkPath(c.path); err != nil {
-			return err
-		}
-		if _, err := checkContentType(c.header.Get("Content-Type"), false); m.body && err != nil {
-			return err
-		}
+	if c.protocol == protocolConnect {
+		return nil
 	}
-	if err := c.body.load(m.limit, c.gzipped); err != nil {
+	if err := m.checkPath(c.path); err != nil {
 		return err
 	}
-	switch data := c.body.data; {
-	case c.connect:
-	case !m.body && len(data) > 0:
+	switch _, err := checkContentType(c.header.Get("Content-Type"), false); {
+	case m.body && err != nil:
+		return err
+	case !m.body && len(c.body.data) > 0:
 		return malformed("", "%s %s takes no body; send its fields in the path", m.httpMethod, m.template)
-	case m.body && len(m.inPath) > 0 && mentions(data, m.inPath):
-		return explain(data, m.input, m.inPath) // vanguard would let the path win
+	case m.body && len(m.inPath) > 0 && mentions(c.body.data, m.inPath):
+		return explain(c.body.data, m.input, m.inPath) // vanguard would let the path win
 	}
 	return nil
 }
@@ -355,13 +378,13 @@ type body struct {
 	rest          *bytes.Reader
 }
 
-func (b *body) load(limit int64, gzipped bool) error {
+func (b *body) load(limit int64, gzipped bool, limitFlag string) error {
 	raw, err := io.ReadAll(io.LimitReader(b.ReadCloser, limit+1))
 	switch {
 	case err != nil: // cut off by the listener's read timeout, or by the client
 		return malformed("", "reading the request body failed: %v", err)
 	case int64(len(raw)) > limit:
-		return services.TooLarge("the request body is over the limit of %d bytes", limit)
+		return services.TooLarge("the request body is over the limit of %d bytes, %s", limit, limitFlag)
 	}
 	if gzipped {
 		zr, err := gzip.NewReader(bytes.NewReader(raw))
@@ -370,7 +393,7 @@ func (b *body) load(limit int64, gzipped bool) error {
 		}
 		switch {
 		case int64(len(raw)) > limit:
-			return services.TooLarge("the request inflates to over %d bytes, the limit", limit)
+			return services.TooLarge("the request inflates to over %d bytes, the limit: %s", limit, limitFlag)
 		case err != nil:
 			return malformed("", "the body is not gzip, as its Content-Encoding says: %v", err)
 		}

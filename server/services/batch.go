@@ -11,16 +11,12 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// The batch calls (BatchClaim, BatchComplete, BatchFail, BatchHeartbeat,
-// BatchLookup). Each item runs what its unary call runs, the very functions
-// of service.go on either side of the store (claimParams and claimAnswer,
-// …), so there is one implementation of the rules; the batch adds only what
-// concerns the request as a whole (its size), the tenant's rate limit
-// counted per item, and the order of the items: items of distinct keys go
-// to the store together (store.RecordClaimMany, …), so that it puts them in
-// as few statements as it can, and items of one key run one after the
-// other, in the order of the request, as calls a client made in that
-// order.
+// The batch calls. Each item runs what its unary call runs, the very
+// functions on either side of the store (claimParams and claimAnswer, …);
+// the batch adds only its size, the rate limit counted per item, and the
+// order of the items: items of distinct keys go to the store together
+// (store.RecordClaimMany, …), items of one key one after the other, in the
+// order of the request, as calls a client made in that order.
 
 // IsBatch reports whether fullMethod (/idem.v1.IdempotencyService/BatchClaim)
 // is a batch call. The rate limit's interceptor leaves them to the service,

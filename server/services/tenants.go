@@ -277,7 +277,10 @@ func checkResultLimit(t *Tenant, n, limit int) error {
 		}
 		return nil
 	}
-	return validateMaxBytes("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, n, limit)
+	if n > limit {
+		return invalid("result", idemv1.ErrorReason_ERROR_REASON_INVALID_RESULT, "result is %d bytes; the limit is %d (idemd's --max-result-bytes)", n, limit)
+	}
+	return nil
 }
 
 // AdminOnly admits callers whose tenant has admin: true (or operator: true)

@@ -25,7 +25,7 @@ import (
 // fixture is a coalescer of int calls whose statements answer through
 // answer, and which records the batches it ran.
 type fixture struct {
-	c       *Coalescer[int, int]
+	c       *coalescer[int, int]
 	calls   prometheus.Histogram
 	mu      sync.Mutex
 	batches [][]string // each statement's calls' keys, in order
@@ -35,10 +35,12 @@ type fixture struct {
 // answer(params), or fail as a whole with fail's error when fail is set.
 // Followers get their leader's result times 1000 plus their own params, so a
 // test can tell who answered them.
-func newFixture(cfg Config, answer func(params int) (int, error), fail func(batch []*Call[int, int]) error) *fixture {
+func newFixture(opts Options, answer func(params int) (int, error), fail func(batch []*pending[int, int]) error) *fixture {
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = 1 // one batch at a time, unless a test asks for more
+	}
 	f := &fixture{calls: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "test_batch_calls"})}
-	cfg.Calls = f.calls
-	run := func(ctx context.Context, batch []*Call[int, int]) error {
+	run := func(ctx context.Context, batch []*pending[int, int]) error {
 		var keys []string
 		for _, call := range batch {
 			keys = append(keys, call.ID.Key)
@@ -56,11 +58,11 @@ func newFixture(cfg Config, answer func(params int) (int, error), fail func(batc
 		}
 		return nil
 	}
-	follow := func(leader, follower *Call[int, int]) bool {
+	follow := func(leader, follower *pending[int, int]) bool {
 		follower.Res = leader.Res*1000 + follower.Params
 		return true
 	}
-	f.c = New(cfg, run, follow)
+	f.c = newCoalescer("test", opts, f.calls, run, follow)
 	return f
 }
 
@@ -82,7 +84,7 @@ func (f *fixture) together(t *testing.T, ctxs []context.Context, keys []string, 
 	t.Helper()
 	c := f.c
 	c.mu.Lock()
-	c.inFlight = c.cfg.MaxInFlight + c.cfg.MaxOverflow // nobody starts a statement
+	c.inFlight = c.opts.MaxInFlight + c.opts.MaxOverflow // nobody starts a statement
 	c.mu.Unlock()
 	answers := make([]answer, len(params))
 	var wg sync.WaitGroup
@@ -152,7 +154,7 @@ func same(key string, n int) []string {
 // each gets its own answer.
 func TestBatchIsSortedByKeyWithEachKeyOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test"}, echo, nil)
+	f := newFixture(Options{}, echo, nil)
 	keys := []string{"d", "b", "a", "c"}
 	answers := f.together(t, background(4), keys, []int{4, 2, 1, 3})
 	for i, a := range answers {
@@ -173,7 +175,7 @@ func TestBatchIsSortedByKeyWithEachKeyOnce(t *testing.T) {
 // ahead of the calls that queued after it.
 func TestSecondCallOfAKeyWithoutFollowWaits(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test", MaxOverflow: -1}, echo, nil)
+	f := newFixture(Options{MaxOverflow: -1}, echo, nil)
 	f.c.follow = nil
 	answers := f.together(t, background(3), []string{"a", "a", "b"}, []int{1, 2, 3})
 	for i, a := range answers {
@@ -194,14 +196,14 @@ func TestOverflowRunsBesideTheBatch(t *testing.T) {
 	release := make(chan struct{})
 	var running sync.WaitGroup
 	running.Add(2)
-	f := newFixture(Config{Kind: "test", MaxRows: 2, MaxOverflow: 1}, echo, func([]*Call[int, int]) error {
+	f := newFixture(Options{MaxRows: 2, MaxOverflow: 1}, echo, func([]*pending[int, int]) error {
 		running.Done()
 		<-release // both statements must run at once to get here
 		return nil
 	})
 	c := f.c
 	c.mu.Lock()
-	c.inFlight = c.cfg.MaxInFlight + c.cfg.MaxOverflow
+	c.inFlight = c.opts.MaxInFlight + c.opts.MaxOverflow
 	c.mu.Unlock()
 	answers := make([]answer, 4)
 	var wg sync.WaitGroup
@@ -240,7 +242,7 @@ func TestBatchFailureIsUnavailableForEveryCall(t *testing.T) {
 	} {
 		t.Run(cause.Error(), func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(Config{Kind: "test"}, echo, func([]*Call[int, int]) error { return cause })
+			f := newFixture(Options{}, echo, func([]*pending[int, int]) error { return cause })
 			answers := f.together(t, background(4), []string{"a", "a", "b", "c"}, []int{1, 2, 3, 4})
 			for i, a := range answers {
 				if !errors.Is(a.err, store.ErrUnavailable) || !errors.Is(a.err, cause) || a.res != 0 {
@@ -259,8 +261,8 @@ func TestBatchFailureIsUnavailableForEveryCall(t *testing.T) {
 // contexts never reach it.
 func TestStatementDeadline(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test", Deadline: 50 * time.Millisecond}, echo, nil)
-	f.c.run = func(ctx context.Context, batch []*Call[int, int]) error {
+	f := newFixture(Options{Deadline: 50 * time.Millisecond}, echo, nil)
+	f.c.run = func(ctx context.Context, batch []*pending[int, int]) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -278,7 +280,7 @@ func TestStatementDeadline(t *testing.T) {
 // next statement: the first of them leads it, and the rest follow that one.
 func TestFollowersOfARowError(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test"}, func(p int) (int, error) {
+	f := newFixture(Options{}, func(p int) (int, error) {
 		if p == 1 {
 			return 0, store.ErrFingerprintMismatch
 		}
@@ -306,8 +308,8 @@ func TestFollowersOfARowError(t *testing.T) {
 // goes in the next statement, ahead of the calls that queued after it.
 func TestFollowerNotAnsweredGoesAgain(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test"}, echo, nil)
-	f.c.follow = func(leader, follower *Call[int, int]) bool { return false }
+	f := newFixture(Options{}, echo, nil)
+	f.c.follow = func(leader, follower *pending[int, int]) bool { return false }
 	answers := f.together(t, background(3), []string{"k", "k", "z"}, []int{1, 2, 3})
 	for i, a := range answers {
 		if a.err != nil || a.res != i+1 {
@@ -326,7 +328,7 @@ func TestAbandonedFollower(t *testing.T) {
 	t.Parallel()
 	gone, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := newFixture(Config{Kind: "test"}, func(p int) (int, error) {
+	f := newFixture(Options{}, func(p int) (int, error) {
 		cancel() // the statement runs: the follower's caller leaves
 		return p, nil
 	}, nil)
@@ -348,11 +350,11 @@ func TestAbandonedFollower(t *testing.T) {
 // batch was taken is dropped: no statement carries it.
 func TestAbandonedCallIsNotSent(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test"}, echo, nil)
+	f := newFixture(Options{}, echo, nil)
 	gone, cancel := context.WithCancel(context.Background())
 	c := f.c
 	c.mu.Lock()
-	c.inFlight = c.cfg.MaxInFlight + c.cfg.MaxOverflow
+	c.inFlight = c.opts.MaxInFlight + c.opts.MaxOverflow
 	c.mu.Unlock()
 	left := make(chan error, 1)
 	go func() { _, err := c.Do(gone, id("gone"), 1); left <- err }()
@@ -377,24 +379,6 @@ func TestAbandonedCallIsNotSent(t *testing.T) {
 	}
 }
 
-// TestFind finds each call of a sorted batch and nothing else.
-func TestFind(t *testing.T) {
-	var batch []*Call[int, int]
-	for _, k := range []string{"a", "c", "e"} {
-		batch = append(batch, &Call[int, int]{ID: id(k)})
-	}
-	for i, k := range []string{"a", "c", "e"} {
-		if got := Find(batch, id(k)); got != i {
-			t.Errorf("Find(%s) = %d, want %d", k, got, i)
-		}
-	}
-	for _, k := range []string{"", "b", "f"} {
-		if got := Find(batch, id(k)); got != -1 {
-			t.Errorf("Find(%s) = %d, want -1", k, got)
-		}
-	}
-}
-
 // goroutineID is the id of the calling goroutine, from its stack's header.
 func goroutineID() string {
 	buf := make([]byte, 64)
@@ -411,7 +395,7 @@ func TestLoneCallsReuseWorkers(t *testing.T) {
 	// Not parallel: other tests' drains would start workers meanwhile.
 	var mu sync.Mutex
 	ran := map[string]int{}
-	c := New(Config{Kind: "test"}, func(ctx context.Context, batch []*Call[int, int]) error {
+	c := newCoalescer("test", Options{}, nil, func(ctx context.Context, batch []*pending[int, int]) error {
 		mu.Lock()
 		ran[goroutineID()]++
 		mu.Unlock()

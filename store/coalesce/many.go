@@ -12,16 +12,16 @@ import (
 // one's answer, or for ctx; it returns the answers in the order of ids.
 //
 // A caller that holds many calls at once (a batch request) would, calling
-// Do from one goroutine per call, start a statement with whichever calls
+// Do from one goroutine per call, start a batch with whichever calls
 // reached the queue first, often one alone, and send the rest after it.
-// DoMany puts them all in the queue under one lock, so the statement that
+// DoMany puts them all in the queue under one lock, so the batch that
 // takes them takes up to MaxRows of them, and what is past MaxRows starts a
-// statement of its own beside it (the overflow of drain): ceil(n/MaxRows)
-// statements for n calls of distinct keys, with whatever else was queued.
+// batch of its own beside it (the overflow of drain): ceil(n/MaxRows)
+// batches for n calls of distinct keys, with whatever else was queued.
 // Every rule of Do holds for each call: a repeated key follows or waits for
-// a later statement, each call gets its own answer, and a call whose caller
+// a later batch, each call gets its own answer, and a call whose caller
 // left before its batch was taken is dropped.
-func (c *Coalescer[P, R]) DoMany(ctx context.Context, ids []store.RecordID, params []P) ([]R, []error) {
+func (c *coalescer[P, R]) DoMany(ctx context.Context, ids []store.RecordID, params []P) ([]R, []error) {
 	if len(ids) != len(params) {
 		panic("coalesce: DoMany with as many ids as params")
 	}
@@ -32,16 +32,16 @@ func (c *Coalescer[P, R]) DoMany(ctx context.Context, ids []store.RecordID, para
 		}
 		return res, errs
 	}
-	calls := make([]*Call[P, R], len(ids))
+	calls := make([]*pending[P, R], len(ids))
 	for i, id := range ids {
-		calls[i] = &Call[P, R]{ID: id, Params: params[i], done: make(chan struct{})}
-		if c.cfg.Tracer != nil {
+		calls[i] = &pending[P, R]{ID: id, Params: params[i], done: make(chan struct{})}
+		if c.opts.Tracer != nil {
 			calls[i].span = c.startCall(ctx)
 		}
 	}
 	c.mu.Lock()
 	c.queue = append(c.queue, calls...)
-	start := c.inFlight < c.cfg.MaxInFlight
+	start := c.inFlight < c.opts.MaxInFlight
 	if start {
 		c.inFlight++
 	}

@@ -26,7 +26,7 @@ func TestDoManyFillsStatements(t *testing.T) {
 	for _, n := range []int{1, 7, 64, 65, 100, 200} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(Config{Kind: "test", MaxRows: 64}, func(p int) (int, error) { return p * 10, nil }, nil)
+			f := newFixture(Options{MaxRows: 64}, func(p int) (int, error) { return p * 10, nil }, nil)
 			ids, params := manyIDs("k", n)
 			res, errs := f.c.DoMany(context.Background(), ids, params)
 			f.requireIdle(t)
@@ -57,10 +57,10 @@ func TestDoManyFillsStatements(t *testing.T) {
 // statements, and everyone gets their own answer.
 func TestDoManyBesideDo(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test", MaxRows: 8}, echo, nil)
+	f := newFixture(Options{MaxRows: 8}, echo, nil)
 	c := f.c
 	c.mu.Lock()
-	c.inFlight = c.cfg.MaxInFlight + c.cfg.MaxOverflow // nobody starts a statement
+	c.inFlight = c.opts.MaxInFlight + c.opts.MaxOverflow // nobody starts a statement
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	lone := make([]answer, 3)
@@ -98,7 +98,7 @@ func TestDoManyBesideDo(t *testing.T) {
 // call, answered after it, never with the first's answer as its own.
 func TestDoManyRepeatedKey(t *testing.T) {
 	t.Parallel()
-	f := newFixture(Config{Kind: "test"}, echo, nil)
+	f := newFixture(Options{}, echo, nil)
 	res, errs := f.c.DoMany(context.Background(), []store.RecordID{id("a"), id("b"), id("a")}, []int{1, 2, 3})
 	f.requireIdle(t)
 	if errs[0] != nil || errs[1] != nil || errs[2] != nil || res[0] != 1 || res[1] != 2 || res[2] != 1003 {
@@ -112,7 +112,7 @@ func TestDoManyRepeatedKey(t *testing.T) {
 func TestDoManyStatementFailure(t *testing.T) {
 	t.Parallel()
 	cause := errors.New("connection lost")
-	f := newFixture(Config{Kind: "test", MaxRows: 4}, echo, func(batch []*Call[int, int]) error {
+	f := newFixture(Options{MaxRows: 4}, echo, func(batch []*pending[int, int]) error {
 		if batch[0].ID.Key == "k000" {
 			return cause
 		}
@@ -138,7 +138,7 @@ func TestDoManyCallerLeaves(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	started := make(chan struct{}, 4)
-	f := newFixture(Config{Kind: "test", MaxRows: 2, MaxOverflow: -1}, echo, func([]*Call[int, int]) error {
+	f := newFixture(Options{MaxRows: 2, MaxOverflow: -1}, echo, func([]*pending[int, int]) error {
 		started <- struct{}{}
 		<-release
 		return nil

@@ -11,78 +11,50 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// Tracing. A Coalescer with a Tracer makes a call span ("store claim",
-// "store complete", …) for every call, a child of the caller's span (the
-// RPC's). It lasts from the moment the call queues to the moment its answer
-// is back, and records idem.batch.calls, the number of calls in the
-// statement it went in. A call that has to run again makes one call span per
-// statement.
-//
-// A batch's statement serves many callers but can have one parent: the
-// Coalescer puts a Statement in the context it runs the batch with, naming
-// the first recording call span of the batch (in primary-key order) as its
-// parent and the others as its links. The store's statement tracer makes
-// the statement's span from it and tells it back (Statement.Started), and
-// each call span then links to the statement's: every caller's trace leads
-// to the statement it waited for. A batch with no traced caller has no
-// Statement in its context, and its statement makes no span.
+// Tracing. With Options.Tracer, every call gets a call span ("store claim",
+// "store complete", …), a child of its caller's span (the RPC's), from the
+// moment it queues to the moment its answer is back, with
+// idem.batch.calls, the number of calls its batch answered. A batch serves
+// many callers but can have one parent: a batch of several calls gets a
+// span of its own ("store claim batch", …), a child of its first recording
+// call span (in primary-key order) that links to the others, which link
+// back to it, so every caller's trace leads to the batch it waited for and
+// to the inner store's spans under it. A batch of one call runs under its
+// call span. A batch with no traced caller makes no span.
 
-// BatchCalls is the attribute with the number of calls a statement carried.
-const BatchCalls = attribute.Key("idem.batch.calls")
+// batchCallsAttr is the attribute with the number of calls a batch
+// answered.
+const batchCallsAttr = attribute.Key("idem.batch.calls")
 
-// Statement is what a traced batch's statement is told about its callers,
-// and what it tells back.
-type Statement struct {
-	// Kind is the coalescer's kind: claim, complete, …
-	Kind string
-	// Calls is the number of calls in the batch, its followers included.
-	Calls int
-	// Links are the batch's other call spans.
-	Links []trace.Link
-
-	parent trace.Span
-	span   trace.SpanContext
-}
-
-// Started records the span the store made for the statement, so that the
-// batch's call spans link to it.
-func (s *Statement) Started(sc trace.SpanContext) { s.span = sc }
-
-type statementKey struct{}
-
-// StatementFrom is the Statement of the batch that ctx runs, or nil when
-// ctx is no traced batch's.
-func StatementFrom(ctx context.Context) *Statement {
-	st, _ := ctx.Value(statementKey{}).(*Statement)
-	return st
+// batchTrace is what a traced batch tells its calls' spans.
+type batchTrace struct {
+	calls int               // the calls in the batch, its followers included
+	span  trace.SpanContext // the batch's span, when it has one of its own
 }
 
 // startCall starts a call span for a call queued in c, a child of ctx's
 // span.
-func (c *Coalescer[P, R]) startCall(ctx context.Context) trace.Span {
-	_, span := c.cfg.Tracer.Start(ctx, "store "+c.cfg.Kind, trace.WithAttributes(c.cfg.SpanAttributes...))
+func (c *coalescer[P, R]) startCall(ctx context.Context) trace.Span {
+	_, span := c.opts.Tracer.Start(ctx, "store "+c.kind, trace.WithAttributes(c.opts.SpanAttributes...))
 	return span
 }
 
-// traceStatement prepares the context a batch runs in: its Statement, with
-// the parent and links of the statement's span. A batch's followers are
-// its callers too: the statement counts them and links to them like the
-// others, also a follower that its leader's answer does not settle and
-// that goes in a later statement (whose span it gets; Config.Calls counts
-// it there only).
-func (c *Coalescer[P, R]) traceStatement(ctx context.Context, batch []*Call[P, R]) (context.Context, *Statement) {
-	st := &Statement{Kind: c.cfg.Kind}
-	add := func(call *Call[P, R]) {
-		st.Calls++
-		if call.span == nil {
-			return
-		}
-		if st.parent == nil && call.span.IsRecording() {
-			st.parent = call.span
-			return
-		}
-		if sc := call.span.SpanContext(); sc.IsSampled() {
-			st.Links = append(st.Links, trace.Link{SpanContext: sc})
+// traceBatch prepares the context batch runs in, and returns its trace and
+// the end of its span. A batch's followers are its callers too: it counts
+// them and links to them like the others, also a follower that its
+// leader's answer does not settle and that goes in a later batch.
+func (c *coalescer[P, R]) traceBatch(ctx context.Context, batch []*pending[P, R]) (context.Context, *batchTrace, func()) {
+	bt := &batchTrace{}
+	var parent trace.Span
+	var links []trace.Link
+	add := func(call *pending[P, R]) {
+		bt.calls++
+		switch {
+		case call.span == nil:
+		case parent == nil && call.span.IsRecording():
+			parent = call.span
+		case call.span.SpanContext().IsSampled():
+			links = append(links, trace.Link{SpanContext: call.span.SpanContext()})
 		}
 	}
 	for _, call := range batch {
@@ -91,18 +63,25 @@ func (c *Coalescer[P, R]) traceStatement(ctx context.Context, batch []*Call[P, R
 			add(f)
 		}
 	}
-	if st.parent == nil {
-		return ctx, st // no caller is traced: neither is the statement
+	switch {
+	case parent == nil:
+		return ctx, bt, func() {} // no caller is traced: neither is the batch
+	case bt.calls == 1:
+		return trace.ContextWithSpan(ctx, parent), bt, func() {}
 	}
-	return context.WithValue(trace.ContextWithSpan(ctx, st.parent), statementKey{}, st), st
+	attrs := append([]attribute.KeyValue{batchCallsAttr.Int(bt.calls)}, c.opts.SpanAttributes...)
+	ctx, span := c.opts.Tracer.Start(trace.ContextWithSpan(ctx, parent), "store "+c.kind+" batch",
+		trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	bt.span = span.SpanContext()
+	return ctx, bt, func() { span.End() }
 }
 
 // endCall ends a call span once its batch has answered it.
-func endCall[P, R any](span trace.Span, call *Call[P, R]) {
-	if st := call.statement; st != nil {
-		span.SetAttributes(BatchCalls.Int(st.Calls))
-		if st.span.IsValid() && st.parent != span {
-			span.AddLink(trace.Link{SpanContext: st.span})
+func endCall[P, R any](span trace.Span, call *pending[P, R]) {
+	if bt := call.batch; bt != nil {
+		span.SetAttributes(batchCallsAttr.Int(bt.calls))
+		if bt.span.IsValid() {
+			span.AddLink(trace.Link{SpanContext: bt.span})
 		}
 	}
 	if errors.Is(call.Err, store.ErrUnavailable) || errors.Is(call.Err, store.ErrContention) {

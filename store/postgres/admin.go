@@ -8,10 +8,9 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// The listing is keyset-paginated on the primary key, so a page costs an
-// index range scan however deep it is, and a record present for the whole
-// listing is seen exactly once.
-const listSQL = `SELECT ` + recordCols + ` FROM idem_records
+// The listing is keyset-paginated on the primary key: a page costs an index
+// range scan however deep, and a record is seen once.
+var listSQL = `SELECT ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1
 		AND ($2 = '' OR namespace = $2)
 		AND ($3 = '' OR state = $3)
@@ -40,9 +39,7 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	return detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.listRecords(ctx, p) })
 }
 
-// deleteSQL deletes a record and, like the statements that end a lease,
-// wakes the Claims waiting on it (wait.go): the next Claim of the key
-// acquires it.
+// deleteSQL deletes a record and wakes the Claims waiting on it.
 var deleteSQL = `
 WITH gone AS (
 	DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3
@@ -50,8 +47,7 @@ WITH gone AS (
 )
 SELECT ` + recordNames + ` FROM gone`
 
-// deleteRecord runs deleteSQL; a record that is not there is
-// store.ErrNotFound.
+// deleteRecord runs deleteSQL.
 func (d driver) deleteRecord(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	rec, err := scanRecord(d.q.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
 	return rec, interpretError(err)
@@ -62,11 +58,10 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 	if err := id.CheckText(); err != nil {
 		return nil, err
 	}
-	s.hints.forget(id)
 	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.deleteRecord(ctx, id) })
 }
 
-const statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_records
+var statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_records
 	WHERE tenant = $1 AND ($2 = '' OR namespace = $2)
 	GROUP BY namespace, state
 	ORDER BY namespace, state`
@@ -96,9 +91,8 @@ func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.
 	return detached(ctx, s, func(ctx context.Context, d driver) ([]store.StatsRow, error) { return d.recordStats(ctx, p) })
 }
 
-// CountByState implements store.Store. It is a full count: the sweeper calls
-// it at most once a --count-interval, never per scrape. On a large table it
-// may take longer than StatementTimeout, so its transaction lifts that.
+// CountByState implements store.Store: a full count, for the sweeper's
+// gauge, which may take longer than StatementTimeout on a large table.
 func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
 	counts := map[store.State]int64{}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -121,4 +115,161 @@ func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error)
 		return nil, interpretError(err)
 	}
 	return counts, nil
+}
+
+// resolveSQL moves an UNRESOLVED record on to state $4, keeping its token
+// and noting it as the one an operator resolved, with result $5 or error
+// $6; when nothing changed, the second branch reports the row.
+var resolveSQL = `
+WITH changed AS (
+	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = CASE WHEN $4::text = 'failed' THEN $6::text END, resolved_token = token,
+		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
+		expires_at = now() + retention, updated_at = now()
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved'
+	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+)
+SELECT true, ` + recordNames + ` FROM changed
+UNION ALL
+SELECT false, ` + recordCols + ` FROM idem_records
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
+
+// resolvedRow is what resolveSQL did: changed rec, or found it so.
+type resolvedRow struct {
+	changed bool
+	rec     *store.Record
+}
+
+// resolve runs resolveSQL for p, writing target.
+func (d driver) resolve(ctx context.Context, p *store.ResolveParams, target store.ResolveTarget) (resolvedRow, error) {
+	var row resolvedRow
+	var err error
+	row.rec, err = scanRecord(d.q.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key,
+		string(target.State), target.Result, target.Error), &row.changed)
+	return row, interpretError(err)
+}
+
+// RecordResolve implements store.Store.
+func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
+	target, err := p.Target()
+	if err != nil {
+		return nil, err
+	}
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
+		for try := 0; try < maxStatementTries; try++ {
+			row, err := d.resolve(ctx, p, target)
+			if err != nil {
+				return nil, err
+			}
+			if row.changed {
+				return row.rec, nil
+			}
+			switch dec := p.Decide(row.rec); dec.Action {
+			case store.ChangeRepeat:
+				return row.rec, nil
+			case store.ChangeRefuse:
+				return nil, dec.Err
+			}
+			// ChangeApplies: the second branch read a snapshot from before
+			// the change the UPDATE waited for; a new statement sees it.
+		}
+		return nil, store.ErrContention
+	})
+}
+
+// The sweeper's statements lock their batch with FOR UPDATE SKIP LOCKED, so
+// replicas sweep at once without doing a row twice or blocking a Claim.
+
+var sweepExpireSQL = `
+WITH due AS (
+	SELECT tenant, namespace, key FROM idem_records
+	WHERE state = 'processing' AND lease_expires_at <= now()
+	ORDER BY lease_expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+),
+expired AS (
+	UPDATE idem_records r SET state = CASE WHEN r.hold THEN 'unresolved' ELSE 'expired' END, updated_at = now(),
+		expires_at = CASE WHEN r.hold THEN NULL ELSE now() + r.retention END
+	FROM due
+	WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key
+	RETURNING r.tenant` + wakeCol("r", true) + `
+)
+SELECT count(*) FROM expired`
+
+const sweepPurgeSQL = `
+WITH due AS (
+	SELECT tenant, namespace, key FROM idem_records
+	WHERE state <> 'processing' AND expires_at <= now()
+	ORDER BY expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idem_records r
+USING due
+WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
+
+// sweepExpire runs sweepExpireSQL and returns how many records it changed.
+func (d driver) sweepExpire(ctx context.Context, limit int) (int, error) {
+	var n int64
+	if err := d.q.QueryRow(ctx, sweepExpireSQL, planned, limit).Scan(&n); err != nil {
+		return 0, interpretError(err)
+	}
+	return int(n), nil
+}
+
+// sweepPurge runs sweepPurgeSQL and returns how many records it deleted.
+func (d driver) sweepPurge(ctx context.Context, limit int) (int, error) {
+	tag, err := d.q.Exec(ctx, sweepPurgeSQL, planned, limit)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// SweepExpire implements store.Store.
+func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
+	return driver{q: s.pool}.sweepExpire(ctx, limit)
+}
+
+// SweepPurge implements store.Store.
+func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
+	return driver{q: s.pool}.sweepPurge(ctx, limit)
+}
+
+// RecordGet implements store.Store.
+func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.getRecord(ctx, id) })
+}
+
+// RecordGetMany implements store.Store in one statement.
+func (s *Store) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ids)), make([]error, len(ids))
+	sent := make([]store.RecordID, 0, len(ids))
+	at := make([]int, 0, len(ids)) // the index in ids of each id sent
+	for i, id := range ids {
+		if errs[i] = id.CheckText(); errs[i] == nil {
+			sent, at = append(sent, id), append(at, i)
+		}
+	}
+	if len(sent) == 0 {
+		return recs, errs
+	}
+	found, err := detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.getMany(ctx, sent) })
+	for j, i := range at {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case found[j] == nil:
+			errs[i] = store.ErrNotFound
+		default:
+			recs[i] = found[j]
+		}
+	}
+	return recs, errs
 }

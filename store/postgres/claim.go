@@ -4,222 +4,210 @@ import (
 	"context"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/coalesce"
 )
 
-// A Claim, from RecordClaim to its SQL: a Claim of a record lately seen
-// finished is first read in the read slot (replay.go). Otherwise
-// RecordClaim queues the call in the Claim coalescer (s.claims), which
-// sends it with the Claims queued beside it through runClaims to the driver
-// (alone: claimNew or claimIfAbsent, then claimOne if the record it read
-// may be taken over; with others: claimMany; driver_claim.go). The row that
-// comes back for the call is decided by store.DecideClaim here, and the
-// decision done: answered, acquired (the statement did it), or made
-// UNRESOLVED (holdLapsed, hold.go). What the call found goes in the hints
-// (hint.go), which choose the way of the key's next Claim.
-
-// maxStatementTries bounds how often a call re-runs its statement when a
-// concurrent transaction changed the row while the statement ran.
+// maxStatementTries bounds how often a call runs its statements again when
+// a concurrent transaction changed the row under them.
 const maxStatementTries = 5
 
-// RecordClaim implements store.Store.
-//
-// It runs the Claim's statement until the statement settles it, at most
-// maxStatementTries times. Under READ COMMITTED a statement's snapshot may
-// miss a row that a concurrent transaction inserted or changed while the
-// statement waited for its lock, and a new statement takes a new snapshot.
+// RecordClaim implements store.Store: claimSQL creates the record or
+// returns it, store.DecideClaim decides on it, and a takeover or a lapsed
+// hold is written only if the record is still at the version decided on.
+// A concurrent insert the statement missed, or a newer version, makes the
+// Claim run again.
 func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	if s.hints.finished(p.RecordID) {
-		if res, answered, err := s.claimReplay(ctx, p); answered {
-			return res, err
-		}
-	}
-	return s.claimTries(ctx, p, 0)
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.ClaimResult, error) {
+		return claimTries(ctx, d, p, maxStatementTries)
+	})
 }
 
-// RecordClaimMany implements store.Store: the calls go in the Claim
-// coalescer together (coalesce.DoMany), so they fill as few statements as
-// its MaxRows allows; a call its statement did not settle runs again alone,
-// with the tries RecordClaim has left. The calls of records lately seen
-// finished are read first in the read slot, together, as RecordClaim's
-// are, and only those the read does not answer join the others.
-func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
-	res, errs := make([]*store.ClaimResult, len(ps)), make([]error, len(ps))
-	var hinted, rest []int // indexes in ps
-	for i, p := range ps {
-		switch errs[i] = p.CheckText(); {
-		case errs[i] != nil:
-		case s.hints.finished(p.RecordID):
-			hinted = append(hinted, i)
-		default:
-			rest = append(rest, i)
-		}
-	}
-	if len(hinted) > 0 {
-		ids, sent := claimsAt(ps, hinted)
-		rows, rowErrs := s.replays.DoMany(ctx, ids, sent)
-		for j, i := range hinted {
-			if rowErrs[j] != nil {
-				errs[i] = rowErrs[j]
-				continue
-			}
-			if d, ok := replayFrom(ps[i], rows[j]); ok {
-				res[i], errs[i] = d.Answer, d.Err
-				continue
-			}
-			s.hints.saw(ps[i].RecordID, rows[j].rec)
-			rest = append(rest, i)
-		}
-	}
-	if len(rest) == 0 {
-		return res, errs
-	}
-	ids, sent := claimsAt(ps, rest)
-	rows, rowErrs := s.claims.DoMany(ctx, ids, sent)
-	for j, i := range rest {
-		if rowErrs[j] != nil {
-			errs[i] = rowErrs[j]
-			continue
-		}
-		var settled bool
-		if res[i], settled, errs[i] = s.settleClaim(ctx, sent[j], rows[j]); !settled {
-			res[i], errs[i] = s.claimTries(ctx, sent[j], 1)
-		}
-	}
-	return res, errs
-}
-
-// claimsAt is the ids and the calls of ps at the indexes at.
-func claimsAt(ps []*store.ClaimParams, at []int) ([]store.RecordID, []*store.ClaimParams) {
-	ids, sent := make([]store.RecordID, len(at)), make([]*store.ClaimParams, len(at))
-	for j, i := range at {
-		ids[j], sent[j] = ps[i].RecordID, ps[i]
-	}
-	return ids, sent
-}
-
-// claimTries runs the Claim's statement from try on until the statement
-// settles it, at most maxStatementTries times in all.
-func (s *Store) claimTries(ctx context.Context, p *store.ClaimParams, try int) (*store.ClaimResult, error) {
-	for ; try < maxStatementTries; try++ {
-		row, err := s.claims.Do(ctx, p.RecordID, p)
+// claimTries runs the Claim p until it is settled, at most tries times.
+func claimTries(ctx context.Context, d driver, p *store.ClaimParams, tries int) (*store.ClaimResult, error) {
+	for range tries {
+		row, err := d.claim(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if res, settled, err := s.settleClaim(ctx, p, row); settled {
-			return res, err
+		decided := decideClaim(p, row)
+		if decided.write == nil {
+			if decided.settled {
+				return decided.res, decided.err
+			}
+			continue
+		}
+		w, err := d.writeMany(ctx, []claimWrite{*decided.write})
+		if err != nil {
+			return nil, err
+		}
+		if res := wroteClaim(*decided.write, w[0]); res != nil {
+			return res, nil
 		}
 	}
 	return nil, store.ErrContention
 }
 
-// settleClaim is the Claim p's answer from the row its statement returned,
-// or settled false when the statement did not settle it and a new one must
-// run.
-func (s *Store) settleClaim(ctx context.Context, p *store.ClaimParams, row claimRow) (res *store.ClaimResult, settled bool, err error) {
+// claimDecided is what a Claim's row settles: an answer (settled, with res
+// or err), a write to try (write), or neither: the Claim runs again.
+type claimDecided struct {
+	settled bool
+	res     *store.ClaimResult
+	err     error
+	write   *claimWrite
+}
+
+// decideClaim decides the Claim p on the row its statement returned.
+func decideClaim(p *store.ClaimParams, row claimRow) claimDecided {
 	switch {
 	case row.rec == nil:
-		return nil, false, nil // neither written nor seen: a concurrent insert
-	case row.acquired:
-		s.hints.note(row.rec)
-		return store.Acquired(row.rec), true, nil
+		return claimDecided{}
+	case row.created:
+		return claimDecided{settled: true, res: store.Acquired(row.rec, row.now)}
 	}
 	switch d := store.DecideClaim(row.rec, p, row.now); d.Action {
 	case store.ClaimAnswer:
-		s.hints.note(row.rec)
-		return d.Answer, true, d.Err
+		return claimDecided{settled: true, res: d.Answer, err: d.Err}
 	case store.ClaimMakeUnresolved:
-		held, err := detached(ctx, s, func(ctx context.Context, d driver) (heldRow, error) { return d.holdLapsed(ctx, p.RecordID) })
-		if err != nil {
-			return nil, true, err
-		}
-		if held.ok {
-			return store.Unresolved(held.rec), true, nil
-		}
+		return claimDecided{write: &claimWrite{p: p, hold: true, version: row.version}}
 	}
-	// ClaimAcquire on a record the statement saw but did not write, or a
-	// hold that found the row changed: the row changed under the statement.
-	// A new one sees what changed it.
-	return nil, false, nil
+	return claimDecided{write: &claimWrite{p: p, version: row.version}}
 }
 
-type claimCall = coalesce.Call[*store.ClaimParams, claimRow]
+// wroteClaim is the answer of a Claim whose write w did what it did, or
+// nil when the record had changed since it was read.
+func wroteClaim(w claimWrite, did written) *store.ClaimResult {
+	switch {
+	case did.rec == nil:
+		return nil
+	case w.hold:
+		return store.Unresolved(did.rec, did.now)
+	}
+	return store.Acquired(did.rec, did.now)
+}
 
-// runClaims sends one batch of Claims to the driver. A lone Claim of a key
-// this process has not lately seen with a record goes as claimNew, the
-// insert alone, and is read (readClaim) only when the key turns out to
-// have a record: a new key, the common case, costs Postgres one statement
-// with the least it can return. A key lately seen with a record in some
-// state other than finished (a Claim answered IN_PROGRESS, a lease held or
-// released) goes as claimIfAbsent, which reads it in the same round trip.
-// Either way a record that may be taken over is then taken over by
-// claimOne, which decides that again under the row's lock.
-func (s *Store) runClaims(ctx context.Context, batch []*claimCall) error {
-	d := driver{q: s.pool}
-	if len(batch) == 1 && !s.manyOnly {
-		p := batch[0].Params
-		var (
-			row     claimRow
-			created bool
-			err     error
-		)
-		if s.hints.present(p.RecordID) {
-			row, err = d.claimIfAbsent(ctx, p)
-		} else if row, created, err = d.claimNew(ctx, p); err == nil && !created {
-			// ON CONFLICT waited for any transaction inserting the key, so
-			// this read's snapshot has its record.
-			row, err = d.readClaim(ctx, p.RecordID)
-		}
-		if err == nil && row.rec != nil && !row.acquired && store.DecideClaim(row.rec, p, row.now).Action == store.ClaimAcquire {
-			row, err = d.claimOne(ctx, p)
-		}
-		batch[0].Res = row
-		return err
+// RecordClaimMany implements store.Store: one claimManySQL for the calls of
+// distinct keys, then their takeovers and lapsed holds in one round trip
+// (writeMany); a call this did not settle, or of a key already among them,
+// then runs alone.
+func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = p.CheckText()
 	}
-	calls := make([]*store.ClaimParams, len(batch))
-	for i, c := range batch {
-		calls[i] = c.Params
-	}
-	rows, err := d.claimMany(ctx, calls)
+	batch, rest := distinctByID(ps, errs, func(p *store.ClaimParams) store.RecordID { return p.RecordID })
+	res := detachedMany(ctx, s, append(batch, rest...), errs, func(ctx context.Context, d driver, res []*store.ClaimResult, errs []error) {
+		for _, i := range claimBatch(ctx, d, ps, batch, res, errs) {
+			res[i], errs[i] = claimTries(ctx, d, ps[i], maxStatementTries-1)
+		}
+		for _, i := range rest {
+			res[i], errs[i] = claimTries(ctx, d, ps[i], maxStatementTries)
+		}
+	})
+	return res, errs
+}
+
+// claimBatch runs the calls of ps at the indexes batch (distinct keys in
+// primary-key order), sets the answers it settles in res and errs, and
+// returns the indexes of the others.
+func claimBatch(ctx context.Context, d driver, ps []*store.ClaimParams, batch []int, res []*store.ClaimResult, errs []error) (again []int) {
+	rows, err := d.claimMany(ctx, column(batch, func(i int) *store.ClaimParams { return ps[i] }))
 	if err != nil {
-		return err
+		for _, i := range batch {
+			errs[i] = err
+		}
+		return nil
 	}
-	for i, c := range batch {
-		c.Res = rows[i]
+	var writes []claimWrite
+	var writers []int // the index in ps of each write
+	for j, i := range batch {
+		decided := decideClaim(ps[i], rows[j])
+		switch {
+		case decided.write != nil:
+			writes, writers = append(writes, *decided.write), append(writers, i)
+		case decided.settled:
+			res[i], errs[i] = decided.res, decided.err
+		default:
+			again = append(again, i)
+		}
 	}
-	return nil
+	if len(writes) == 0 {
+		return again
+	}
+	did, err := d.writeMany(ctx, writes)
+	for k, i := range writers {
+		if err != nil {
+			errs[i] = err
+		} else if res[i] = wroteClaim(writes[k], did[k]); res[i] == nil {
+			again = append(again, i)
+		}
+	}
+	return again
 }
 
-// followClaim answers f, a Claim of the key that leader's statement wrote or
-// read, from what the statement found, as if f ran right after it, when
-// f's decision on that record is an answer (store.ClaimAnswer): a replay,
-// IN_PROGRESS on leader's lease, the same claimant's ACQUIRED again, a
-// fingerprint mismatch. It leaves f to a statement of its own (false) when
-// the statement found no record, or when f would write: take the record
-// over, or make a held record whose lease ran out UNRESOLVED. A held lease
-// that ran out is made UNRESOLVED by the leader's caller once this
-// statement has answered; the follower, in a later statement, reads
-// UNRESOLVED when that has committed, and otherwise finds the lease run out
-// too and makes it UNRESOLVED itself (one of them wins; RecordClaim makes
-// the others look again).
-//
-// The answer is true at a moment within f's call: f was queued before the
-// statement began and is answered after it ended. A record that leader's
-// statement wrote is f's from the statement's commit on, which no other
-// write can come between while the statement holds the row's lock; a record
-// it only read is the statement's snapshot, taken after f was queued, and is
-// what leader itself is answered from.
-func followClaim(leader, f *claimCall) bool {
-	row := leader.Res
-	if row.rec == nil || store.DecideClaim(row.rec, f.Params, row.now).Action != store.ClaimAnswer {
-		return false
+// runTokenCall is the store.TokenCalls the Store embeds.
+func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) {
+		return tokenTries(ctx, d, call, maxStatementTries)
+	})
+}
+
+// tokenTries runs the call's statement until it settles the call, at most
+// tries times.
+func tokenTries(ctx context.Context, d driver, call *store.TokenCall, tries int) (*store.Record, error) {
+	for range tries {
+		row, err := d.tokenCallOne(ctx, call)
+		if err != nil {
+			return nil, err
+		}
+		if rec, settled, err := settleTokenCall(call, row); settled {
+			return rec, err
+		}
 	}
-	// A Record of its own (the byte slices it shares with the leader's are
-	// never written).
-	rec := *row.rec
-	f.Res = claimRow{rec: &rec, now: row.now}
-	return true
+	return nil, store.ErrContention
+}
+
+// runTokenCallsMany is the store.TokenCallsMany the Store embeds: one
+// many-row statement for the calls of distinct keys; a call it did not
+// settle, or of a key already among them, then runs alone.
+func (s *Store) runTokenCallsMany(ctx context.Context, calls []*store.TokenCall) ([]*store.Record, []error) {
+	errs := make([]error, len(calls))
+	batch, rest := distinctByID(calls, errs, func(c *store.TokenCall) store.RecordID { return c.RecordID })
+	recs := detachedMany(ctx, s, append(batch, rest...), errs, func(ctx context.Context, d driver, recs []*store.Record, errs []error) {
+		rows, err := d.tokenCallMany(ctx, calls[batch[0]].Kind, column(batch, func(i int) *store.TokenCall { return calls[i] }))
+		for j, i := range batch {
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			var settled bool
+			if recs[i], settled, errs[i] = settleTokenCall(calls[i], rows[j]); !settled {
+				recs[i], errs[i] = tokenTries(ctx, d, calls[i], maxStatementTries-1)
+			}
+		}
+		for _, i := range rest {
+			recs[i], errs[i] = tokenTries(ctx, d, calls[i], maxStatementTries)
+		}
+	})
+	return recs, errs
+}
+
+// settleTokenCall is the call's answer from its statement's row, or
+// settled false when the row's second branch read a snapshot from before a
+// change the update waited for (ChangeApplies).
+func settleTokenCall(call *store.TokenCall, row tokenRow) (rec *store.Record, settled bool, err error) {
+	switch {
+	case row.rec == nil:
+		return nil, true, store.ErrNotFound
+	case row.changed:
+		return row.rec, true, nil
+	}
+	switch d := call.Decide(row.rec); d.Action {
+	case store.ChangeRepeat:
+		return row.rec, true, nil
+	case store.ChangeRefuse:
+		return nil, true, d.Err
+	}
+	return nil, false, nil
 }

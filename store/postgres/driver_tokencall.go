@@ -2,33 +2,23 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/store"
 )
 
-// The driver's token calls (Complete, Fail, Heartbeat): tokenCallOne and
-// tokenCallMany run one call, or the calls of a batch of one kind, as one
-// statement and return, per call, the row it changed or the row it found
-// the change does not apply to. What that row means for the call is
-// store.TokenCall.Decide's to say, above the driver (tokencall.go).
-
 // tokenRow is what a token call's statement did: changed rec, or found it
-// so that the change does not apply. rec is nil when there is no such
-// record.
+// so that the change does not apply (store.TokenCall.Decide says why). rec
+// is nil when there is no such record.
 type tokenRow struct {
 	changed bool
 	rec     *store.Record
 }
 
 // tokenAppliesSQL is the condition under which a token call changes a
-// record: token is its current token, and its lease has not been ended by a
-// Complete, Fail or an operator (an EXPIRED or UNRESOLVED record still takes
-// its holder's late call). alias qualifies the record's columns ("" for
-// none).
+// record: token is its current token, and no Complete, Fail or operator
+// ended its lease (an EXPIRED or UNRESOLVED record still takes its holder's
+// late call). alias qualifies the record's columns ("" for none).
 func tokenAppliesSQL(alias, token string) string {
 	a := ""
 	if alias != "" {
@@ -37,13 +27,10 @@ func tokenAppliesSQL(alias, token string) string {
 	return a + "token = " + token + " AND " + a + "state IN ('processing', 'expired', 'unresolved')"
 }
 
-// tokenOneSQL is a token-bearing call in one statement: its update applies
-// only with the record's current token while the record is PROCESSING,
-// EXPIRED or UNRESOLVED (tokenAppliesSQL); when it applies nothing, the
-// second branch reports the row so that the caller can tell why, in the
+// tokenOneSQL is a token-bearing call in one statement: the update where
+// tokenAppliesSQL holds, else the row, so that the caller learns why in the
 // same round trip. $1–$3 are the record's id, $4 the token, $5 on the
-// call's own values (set names them). When wakes, the update notifies the
-// record's waiting Claims if its waiters flag is set (wait.go).
+// call's own values; when wakes, the update notifies waiting Claims.
 func tokenOneSQL(set string, wakes bool) string {
 	return `
 WITH changed AS (
@@ -57,58 +44,23 @@ SELECT false, ` + recordCols + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
 }
 
-// tokenHeldSQL is tokenOneSQL's update alone: the common case, a call of
-// the record's holder that applies, in a plain UPDATE. It returns no row
-// when the call does not apply (or there is no record); tokenOneSQL then
-// says why.
-// When wakes, the update notifies the record's waiting Claims as
-// tokenOneSQL's does; the second column says whether it did.
-func tokenHeldSQL(set string, wakes bool) string {
-	woke := "false"
-	if wakes {
-		woke = "(CASE WHEN idem_records.waiters THEN pg_notify('" + notifyChannel + `',
-			json_build_array(idem_records.tenant, idem_records.namespace, idem_records.key)::text) END) IS NOT NULL`
-	}
-	return `
-UPDATE idem_records SET ` + set + `, updated_at = now()
-WHERE tenant = $1 AND namespace = $2 AND key = $3 AND ` + tokenAppliesSQL("", "$4") + `
-RETURNING true, ` + woke + `, ` + recordCols
-}
-
 // tokenChange is how one kind of token call changes a record, for
-// tokenManySQL.
+// tokenManySQL: arrays are its own arrays after the ids and tokens, names
+// their elements' names; cols and vals the columns and values it proposes
+// for each row (set reads them as excluded.<col>); set the update.
 type tokenChange struct {
-	// arrays are the call's own arrays, bound after the ids and the
-	// tokens, and names the names unnest gives their elements.
-	arrays, names string
-	// cols and vals name columns of the row the batch proposes for each
-	// record, and the values it proposes (from the locked row l, whose
-	// columns include the call's own, by names); set may read them as
-	// excluded.<col>.
-	cols, vals string
-	// set is the ON CONFLICT update: the columns the call changes.
-	set string
+	arrays, names, cols, vals, set string
 }
 
-// tokenManySQL is tokenOneSQL for many keys. locked takes the batch's row
-// locks first, one primary-key lookup per call in the order of the arrays,
-// which are sorted by primary key, so that batches sharing keys never
-// deadlock; a row changed concurrently is locked in its newest version, so
-// a row the change does not apply to is reported as it now stands and needs
-// no second read. The statement answers with every row it changed, and
-// every row it locked that the change does not apply to: the change's
-// condition is judged on the version locked, which no one else can change
-// before this statement commits, so each call gets one row.
-//
-// The change itself is an INSERT of the locked rows that always conflicts
-// (each row exists and this statement holds its lock, so none can have
-// gone) and so updates: the update applies only with the call's token while
-// the record is PROCESSING, EXPIRED or UNRESOLVED, judged on the newest row
-// version. The proposed row carries the locked row's own values for the
-// columns the table requires, so it passes every constraint that is checked
-// before the conflict is found. When wakes, the update notifies the waiting
-// Claims of the rows it changed that have their waiters flag set
-// (wait.go).
+// tokenManySQL is tokenOneSQL for many keys. locked takes the row locks
+// first, one primary-key lookup per call in primary-key order, so that
+// batches sharing keys never deadlock; a row changed concurrently is locked
+// in its newest version, so each call gets one row, changed or as it now
+// stands. The change is an INSERT of the locked rows, which always
+// conflicts (each row exists and is locked) and so updates where
+// tokenAppliesSQL holds; the proposed row carries the locked row's own
+// values for the required columns, so it passes the constraints checked
+// before the conflict.
 func tokenManySQL(change tokenChange, wakes bool) string {
 	return `
 WITH locked AS (
@@ -136,8 +88,7 @@ WHERE NOT (` + tokenAppliesSQL("", "in_token") + `)`
 }
 
 // The statements of each kind of token call, one row and many. A Complete
-// and a Fail end the lease, and so wake the record's waiting Claims; a
-// Heartbeat does not.
+// and a Fail end the lease, and so wake the record's waiting Claims.
 var (
 	completeSet = `state = 'completed', result = $5, error = NULL, lease_expires_at = NULL,
 			completed_at = now(), expires_at = now() + retention`
@@ -146,10 +97,6 @@ var (
 			expires_at = now() + retention`
 	heartbeatSet = `state = 'processing', lease_expires_at = now() + $5::bigint * interval '1 microsecond',
 			expires_at = NULL`
-
-	completeHeldSQL  = tokenHeldSQL(completeSet, true)
-	failHeldSQL      = tokenHeldSQL(failSet, true)
-	heartbeatHeldSQL = tokenHeldSQL(heartbeatSet, false)
 
 	completeOneSQL  = tokenOneSQL(completeSet, true)
 	failOneSQL      = tokenOneSQL(failSet, true)
@@ -175,37 +122,29 @@ var (
 	}, false)
 )
 
-// tokenCallOne runs call as its kind's plain update (tokenHeldSQL), and
-// when that changes nothing, as its one-row statement, which says why.
+// tokenCallOne runs call as its kind's one-row statement.
 func (d driver) tokenCallOne(ctx context.Context, call *store.TokenCall) (tokenRow, error) {
-	var held, one string
 	args := []any{call.Tenant, call.Namespace, call.Key, call.Token}
+	var sql string
 	switch call.Kind {
 	case store.CallComplete:
-		held, one = completeHeldSQL, completeOneSQL
-		args = append(args, call.Result)
+		sql, args = completeOneSQL, append(args, call.Result)
 	case store.CallFail:
-		held, one = failHeldSQL, failOneSQL
-		args = append(args, call.Error, call.Retryable)
+		sql, args = failOneSQL, append(args, call.Error, call.Retryable)
 	case store.CallHeartbeat:
-		held, one = heartbeatHeldSQL, heartbeatOneSQL
-		args = append(args, micros(call.LeaseTTL))
+		sql, args = heartbeatOneSQL, append(args, micros(call.LeaseTTL))
 	default:
 		return tokenRow{}, fmt.Errorf("postgres: token call kind %d", call.Kind)
 	}
 	var row tokenRow
-	var woke bool
-	rec, err := scanRecord(d.q.QueryRow(ctx, held, args...), &row.changed, &woke)
-	row.rec = rec
-	if errors.Is(err, pgx.ErrNoRows) {
-		row.rec, err = scanRecord(d.q.QueryRow(ctx, one, args...), &row.changed)
-	}
+	rec, err := scanRecord(d.q.QueryRow(ctx, sql, args...), &row.changed)
 	if err != nil {
 		if err = interpretError(err); err == store.ErrNotFound {
 			return tokenRow{}, nil // no such record
 		}
 		return tokenRow{}, err
 	}
+	row.rec = rec
 	return row, nil
 }
 
@@ -213,56 +152,36 @@ func (d driver) tokenCallOne(ctx context.Context, call *store.TokenCall) (tokenR
 // distinct keys, as the kind's many-row statement and returns each call's
 // row, in the order of calls.
 func (d driver) tokenCallMany(ctx context.Context, kind store.TokenCallKind, calls []*store.TokenCall) ([]tokenRow, error) {
-	n := len(calls)
-	tenants, namespaces, keys, tokens := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
-	for i, c := range calls {
-		tenants[i], namespaces[i], keys[i], tokens[i] = c.Tenant, c.Namespace, c.Key, c.Token
-	}
-	var (
-		result pgx.Rows
-		err    error
-	)
+	args := append(idArrays(column(calls, func(c *store.TokenCall) store.RecordID { return c.RecordID })),
+		column(calls, func(c *store.TokenCall) int64 { return c.Token }))
+	var sql string
 	switch kind {
 	case store.CallComplete:
-		results := make([][]byte, n)
-		for i, c := range calls {
-			results[i] = c.Result
-		}
-		result, err = d.q.Query(ctx, completeManySQL, tenants, namespaces, keys, tokens, results)
+		sql, args = completeManySQL, append(args, column(calls, func(c *store.TokenCall) []byte { return c.Result }))
 	case store.CallFail:
-		errs, retryable := make([]string, n), make([]bool, n)
-		for i, c := range calls {
-			errs[i], retryable[i] = c.Error, c.Retryable
-		}
-		result, err = d.q.Query(ctx, failManySQL, tenants, namespaces, keys, tokens, errs, retryable)
+		sql, args = failManySQL, append(args, column(calls, func(c *store.TokenCall) string { return c.Error }),
+			column(calls, func(c *store.TokenCall) bool { return c.Retryable }))
 	case store.CallHeartbeat:
-		leases := make([]int64, n)
-		for i, c := range calls {
-			leases[i] = micros(c.LeaseTTL)
-		}
-		result, err = d.q.Query(ctx, heartbeatManySQL, tenants, namespaces, keys, tokens, leases)
+		sql, args = heartbeatManySQL, append(args, column(calls, func(c *store.TokenCall) int64 { return micros(c.LeaseTTL) }))
 	default:
 		return nil, fmt.Errorf("postgres: token call kind %d", kind)
 	}
+	result, err := d.q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	defer result.Close()
-	// A call without a row has no record (the lock skips a row deleted
-	// under the statement, as a single read misses it), and keeps an empty
-	// tokenRow.
-	rows := make([]tokenRow, n)
+	// A call without a row has no record, and keeps an empty tokenRow.
+	rows := make([]tokenRow, len(calls))
 	var changed bool
 	for result.Next() {
 		rec, err := scanRecord(result, &changed)
 		if err != nil {
 			return nil, interpretError(err)
 		}
-		i := findID(calls, rec.RecordID, func(c *store.TokenCall) store.RecordID { return c.RecordID })
-		if i < 0 || rows[i].changed {
-			continue // a changed row wins over a locked one
+		if i := findID(calls, rec.RecordID, func(c *store.TokenCall) store.RecordID { return c.RecordID }); i >= 0 {
+			rows[i] = tokenRow{changed: changed, rec: rec}
 		}
-		rows[i] = tokenRow{changed: changed, rec: rec}
 	}
 	if err := result.Err(); err != nil {
 		return nil, interpretError(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem/internal/testsupport/refusingpg"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
+	"github.com/idemhq/idem/store/postgres/migrations"
 )
 
 // closedPortURL points at a port nobody listens on.
@@ -131,7 +132,7 @@ func TestConnect(t *testing.T) {
 	}
 	defer pool.Close()
 	// The pool follows the URL's search_path into the test's schema.
-	if v, err := postgres.SchemaVersion(b.ctx, pool); err != nil || v != postgres.LatestVersion() {
+	if v, err := migrations.SchemaVersion(b.ctx, pool); err != nil || v != postgres.LatestVersion() {
 		t.Fatalf("SchemaVersion through Connect's pool: %d, %v", v, err)
 	}
 

@@ -10,11 +10,12 @@ import (
 
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store/postgres"
+	"github.com/idemhq/idem/store/postgres/migrations"
 )
 
 func allVersions(t *testing.T) []int {
 	t.Helper()
-	ms, err := postgres.Migrations()
+	ms, err := migrations.All()
 	if err != nil {
 		t.Fatalf("Migrations: %v", err)
 	}
@@ -27,7 +28,7 @@ func allVersions(t *testing.T) []int {
 
 func TestMigrationsAreWellFormed(t *testing.T) {
 	t.Parallel()
-	ms, err := postgres.Migrations()
+	ms, err := migrations.All()
 	if err != nil {
 		t.Fatalf("Migrations: %v", err)
 	}
@@ -51,7 +52,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testdb.Unmigrated())
 
-	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != 0 {
+	if v, err := migrations.SchemaVersion(b.ctx, b.pool); err != nil || v != 0 {
 		t.Fatalf("SchemaVersion of an empty schema: %d, %v; want 0", v, err)
 	}
 	applied, err := postgres.Migrate(b.ctx, b.pool)
@@ -61,7 +62,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	if want := allVersions(t); !slices.Equal(applied, want) {
 		t.Fatalf("Migrate applied %v, want every migration %v", applied, want)
 	}
-	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
+	if v, err := migrations.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
 		t.Fatalf("SchemaVersion: %d, %v; want %d", v, err, postgres.LatestVersion())
 	}
 
@@ -69,7 +70,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	if err != nil || len(applied) != 0 {
 		t.Fatalf("second Migrate: %v, %v; want none applied", applied, err)
 	}
-	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
+	if v, err := migrations.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
 		t.Fatalf("SchemaVersion after the second Migrate: %d, %v; want %d", v, err, postgres.LatestVersion())
 	}
 
@@ -114,7 +115,7 @@ func TestMigrateConcurrently(t *testing.T) {
 func TestSchemaVersionOfMigratedSchema(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
+	if v, err := migrations.SchemaVersion(b.ctx, b.pool); err != nil || v != postgres.LatestVersion() {
 		t.Fatalf("SchemaVersion: %d, %v; want %d", v, err, postgres.LatestVersion())
 	}
 }
@@ -129,14 +130,14 @@ func TestMigrateOnNewerSchemaLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	applied, err := postgres.MigrateLogged(b.ctx, b.pool, slog.New(slog.NewTextHandler(&log, nil)))
+	applied, err := migrations.Migrate(b.ctx, b.pool, slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil || len(applied) != 0 {
 		t.Fatalf("Migrate on a newer schema: %v, %v; want nothing applied and no error", applied, err)
 	}
 	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "999") {
 		t.Fatalf("the log does not warn of schema version 999:\n%s", log.String())
 	}
-	if v, err := postgres.SchemaVersion(b.ctx, b.pool); err != nil || v != 999 {
+	if v, err := migrations.SchemaVersion(b.ctx, b.pool); err != nil || v != 999 {
 		t.Fatalf("SchemaVersion: %d, %v; want 999 untouched", v, err)
 	}
 }

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // TestStoreThroughPgBouncer runs the conformance suite through a real

@@ -7,13 +7,14 @@ import (
 	"github.com/idemhq/idem/store/postgres"
 )
 
-// The tests in this file pin down the one exception to "one statement per
-// call" (DESIGN §4): under READ COMMITTED a statement that waited for a row
-// lock sees the row's new version in its ON CONFLICT / UPDATE, but its plain
-// SELECT branch still reads the snapshot taken when the statement began. Each
-// test holds a transaction open on a row, starts the call, waits until the
-// call's backend waits for that transaction's lock, and only then commits, so
-// the interleaving is the one the store's second read exists for.
+// The tests in this file pin down why a call runs its statements again
+// (DESIGN §4): under READ COMMITTED a statement that waited for a row lock
+// sees the row's new version in its ON CONFLICT or UPDATE, but its plain
+// reads see the snapshot taken when it began, and a takeover decided on one
+// version must not apply to a newer one. Each test holds a transaction open
+// on a row, starts the call, waits until the call's backend waits for that
+// transaction's lock, and only then commits, so the interleaving is the one
+// the store must survive.
 
 type claimOutcome struct {
 	res *store.ClaimResult
@@ -313,4 +314,118 @@ func TestResolveRaceWithOwnRetry(t *testing.T) {
 	if got.rec.State != store.StateCompleted || string(got.rec.Result) != "charged" {
 		t.Fatalf("the retried Resolve: %s with result %q; want COMPLETED with %q", got.rec.State, got.rec.Result, "charged")
 	}
+}
+
+// TestTakeoverLosesToConcurrentHeartbeat: the Claim reads a lapsed lease
+// and decides to take it over, but the holder's Heartbeat changes the row
+// before the takeover's compare-and-set: the takeover waits for the
+// Heartbeat's lock, finds a newer version than it decided on, and changes
+// nothing; the Claim reads again and answers IN_PROGRESS on the holder's
+// token. A Complete instead makes the Claim a replay.
+func TestTakeoverLosesToConcurrentHeartbeat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, change string
+		want         store.Outcome
+	}{
+		{"heartbeat", `UPDATE idem_records SET lease_expires_at = now() + interval '1 minute', updated_at = now()`, store.OutcomeInProgress},
+		{"complete", `UPDATE idem_records SET state = 'completed', result = 'done', lease_expires_at = NULL,
+			completed_at = now(), expires_at = now() + retention, updated_at = now()`, store.OutcomeCompleted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := recordID("raced-cas-" + tc.name)
+			held := b.acquire(t, id, "holder")
+			b.lapse(t, id)
+			got := raceClaim(t, b, id, tc.change+` WHERE tenant = $1 AND namespace = $2 AND key = $3`, func() claimOutcome {
+				res, err := b.store.RecordClaim(b.ctx, claimParams(id, "taker"))
+				return claimOutcome{res, err}
+			})
+			if got.err != nil || got.res.Outcome != tc.want || got.res.Record.Token != held.Token {
+				t.Fatalf("RecordClaim: %+v, %v; want %v on the holder's token %d", got.res, got.err, tc.want, held.Token)
+			}
+			if rec := b.get(t, id); rec.Token != held.Token || rec.Attempt != 1 || rec.Claimant != "holder" {
+				t.Fatalf("record %+v; want the holder's, not taken over", rec)
+			}
+		})
+	}
+}
+
+// TestHoldLosesToConcurrentComplete: the Claim finds a held lease run out
+// and decides to make it UNRESOLVED, but the holder's Complete commits
+// first: the Claim's write changes nothing and the Claim replays the
+// result.
+func TestHoldLosesToConcurrentComplete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := recordID("raced-hold")
+	p := claimParams(id, "holder")
+	p.Hold = true
+	held := b.claim(t, p).Record
+	b.lapse(t, id)
+	got := raceClaim(t, b, id, `UPDATE idem_records SET state = 'completed', result = 'done', lease_expires_at = NULL,
+		completed_at = now(), expires_at = now() + retention, updated_at = now()
+		WHERE tenant = $1 AND namespace = $2 AND key = $3`, func() claimOutcome {
+		res, err := b.store.RecordClaim(b.ctx, claimParams(id, "other"))
+		return claimOutcome{res, err}
+	})
+	if got.err != nil || got.res.Outcome != store.OutcomeCompleted || string(got.res.Record.Result) != "done" {
+		t.Fatalf("RecordClaim: %+v, %v; want the holder's completed record", got.res, got.err)
+	}
+	if rec := b.get(t, id); rec.State != store.StateCompleted || rec.Token != held.Token {
+		t.Fatalf("record %+v; want COMPLETED by the holder", rec)
+	}
+}
+
+// TestClaimManyTakeoverLosesToConcurrentHeartbeat: the same race in a
+// many-row Claim: the takeover that lost is answered from a new read
+// (IN_PROGRESS), and the other calls of the batch keep theirs.
+func TestClaimManyTakeoverLosesToConcurrentHeartbeat(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	raced, free := recordID("many-raced"), recordID("many-zfree")
+	held := b.acquire(t, raced, "holder")
+	freed := b.acquire(t, free, "holder")
+	b.lapse(t, raced)
+	b.lapse(t, free)
+	var res []*store.ClaimResult
+	var errs []error
+	raceClaim(t, b, raced, `UPDATE idem_records SET lease_expires_at = now() + interval '1 minute', updated_at = now()
+		WHERE tenant = $1 AND namespace = $2 AND key = $3`, func() claimOutcome {
+		res, errs = b.store.RecordClaimMany(b.ctx, []*store.ClaimParams{claimParams(free, "taker"), claimParams(raced, "taker"),
+			claimParams(recordID("many-new"), "taker")})
+		return claimOutcome{}
+	})
+	if errs[1] != nil || res[1].Outcome != store.OutcomeInProgress || res[1].Record.Token != held.Token {
+		t.Fatalf("the raced call: %+v, %v; want in_progress on the holder's token %d", res[1], errs[1], held.Token)
+	}
+	if errs[0] != nil || res[0].Outcome != store.OutcomeAcquired || !res[0].Takeover || res[0].Record.Token <= freed.Token {
+		t.Fatalf("the other lapsed lease: %+v, %v; want taken over", res[0], errs[0])
+	}
+	if errs[2] != nil || res[2].Outcome != store.OutcomeAcquired || res[2].Takeover {
+		t.Fatalf("the new key: %+v, %v; want acquired", res[2], errs[2])
+	}
+}
+
+// raceClaim changes id's row with change ($1–$3 its id) in a transaction
+// of its own, runs claim, waits until claim's statement waits for that
+// transaction's lock, commits it, and returns what claim returned.
+func raceClaim(t *testing.T, b *testBundle, id store.RecordID, change string, claim func() claimOutcome) claimOutcome {
+	t.Helper()
+	tx, pid := b.begin(t)
+	if _, err := tx.Exec(b.ctx, change, id.Tenant, id.Namespace, id.Key); err != nil {
+		t.Fatalf("the change in the other transaction: %v", err)
+	}
+	out := make(chan claimOutcome, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out <- claim()
+	}()
+	b.waitBlockedBy(t, pid, done)
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return <-out
 }

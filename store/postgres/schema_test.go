@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store/postgres"
+	"github.com/idemhq/idem/store/postgres/migrations"
 )
 
 // TestMigrateCreatesTheSchemaOfSearchPath: a URL whose search_path names a
@@ -52,7 +53,7 @@ func TestMigrateCreatesTheSchemaOfSearchPath(t *testing.T) {
 			if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", pgx.Identifier{tc.schema, "idem_records"}.Sanitize()).Scan(&table); err != nil || table == nil {
 				t.Fatalf("idem_records in schema %q: %v, %v; want it there", tc.schema, table, err)
 			}
-			if v, err := postgres.SchemaVersion(ctx, pool); err != nil || v != postgres.LatestVersion() {
+			if v, err := migrations.SchemaVersion(ctx, pool); err != nil || v != postgres.LatestVersion() {
 				t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, postgres.LatestVersion())
 			}
 		})

@@ -21,7 +21,7 @@ import (
 //
 // The tests of this package are PostgreSQL's own: READ COMMITTED races, SKIP
 // LOCKED, migrations, error mapping, Connect. What every store does is in
-// the conformance suite, store/storetest, which TestStore runs.
+// the conformance suite, internal/testsupport/storetest, which TestStore runs.
 const (
 	testLease     = time.Minute
 	testRetention = time.Hour

@@ -1,13 +1,11 @@
 // Package postgres is idem's production store: the state machine of DESIGN §1
-// as single SQL statements over pgx v5. The table's unique primary key is the
+// as SQL statements over pgx v5. The table's unique primary key is the
 // atomic gate; every time comes from the database clock.
 //
-// The package has three layers. The driver (driver.go) is the SQL: typed
-// operations that return the rows their statement wrote or read. The
-// coalescers (store/coalesce) gather concurrent calls of one kind into one
-// statement of the driver. The Store's methods decide what each row means
-// by the rules of package store (claim.go, tokencall.go) and run the call
-// again when a row changed under its statement.
+// The driver (driver.go) is the SQL: one statement per operation plus a
+// many-row twin for Claims and token calls. The Store decides what each row
+// means by the rules of package store (claim.go). Batching concurrent
+// calls is a decorator around any store.Store (store/coalesce).
 package postgres
 
 import (
@@ -16,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -24,181 +21,44 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
-	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/coalesce"
+	"github.com/idemhq/idem/store/postgres/notifier"
 )
 
 var (
 	_ store.Store = (*Store)(nil)
 )
 
-// Store implements store.Store on PostgreSQL: its driver's statements
-// (driver.go), the coalescers that gather concurrent Claims, Completes,
-// Fails and Heartbeats into them (store/coalesce), and the rules that
-// decide what each row means (claim.go, tokencall.go).
+// Store implements store.Store on PostgreSQL.
 type Store struct {
 	store.TokenCalls
 	store.TokenCallsMany
 	pool *pgxpool.Pool
 
-	// The coalescers of Claim and of each kind of token call, indexed by
-	// store.TokenCallKind.
-	claims *coalesce.Coalescer[*store.ClaimParams, claimRow]
-	tokens [store.CallHeartbeat + 1]*coalesce.Coalescer[*store.TokenCall, tokenRow]
-	// replays is the read slot: a Claim of a record this process lately saw
-	// finished (hints) is read there first, since it only replays
-	// (replay.go).
-	replays *coalesce.Coalescer[*store.ClaimParams, claimRow]
-	// hints is what this process lately saw of records (hint.go).
-	hints *recordHint
-	// batchRows counts the calls each statement carried, by kind.
-	batchRows *prometheus.HistogramVec
-	// manyOnly sends a lone call as the many-row statement too: the
-	// conformance suite runs once so, to hold those statements to every
-	// case (export_test.go).
-	manyOnly bool
-
 	// The waiting Claims of this process, and the connection that hears
 	// the notifications that wake them (wait.go).
 	watches store.Watches
-	listen  *listener
+	listen  *notifier.Listener
 }
 
 // New returns a Store that runs its statements on pool. The schema must have
 // been migrated with Migrate.
 func New(pool *pgxpool.Pool) *Store {
-	return newStore(pool, coalesce.Config{})
-}
-
-// newStore is New with the coalescers' bounds; Kind, Calls and Deadline are
-// filled in.
-func newStore(pool *pgxpool.Pool, bounds coalesce.Config) *Store {
-	s := &Store{pool: pool, batchRows: newBatchRows(), hints: newRecordHint()}
+	s := &Store{pool: pool}
 	s.TokenCalls = s.runTokenCall
 	s.TokenCallsMany = s.runTokenCallsMany
-	s.listen = &listener{pool: pool, watches: &s.watches}
-	s.watches.OnFirst, s.watches.OnLast = s.listen.start, s.listen.idle
-	cfg := func(kind string) coalesce.Config {
-		c := bounds
-		c.Kind, c.Calls, c.Deadline = kind, s.batchRows.WithLabelValues(kind), statementDeadline
-		return c
-	}
-	s.claims = coalesce.New(cfg("claim"), s.runClaims, followClaim)
-	s.replays = coalesce.New(cfg("claim_read"), s.runReplays, followReplay)
-	for _, kind := range []store.TokenCallKind{store.CallComplete, store.CallFail, store.CallHeartbeat} {
-		s.tokens[kind] = coalesce.New(cfg(kind.String()), s.runTokens(kind), nil)
-	}
+	s.listen = &notifier.Listener{Watches: &s.watches, Config: pool.Config().ConnConfig}
+	s.watches.OnFirst, s.watches.OnLast = s.listen.Start, s.listen.Idle
 	return s
 }
 
-// newBatchRows is the histogram of the calls per statement, by kind: how
-// well the coalescers batch under the load they see.
-func newBatchRows() *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "idem_db_batch_calls",
-		Help:    "Calls answered by one statement of the coalescer, by kind (claim, claim_read: the reads of Claims that replay a finished record, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the statement count with it.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-	}, []string{"kind"})
-}
-
 // Close stops the connection that listens for the notifications of waiting
-// Claims, if one runs. The pool is the caller's to close. Waiting Claims
-// still look again when their wait or the holder's lease runs out.
+// Claims, if one runs. The pool is the caller's to close.
 func (s *Store) Close() {
-	s.listen.close()
+	s.listen.Close()
 }
-
-// Connect parses url, opens a pool and checks that the database answers.
-// A database that cannot be reached is reported as store.ErrUnavailable.
-// The pool's search_path follows the URL (?search_path=idem), so idem can live
-// in its own schema. The pool has DefaultMaxConns connections at most unless
-// the URL sets pool_max_conns.
-func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := parseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	return ConnectConfig(ctx, cfg)
-}
-
-// parseConfig is Connect's pool configuration for url.
-func parseConfig(url string) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
-	}
-	if !setsMaxConns(url) {
-		cfg.MaxConns = DefaultMaxConns()
-	}
-	return cfg, nil
-}
-
-// DefaultMaxConns is the size of Connect's pool when the URL does not set
-// pool_max_conns: 16, or the number of CPUs when there are more. pgx's own
-// default (the greater of 4 and the CPUs) is too small for idem: a call
-// spends most of its time waiting for its commit's WAL flush, not on a CPU,
-// and more connections in flight share each flush. docs/BENCHMARKS.md has
-// the measurements behind 16.
-func DefaultMaxConns() int32 {
-	return int32(max(16, runtime.NumCPU()))
-}
-
-// setsMaxConns reports whether the connection string sets pool_max_conns.
-func setsMaxConns(connString string) bool {
-	cfg, err := pgconn.ParseConfig(connString)
-	if err != nil {
-		return false
-	}
-	_, ok := cfg.RuntimeParams["pool_max_conns"]
-	return ok
-}
-
-// ConnectConfig is Connect with a parsed configuration. Its connections get
-// StatementTimeout as their statement_timeout, and generic plans
-// (plan_cache_mode), unless cfg sets them.
-//
-// Generic plans: pgx prepares every statement once per connection, and
-// Postgres then plans a prepared statement afresh on each execution unless
-// it judges a generic plan good enough, which for idem's statements it does
-// not. Claims, Completes and the other calls on one record find their rows
-// by primary key, so the generic plan is the plan they get anyway, and
-// planning was a large part of their cost (docs/BENCHMARKS.md, "Generic
-// plans"). The statements
-// whose best plan depends on their arguments (a LIMIT, optional filters: the
-// sweeper's and the admin listing's) are sent with their arguments inline
-// (planned), so that Postgres plans each execution with the values.
-//
-// Behind a connection pooler see ConnectWith and Pooler: the settings go
-// elsewhere there.
-func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	return connectConfig(ctx, cfg, NoPooler)
-}
-
-// connectConfig is ConnectConfig for a database behind pooler.
-func connectConfig(ctx context.Context, cfg *pgxpool.Config, pooler Pooler) (*pgxpool.Pool, error) {
-	if err := configure(cfg, pooler); err != nil {
-		return nil, err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("database pool: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, interpretError(err)
-	}
-	return pool, nil
-}
-
-// planned, as a statement's first argument, sends it with its arguments
-// written into the SQL text (pgx's simple protocol), so that Postgres plans
-// it for those values rather than reusing a generic plan: for statements
-// whose best plan depends on a LIMIT or on which optional filters are set.
-const planned = pgx.QueryExecModeSimpleProtocol
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -207,9 +67,9 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // interpretError is the store's one boundary for database errors: nothing
-// above the store sees a pgx type. Context errors pass through unchanged;
-// errors that mean the database could not be reached, refused the
-// connection, or went away mid-call, become store.ErrUnavailable (wrapping the cause for the log).
+// above the store sees a pgx type. Errors that mean the database could not
+// be reached, refused the connection, or went away mid-call are
+// store.ErrUnavailable, wrapping the cause for the log.
 func interpretError(err error) error {
 	if err == nil {
 		return nil
@@ -223,12 +83,8 @@ func interpretError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return context.DeadlineExceeded
 	}
-	// A connection the server refused is a database that cannot be reached,
-	// whatever the server gave as its reason: a database that does not
-	// accept connections (55000) or does not exist (3D000), a role that may
-	// not log in (28000, 28P01), no connection slot left (53300). The
-	// ConnectError wraps that PgError, so it is looked at first: the code
-	// alone would not say that nothing was reached.
+	// A refused connection is a database that cannot be reached, whatever
+	// the reason its PgError gives, so it is looked at first.
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
@@ -259,4 +115,96 @@ func interpretError(err error) error {
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
+}
+
+// StatementTimeout is the statement_timeout Connect gives every connection
+// unless the URL sets one: a statement of idem's that runs for seconds
+// waits on something broken, which Postgres cancels cleanly.
+const StatementTimeout = 10 * time.Second
+
+// statementDeadline is the store's own bound on a detached statement, for a
+// database that stops answering; longer than StatementTimeout, so that
+// Postgres, which cancels cleanly, normally acts first.
+const statementDeadline = StatementTimeout + 5*time.Second
+
+// detached runs fn on a pool connection with a context the caller's
+// cancellation does not reach, within statementDeadline: a call whose
+// deadline passes mid-statement would otherwise make pgx close the
+// connection, and leave the outcome more unknown than it must be. The
+// caller gets its context's error as soon as the context is done; if no
+// connection was free by then, fn never runs. Every store method on the
+// request path goes through here.
+func detached[T any](ctx context.Context, s *Store, fn func(ctx context.Context, d driver) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Only the caller's span goes along: pgx keeps a connection's last
+		// context, which would keep the caller's whole gRPC call alive.
+		own, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), statementDeadline)
+		defer cancel()
+		// Acquiring on the caller's context would let pgxpool cancel a ping
+		// of an idle connection mid-flight, which closes it too.
+		conn, err := s.pool.Acquire(own)
+		if err != nil {
+			done <- result{err: ownDeadline(own, interpretError(err))}
+			return
+		}
+		defer conn.Release()
+		if err := ctx.Err(); err != nil {
+			done <- result{err: err} // the caller left before the statement started: nothing ran
+			return
+		}
+		v, err := fn(own, driver{q: conn})
+		done <- result{v: v, err: ownDeadline(own, err)}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// ownDeadline turns the passing of statementDeadline, which is the store's
+// and not the caller's, into store.ErrUnavailable.
+func ownDeadline(own context.Context, err error) error {
+	if err != nil && errors.Is(own.Err(), context.DeadlineExceeded) && errors.Is(interpretError(err), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: the database did not answer within %s", store.ErrUnavailable, statementDeadline)
+	}
+	return err
+}
+
+// detachedMany is detached for a many-row operation: fill answers the calls
+// at the indexes at into slices of its own, which the caller gets once it
+// returned, or its context's error for each of them.
+func detachedMany[R any](ctx context.Context, s *Store, at []int, errs []error, fill func(ctx context.Context, d driver, res []R, errs []error)) []R {
+	type answers struct {
+		res  []R
+		errs []error
+	}
+	n := len(errs)
+	res := make([]R, n)
+	if len(at) == 0 {
+		return res
+	}
+	out, err := detached(ctx, s, func(ctx context.Context, d driver) (answers, error) {
+		a := answers{make([]R, n), make([]error, n)}
+		fill(ctx, d, a.res, a.errs)
+		return a, nil
+	})
+	for _, i := range at {
+		if err != nil {
+			errs[i] = err
+		} else {
+			res[i], errs[i] = out.res[i], out.errs[i]
+		}
+	}
+	return res
 }

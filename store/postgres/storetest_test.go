@@ -6,10 +6,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/postgres"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // TestStore runs the conformance suite of store.Store, each of its tests on
@@ -19,18 +20,18 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, harness{})
 }
 
-// TestStoreBatchStatements runs the suite with every Claim, Complete, Fail
-// and Heartbeat sent as the coalescers' multi-row statement, which a store
-// otherwise uses only for batches of two or more.
-func TestStoreBatchStatements(t *testing.T) {
+// TestStoreCoalesced runs the suite on the store behind the coalescer
+// (store/coalesce), with one batch of a kind at a time, so that concurrent
+// calls go in batches as often as they can.
+func TestStoreCoalesced(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, harness{batch: true})
+	storetest.Run(t, harness{coalesce: true})
 }
 
 // harness gives the suite a schema per test; its backdoors are SQL on the
-// schema's pool and the database clock. With batch, the store sends even a
-// lone call as a batch statement.
-type harness struct{ batch bool }
+// schema's pool and the database clock. With coalesce, the store is behind
+// the coalescer.
+type harness struct{ coalesce bool }
 
 // harnessStore is a Store with the test schema it runs on.
 type harnessStore struct {
@@ -40,21 +41,37 @@ type harnessStore struct {
 	pool *pgxpool.Pool
 }
 
+// coalescedStore is a harnessStore behind the coalescer.
+type coalescedStore struct {
+	*coalesce.Store
+	inner *harnessStore
+}
+
 func (h harness) New(t *testing.T, conns int) store.Store {
 	db := testdb.New(t, testdb.MaxConns(int32(min(max(conns, 1), 16))))
-	if h.batch {
-		return &harnessStore{Store: postgres.NewBatching(db.Pool, 4), db: db}
+	hs := &harnessStore{Store: postgres.New(db.Pool), db: db}
+	if h.coalesce {
+		return &coalescedStore{Store: coalesce.New(hs, coalesce.Options{MaxInFlight: 1}), inner: hs}
 	}
-	return &harnessStore{Store: postgres.New(db.Pool), db: db}
+	return hs
+}
+
+// harnessOf is the harnessStore st is or wraps.
+func harnessOf(t *testing.T, st store.Store) *harnessStore {
+	t.Helper()
+	switch st := st.(type) {
+	case *harnessStore:
+		return st
+	case *coalescedStore:
+		return st.inner
+	}
+	t.Fatalf("store %T is not one this harness made", st)
+	return nil
 }
 
 func poolOf(t *testing.T, st store.Store) *pgxpool.Pool {
 	t.Helper()
-	hs, ok := st.(*harnessStore)
-	if !ok {
-		t.Fatalf("store %T is not one this harness made", st)
-	}
-	return hs.db.Pool
+	return harnessOf(t, st).db.Pool
 }
 
 // execOn runs a statement on st's schema and returns how many rows it changed.
@@ -115,7 +132,7 @@ func (harness) SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at 
 // closing it again is harmless.
 func (harness) Close(t *testing.T, st store.Store) {
 	t.Helper()
-	if hs, ok := st.(*harnessStore); ok && hs.pool != nil {
+	if hs := harnessOf(t, st); hs.pool != nil {
 		hs.pool.Close()
 		return
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // What every store's sweeper does is checked by the conformance suite in
-// store/storetest. What follows is PostgreSQL's own: FOR UPDATE SKIP LOCKED.
+// internal/testsupport/storetest. What follows is PostgreSQL's own: FOR UPDATE SKIP LOCKED.
 
 // insertRows inserts n records named prefix-0 … prefix-(n-1) in state, with
 // a lease and an expires_at offset from now() by the given intervals (NULL

@@ -2,75 +2,24 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/postgres/notifier"
 )
 
-// Waking waiting Claims across replicas (store.Watcher).
-//
-// A Claim that waits for a lease to end sets the row's waiters flag
-// (RecordMarkWaited), a rare write. The statements that end a lease or the
-// record (Complete and Fail, one row or a batch; the sweeper's expiry; a
-// held lease made UNRESOLVED; an operator's resolve; a delete) send
-// pg_notify on notifyChannel for the rows they changed that have the flag
-// set, in their own statement, so the notification leaves at their commit
-// and never before; rows without the flag, which is nearly all of them, cost
-// those statements nothing. The payload is the record's id as a JSON array.
-//
-// Each Store over a pool holds one connection of its own (not one of the
-// pool's) that LISTENs on the channel while any Claim of the process waits,
-// and fans the notifications out to the waiting Claims in the process
-// (store.Watches). It keeps the pool's configuration, application_name
-// included. When that connection is lost, notifications sent meanwhile are
-// lost too, so once it listens again it wakes every waiting Claim to look
-// again; a waiting Claim also looks again when its wait or the holder's lease
-// runs out, whether or not the listener is up.
-//
-// Behind a transaction pooler no connection through it keeps a LISTEN: the
-// listener connects past the pooler when the store is given a URL of its
-// own for it (Options.ListenURL), and otherwise polls instead (poll): every
-// WakePollInterval while any Claim of the process waits, one statement
-// reads the records watched, and the watches of those that changed since
-// the last look (or that no live lease holds, at the first look) wake.
-// pg_notify needs no session, so the statements notify either way, for the
-// replicas that listen.
-
-// notifyChannel is the channel the notifications go on.
-const notifyChannel = "idem_records"
-
-// Listener timing.
-const (
-	// listenerLinger is how long the listener stays connected after the
-	// last waiting Claim of the process is answered, so that a steady
-	// trickle of waits does not connect for each.
-	listenerLinger = 30 * time.Second
-	// listenerPing is how long the listener waits for a notification
-	// before it checks that its connection still answers: a connection
-	// that died without a word (a dropped network path) would otherwise
-	// keep it deaf until TCP gives up.
-	listenerPing = 15 * time.Second
-	// listenerRetryMax bounds the pause between attempts to reconnect.
-	listenerRetryMax = 2 * time.Second
-)
+// Waking waiting Claims across replicas (store.Watcher). A waiting Claim
+// flags its row (RecordMarkWaited); the statements that end a lease send
+// pg_notify for flagged rows, so the notification leaves at their commit.
+// One connection per Store LISTENs while a Claim of the process waits, and
+// wakes them all when it listens again after a loss. Behind a transaction
+// pooler it connects past it (Options.ListenURL), or the store polls.
 
 // WakePollInterval is how often a store that polls (behind a transaction
-// pooler without a listen URL) looks at the records its Claims wait on: a
-// waiting Claim hears of a change within about this long, plus a
-// statement's time, rather than at once.
-const WakePollInterval = 250 * time.Millisecond
+// pooler without a listen URL) looks at the records its Claims wait on.
+const WakePollInterval = notifier.PollInterval
 
-// pollSQL reads the records of the watches: a version that changes with
-// every write (updated_at moves with each, token with each grant), and
-// whether a live lease holds it, for the first look. A watched record that
-// is gone has a NULL version.
+// pollSQL reads, for each watched record, a version that changes with every
+// write (NULL when it is gone) and whether a live lease holds it.
 const pollSQL = `SELECT w.tenant, w.namespace, w.key,
 		r.state || '/' || r.token || '/' || (extract(epoch FROM r.updated_at) * 1000000)::bigint,
 		coalesce(r.state = 'processing' AND (r.lease_expires_at > now() OR r.hold), false)
@@ -79,34 +28,26 @@ const pollSQL = `SELECT w.tenant, w.namespace, w.key,
 
 // wakeCol is the RETURNING column that notifies a changed row's waiting
 // Claims when its waiters flag is set; "" when the statement wakes nobody.
-// table names the updated table as the statement knows it.
 func wakeCol(table string, wakes bool) string {
 	if !wakes {
 		return ""
 	}
 	return `,
-		CASE WHEN ` + table + `.waiters THEN pg_notify('` + notifyChannel + `',
+		CASE WHEN ` + table + `.waiters THEN pg_notify('` + notifier.Channel + `',
 			json_build_array(` + table + `.tenant, ` + table + `.namespace, ` + table + `.key)::text) END AS woke`
 }
 
 // markWaitedSQL sets the waiters flag of the row held with token $4. It
-// tests no state: a row that finished meanwhile keeps the token, and the
-// waiting Claim looks again after marking anyway; without a test of state
-// no partial index can serve it, so even the generic plan made on an empty
-// table is a primary-key lookup. A row changed by another transaction while
-// the statement waited for its lock is followed to its newest version, as
-// by any UPDATE under READ COMMITTED.
+// tests no state, so its generic plan is a primary-key lookup.
 const markWaitedSQL = `UPDATE idem_records SET waiters = true
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND token = $4 AND NOT waiters`
 
-// RecordWatch implements store.Watcher. On a pool, the first watch of the
-// process starts the listener.
+// RecordWatch implements store.Watcher; the first watch starts the listener.
 func (s *Store) RecordWatch(id store.RecordID) *store.Watch {
 	return s.watches.Watch(id)
 }
 
-// RecordMarkWaited implements store.Watcher: it sets the waiters flag of the
-// row held with token, unless it is set already.
+// RecordMarkWaited implements store.Watcher.
 func (s *Store) RecordMarkWaited(ctx context.Context, id store.RecordID, token int64) error {
 	if err := id.CheckText(); err != nil {
 		return err
@@ -123,210 +64,25 @@ func (d driver) markWaited(ctx context.Context, id store.RecordID, token int64) 
 	return interpretError(err)
 }
 
-// listener is the Store's LISTEN connection and its life.
-type listener struct {
-	pool    *pgxpool.Pool
-	watches *store.Watches
-	// config is what LISTEN connects with; nil: the pool's configuration.
-	config *pgx.ConnConfig
-	// poll makes the listener poll (pollSQL) instead of LISTENing.
-	poll bool
-
-	mu      sync.Mutex
-	cancel  context.CancelFunc // stops the running listener; nil when none runs
-	linger  *time.Timer        // stops it once nobody has waited for listenerLinger
-	stopped bool               // Close ran
-
-	// listens counts the times a connection started listening, and polls
-	// the looks of a polling listener, for tests.
-	listens, polls atomic.Int64
-}
-
-// start runs the listener unless it runs. It is the Watches' OnFirst, so it
-// runs under their lock and must not block.
-func (l *listener) start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.linger != nil {
-		l.linger.Stop()
-		l.linger = nil
-	}
-	if l.cancel != nil || l.stopped {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
-	go l.run(ctx)
-}
-
-// idle stops the listener listenerLinger from now unless a Claim waits
-// again by then. It is the Watches' OnLast.
-func (l *listener) idle() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.linger != nil {
-		l.linger.Stop()
-	}
-	l.linger = time.AfterFunc(listenerLinger, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.watches.Active() || l.cancel == nil {
-			return
-		}
-		l.cancel()
-		l.cancel = nil
-	})
-}
-
-// close stops the listener for good.
-func (l *listener) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.stopped = true
-	if l.linger != nil {
-		l.linger.Stop()
-	}
-	if l.cancel != nil {
-		l.cancel()
-		l.cancel = nil
-	}
-}
-
-// run listens until ctx ends, connecting again after every loss; or polls.
-func (l *listener) run(ctx context.Context) {
-	if l.poll {
-		l.pollLoop(ctx)
-		return
-	}
-	pause := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		if l.session(ctx) {
-			pause = 50 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, listenerRetryMax)
-	}
-}
-
-// session connects, listens, wakes every waiting Claim (what was sent while
-// nobody listened is unknown) and hands notifications out until the
-// connection fails or ctx ends. It reports whether it got as far as
-// listening.
-func (l *listener) session(ctx context.Context) (listened bool) {
-	cfg := l.config
-	if cfg == nil {
-		cfg = l.pool.Config().ConnConfig
-	}
-	cfg = cfg.Copy()
-	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(connectCtx, cfg)
-	if err == nil {
-		_, err = conn.Exec(connectCtx, "LISTEN "+notifyChannel)
-	}
-	cancel()
-	if conn != nil {
-		defer conn.Close(context.WithoutCancel(ctx))
-	}
-	if err != nil {
-		return false
-	}
-	l.listens.Add(1)
-	l.watches.WakeAll()
-	for {
-		waitCtx, cancel := context.WithTimeout(ctx, listenerPing)
-		n, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return true
-		case errors.Is(err, context.DeadlineExceeded):
-			pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = conn.Ping(pingCtx)
-			cancel()
-			if err != nil {
-				return true
-			}
-			continue
-		case err != nil:
-			return true
-		}
-		var id []string
-		if json.Unmarshal([]byte(n.Payload), &id) == nil && len(id) == 3 {
-			l.watches.Wake(store.RecordID{Tenant: id[0], Namespace: id[1], Key: id[2]})
-		}
-	}
-}
-
-// pollLoop looks at the watched records every WakePollInterval until ctx
-// ends, and wakes the watches of those that changed since it last looked;
-// at its first look at a record, those of a record no live lease holds. A
-// statement that fails is tried again at the next tick: the waiting Claims
-// look again by themselves when their wait or the holder's lease runs out.
-func (l *listener) pollLoop(ctx context.Context) {
-	seen := map[store.RecordID]string{}
-	tick := time.NewTicker(WakePollInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		ids := l.watches.IDs()
-		if len(ids) == 0 {
-			clear(seen)
-			continue
-		}
-		next, err := l.look(ctx, ids)
-		if err != nil {
-			continue
-		}
-		l.polls.Add(1)
-		for id, v := range next {
-			if prev, ok := seen[id]; ok && prev != v.version || !ok && !v.held {
-				l.watches.Wake(id)
-			}
-		}
-		seen = make(map[store.RecordID]string, len(next))
-		for id, v := range next {
-			seen[id] = v.version
-		}
-	}
-}
-
-// looked is what pollSQL read of one watched record.
-type looked struct {
-	version string // "" when the record is gone
-	held    bool
-}
-
-// look runs pollSQL for ids.
-func (l *listener) look(ctx context.Context, ids []store.RecordID) (map[store.RecordID]looked, error) {
-	tenants, namespaces, keys := make([]string, len(ids)), make([]string, len(ids)), make([]string, len(ids))
-	for i, id := range ids {
-		tenants[i], namespaces[i], keys[i] = id.Tenant, id.Namespace, id.Key
-	}
+// poll runs pollSQL for ids: the Poll of a store that cannot LISTEN.
+func (s *Store) poll(ctx context.Context, ids []store.RecordID) (map[store.RecordID]notifier.Version, error) {
 	qctx, cancel := context.WithTimeout(ctx, statementDeadline)
 	defer cancel()
-	rows, err := l.pool.Query(qctx, pollSQL, tenants, namespaces, keys)
+	rows, err := s.pool.Query(qctx, pollSQL, idArrays(ids)...)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[store.RecordID]looked, len(ids))
+	defer rows.Close()
+	out := make(map[store.RecordID]notifier.Version, len(ids))
 	for rows.Next() {
 		var id store.RecordID
 		var version *string
-		var held bool
-		if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key, &version, &held); err != nil {
-			rows.Close()
+		var v notifier.Version
+		if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key, &version, &v.Held); err != nil {
 			return nil, err
 		}
-		v := looked{held: held}
 		if version != nil {
-			v.version = *version
+			v.Version = *version
 		}
 		out[id] = v
 	}

@@ -74,8 +74,30 @@ func TestNotifyOnlyWaitedRows(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			if batch {
-				b.store = postgres.NewBatching(b.pool, 1)
+			// The token calls, one row or many.
+			heartbeat := func(p *store.HeartbeatParams) error {
+				if batch {
+					_, errs := b.store.RecordHeartbeatMany(b.ctx, []*store.HeartbeatParams{p})
+					return errs[0]
+				}
+				_, err := b.store.RecordHeartbeat(b.ctx, p)
+				return err
+			}
+			complete := func(p *store.CompleteParams) error {
+				if batch {
+					_, errs := b.store.RecordCompleteMany(b.ctx, []*store.CompleteParams{p})
+					return errs[0]
+				}
+				_, err := b.store.RecordComplete(b.ctx, p)
+				return err
+			}
+			fail := func(p *store.FailParams) error {
+				if batch {
+					_, errs := b.store.RecordFailMany(b.ctx, []*store.FailParams{p})
+					return errs[0]
+				}
+				_, err := b.store.RecordFail(b.ctx, p)
+				return err
 			}
 			conn := b.listen(t)
 			quiet, waited, failed := uniqueID(t), uniqueID(t), uniqueID(t)
@@ -90,15 +112,20 @@ func TestNotifyOnlyWaitedRows(t *testing.T) {
 					t.Fatalf("RecordMarkWaited: %v", err)
 				}
 			}
-			if _, err := b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: waited, Token: waitedRec.Token, LeaseTTL: testLease}); err != nil {
+			if err := heartbeat(&store.HeartbeatParams{RecordID: waited, Token: waitedRec.Token, LeaseTTL: testLease}); err != nil {
 				t.Fatalf("RecordHeartbeat: %v", err)
 			}
-			b.complete(t, quiet, quietRec.Token, "q")
-			b.complete(t, waited, waitedRec.Token, "w")
+			for _, p := range []*store.CompleteParams{{RecordID: quiet, Token: quietRec.Token}, {RecordID: waited, Token: waitedRec.Token}} {
+				if err := complete(p); err != nil {
+					t.Fatalf("RecordComplete: %v", err)
+				}
+			}
 			if got := nextNotified(t, conn, quiet, waited, failed); got != waited {
 				t.Fatalf("first notification for %q, want %q (the Heartbeat and the unwaited Complete notify nobody)", got.Key, waited.Key)
 			}
-			b.fail(t, failed, failedRec.Token, "no", false)
+			if err := fail(&store.FailParams{RecordID: failed, Token: failedRec.Token, Error: "no"}); err != nil {
+				t.Fatalf("RecordFail: %v", err)
+			}
 			if got := nextNotified(t, conn, quiet, waited, failed); got != failed {
 				t.Fatalf("notification for %q, want %q", got.Key, failed.Key)
 			}

@@ -9,10 +9,8 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// The listing is keyset-paginated on the primary key, so a page costs an
-// index range scan however deep it is, and a record present for the whole
-// listing is seen exactly once. Text compares bytewise (SQLite's BINARY
-// collation).
+// The listing is keyset-paginated on the primary key: a page costs an index
+// range scan however deep, and a record is seen once.
 const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 	WHERE tenant = ?1
 		AND (?2 = '' OR namespace = ?2)
@@ -28,27 +26,33 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
+	return readRows(ctx, s, listSQL, func(rows *sql.Rows) (*store.Record, error) { return scanRecord(rows) },
+		p.Tenant, p.Namespace, string(p.State), p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key,
+		max(p.Limit, 0), p.KeyPrefix)
+}
+
+// readRows runs query, one of readQueries, and scans each row with scan.
+func readRows[T any](ctx context.Context, s *Store, query string, scan func(*sql.Rows) (T, error), args ...any) ([]T, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
-	rows, err := s.readStmts[listSQL].QueryContext(ctx, p.Tenant, p.Namespace, string(p.State),
-		p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key, max(p.Limit, 0), p.KeyPrefix)
+	rows, err := s.readStmts[query].QueryContext(ctx, args...)
 	if err != nil {
 		return nil, interpretError(ctx, err)
 	}
 	defer rows.Close()
-	var recs []*store.Record
+	var out []T
 	for rows.Next() {
-		rec, err := scanRecord(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, interpretError(ctx, err)
 		}
-		recs = append(recs, rec)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(ctx, err)
 	}
-	return recs, nil
+	return out, nil
 }
 
 const deleteSQL = `DELETE FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 RETURNING ` + recordCols
@@ -88,56 +92,97 @@ func (s *Store) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	if s.closed.Load() {
-		return nil, errClosed
-	}
-	rows, err := s.readStmts[statsSQL].QueryContext(ctx, p.Tenant, p.Namespace)
-	if err != nil {
-		return nil, interpretError(ctx, err)
-	}
-	defer rows.Close()
-	var out []store.StatsRow
-	for rows.Next() {
+	return readRows(ctx, s, statsSQL, func(rows *sql.Rows) (store.StatsRow, error) {
 		var r store.StatsRow
-		var state string
 		var oldestUS int64
-		if err := rows.Scan(&r.Namespace, &state, &r.Count, &oldestUS); err != nil {
-			return nil, interpretError(ctx, err)
-		}
-		r.State = store.State(state)
+		err := rows.Scan(&r.Namespace, &r.State, &r.Count, &oldestUS)
 		r.OldestUpdatedAt = fromMicros(oldestUS)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpretError(ctx, err)
-	}
-	return out, nil
+		return r, err
+	}, p.Tenant, p.Namespace)
 }
 
 const countByStateSQL = `SELECT state, count(*) FROM idem_records GROUP BY state`
 
-// CountByState implements store.Store. It is a full count: the sweeper calls
-// it once per pass, never per scrape.
+// CountByState implements store.Store: a full count, for the sweeper.
 func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
-	if s.closed.Load() {
-		return nil, errClosed
-	}
-	rows, err := s.readStmts[countByStateSQL].QueryContext(ctx)
-	if err != nil {
-		return nil, interpretError(ctx, err)
-	}
-	defer rows.Close()
 	counts := map[store.State]int64{}
-	for rows.Next() {
-		var state string
+	_, err := readRows(ctx, s, countByStateSQL, func(rows *sql.Rows) (struct{}, error) {
+		var state store.State
 		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, interpretError(ctx, err)
-		}
-		counts[store.State(state)] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpretError(ctx, err)
+		err := rows.Scan(&state, &n)
+		counts[state] = n
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return counts, nil
+}
+
+// Each sweeper statement is one write transaction over at most limit rows,
+// which Claims queue behind: keep limit at a few thousand.
+
+const sweepExpireSQL = `UPDATE idem_records SET state = CASE WHEN hold THEN 'unresolved' ELSE 'expired' END, updated_at = ?1,
+		expires_at = CASE WHEN hold THEN NULL ELSE ?1 + retention_us END
+	WHERE rowid IN (
+		SELECT rowid FROM idem_records
+		WHERE state = 'processing' AND lease_expires_at <= ?1
+		ORDER BY lease_expires_at
+		LIMIT ?2)`
+
+const sweepPurgeSQL = `DELETE FROM idem_records
+	WHERE rowid IN (
+		SELECT rowid FROM idem_records
+		WHERE state <> 'processing' AND expires_at <= ?1
+		ORDER BY expires_at
+		LIMIT ?2)`
+
+// SweepExpire implements store.Store, waking the Claims waiting on the
+// records it expired or made UNRESOLVED.
+func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
+	if !s.watches.Active() {
+		// No Claim waits: a Claim that waits from now on reads the
+		// record after it opens its watch, so no ids need reading back.
+		return s.sweep(ctx, sweepExpireSQL, limit)
+	}
+	var n int
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		n = 0
+		return tx.Query(sweepExpireSQL+` RETURNING tenant, namespace, key`, func(rows *sql.Rows) error {
+			var id store.RecordID
+			if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key); err != nil {
+				return err
+			}
+			tx.WakeAfterCommit(id)
+			n++
+			return nil
+		}, now.UnixMicro(), max(limit, 0)) // SQLite reads a negative LIMIT as none
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// SweepPurge implements store.Store.
+func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
+	return s.sweep(ctx, sweepPurgeSQL, limit)
+}
+
+func (s *Store) sweep(ctx context.Context, query string, limit int) (int, error) {
+	// SQLite reads a negative LIMIT as no limit at all.
+	limit = max(limit, 0)
+	var n int64
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		res, err := tx.Exec(query, now.UnixMicro(), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }

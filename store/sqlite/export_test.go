@@ -4,6 +4,14 @@ package sqlite
 // they held, for the tests of package sqlite_test.
 func BatchStats(s *Store) (batches, calls int64) { return s.w.stats() }
 
-// AlwaysReadFirst makes every Claim of s read its record before it queues for
-// the writer, as Claims do while the keys repeat (firstread.go).
-func AlwaysReadFirst(s *Store) { s.firstReads.always = true }
+// stats returns how many batches w committed and their calls.
+func (w *writer) stats() (batches, calls int64) {
+	b, c, _ := w.counts()
+	return b, c
+}
+
+// statementsRun returns how many prepared statements w's batches ran.
+func (w *writer) statementsRun() int64 {
+	_, _, n := w.counts()
+	return n
+}

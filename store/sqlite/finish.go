@@ -10,12 +10,9 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// tokenCallSQL is a token-bearing call's update: it applies only with the
-// record's current token while the record is PROCESSING, EXPIRED or
-// UNRESOLVED; when it
-// applies nothing, the same transaction reads the row to tell why. ?1–?3 are
-// the record's id, ?4 the token, ?5 now in microseconds and ?6 on the call's
-// own values.
+// tokenCallSQL is a token-bearing call's update, where the token is current
+// and the state PROCESSING, EXPIRED or UNRESOLVED: ?1–?3 the record's id,
+// ?4 the token, ?5 now in microseconds, ?6 on the call's own values.
 func tokenCallSQL(set string) string {
 	return `UPDATE idem_records SET ` + set + `, updated_at = ?5
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND token = ?4
@@ -35,24 +32,35 @@ var tokenCalls = [...]string{
 
 // runTokenCall is the store.TokenCalls the Store embeds.
 func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store.Record, error) {
+	args := []any{call.Tenant, call.Namespace, call.Key, call.Token, nil}
+	switch call.Kind {
+	case store.CallComplete:
+		args = append(args, call.Result)
+	case store.CallFail:
+		args = append(args, call.Error, call.Retryable)
+	case store.CallHeartbeat:
+		args = append(args, call.LeaseTTL.Microseconds())
+	}
+	return s.change(ctx, call.RecordID, call.Kind != store.CallHeartbeat, call.Decide, func(tx *writeTx, now time.Time) *sql.Row {
+		args[4] = now.UnixMicro()
+		return tx.QueryRow(tokenCalls[call.Kind], args...)
+	})
+}
+
+// change runs update, which changes the record under a condition (no row
+// when it does not apply), and otherwise answers what decide says of the
+// record, read under the same write lock; wakes wakes waiting Claims.
+func (s *Store) change(ctx context.Context, id store.RecordID, wakes bool, decide func(*store.Record) store.ChangeDecision,
+	update func(tx *writeTx, now time.Time) *sql.Row) (*store.Record, error) {
 	var (
 		out     *store.Record
 		refusal error
 	)
 	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
-		var row *sql.Row
-		switch call.Kind {
-		case store.CallComplete:
-			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.Result)
-		case store.CallFail:
-			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.Error, call.Retryable)
-		case store.CallHeartbeat:
-			row = tx.QueryRow(tokenCalls[call.Kind], call.Tenant, call.Namespace, call.Key, call.Token, now.UnixMicro(), call.LeaseTTL.Microseconds())
-		}
-		rec, err := scanRecord(row)
+		rec, err := scanRecord(update(tx, now))
 		if err == nil {
-			if call.Kind != store.CallHeartbeat {
-				tx.WakeAfterCommit(call.RecordID) // the lease ended
+			if wakes {
+				tx.WakeAfterCommit(id)
 			}
 			out = rec
 			return nil
@@ -60,7 +68,7 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		rec, err = scanRecord(tx.QueryRow(getSQL, call.Tenant, call.Namespace, call.Key))
+		rec, err = scanRecord(tx.QueryRow(getSQL, id.Tenant, id.Namespace, id.Key))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			refusal = store.ErrNotFound
@@ -68,7 +76,7 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 		case err != nil:
 			return err
 		}
-		switch d := call.Decide(rec); d.Action {
+		switch d := decide(rec); d.Action {
 		case store.ChangeRepeat:
 			out = rec
 			return nil
@@ -76,14 +84,34 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 			refusal = d.Err
 			return nil
 		}
-		// The update and the read ran under one write lock, so the row the
-		// update skipped cannot be one it should have changed.
 		// Not the key: internal errors are logged, keys never.
-		return fmt.Errorf("sqlite: tenant %s, namespace %s: state %s with the current token, yet the update applied nothing",
-			call.Tenant, call.Namespace, rec.State)
+		return fmt.Errorf("sqlite: tenant %s, namespace %s: the change applies to the record in state %s, yet changed nothing",
+			id.Tenant, id.Namespace, rec.State)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, refusal
+}
+
+// resolveSQL moves an UNRESOLVED record on to state ?4 at ?5, keeping its
+// token as the one an operator resolved, with result ?6 or error ?7.
+const resolveSQL = `UPDATE idem_records SET state = ?4, result = ?6, error = CASE WHEN ?4 = 'failed' THEN ?7 END, resolved_token = token, lease_expires_at = NULL,
+		completed_at = CASE WHEN ?4 = 'released' THEN NULL ELSE ?5 END,
+		expires_at = ?5 + retention_us, updated_at = ?5
+	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND state = 'unresolved'
+	RETURNING ` + recordCols
+
+// RecordResolve implements store.Store.
+func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
+	if err := p.CheckText(); err != nil {
+		return nil, err
+	}
+	target, err := p.Target()
+	if err != nil {
+		return nil, err
+	}
+	return s.change(ctx, p.RecordID, true, p.Decide, func(tx *writeTx, now time.Time) *sql.Row {
+		return tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), now.UnixMicro(), target.Result, target.Error)
+	})
 }

@@ -1,38 +1,14 @@
 // Package sqlite is idem's single-node store: the state machine of DESIGN §1
 // on one SQLite file, through the pure-Go driver modernc.org/sqlite (no cgo).
-//
-// One connection writes and a few read. Every write is a call queued for the
-// one write connection, so the writes of a Store queue in Go for that
-// connection instead of polling SQLite's busy handler. The writer runs the
-// calls queued together as one BEGIN IMMEDIATE transaction and answers them
-// once it has committed: group commit, one fsync for all of them
-// (writer.go). No transaction ever has to upgrade a read lock to a write
-// lock (which WAL mode may refuse at once with SQLITE_BUSY). The journal is
-// WAL, so readers never
-// wait for the writer: a Claim that only reports (IN_PROGRESS, a replay)
-// reads a committed snapshot and takes no write lock at all, while such reads
-// have been answering Claims (firstread.go).
-//
-// Durability: synchronous=FULL. In WAL mode every commit fsyncs the WAL before
-// it returns, so an acknowledged Complete survives kill -9 of the process and
-// a power cut alike. NORMAL would survive kill -9 too (the WAL is in the
-// operating system's page cache by then) but could lose the last commits in a
-// power cut, and a lost Complete is the one failure idem exists to prevent.
-// The price is one fsync per write transaction, which group commit shares
-// among the calls of a batch; no call is answered before its batch commits.
-//
-// Time: SQLite has no server clock and one file has one host, so the process
-// clock (UTC, to the microsecond) stands in for the database clock of DESIGN
-// §1. A write reads the clock once it holds the write lock, so the times of
-// records follow the order of commits as long as the system clock does not
-// step back. Times are stored as integer microseconds since the Unix epoch.
-//
-// A file has one Store: idemd keeps a second server off it with a lock file
-// of its own. Anything else that writes to the file (a tool, another Store)
-// takes turns with the Store through SQLite's file lock, which is not fair:
-// each waits up to the busy timeout (5 s) for the other, and past it a call
-// fails with store.ErrUnavailable. Open waits the same way, also while
-// several Stores create one new file together.
+// Every write is a call queued for one writer, which commits the calls
+// queued together in one transaction (writer.go); readers run beside it
+// (WAL). synchronous=FULL, so an acknowledged Complete survives a power
+// cut, not only kill -9: a lost Complete is the one failure idem exists to
+// prevent, and group commit shares the fsync. The process clock (UTC, in
+// microseconds) stands in for the database clock, read under the write
+// lock, so records' times follow commit order. A file has one Store (idemd
+// keeps a second server off it); anything else that writes to it takes
+// turns through SQLite's file lock, waiting up to BusyTimeout.
 package sqlite
 
 import (
@@ -56,13 +32,11 @@ import (
 
 var _ store.Backend = (*Store)(nil)
 
-// BusyTimeout is how long a statement waits for a lock that another
-// connection to the file holds (another Store, another process, a tool)
-// before it fails with store.ErrUnavailable.
+// BusyTimeout is how long a statement waits for a lock another connection
+// to the file holds before it fails with store.ErrUnavailable.
 const BusyTimeout = 5 * time.Second
 
-// readConns is the size of the read pool. Reads are short point lookups and
-// admin listings; a few connections keep them off the writer's path.
+// readConns is the size of the read pool, for lookups and listings.
 const readConns = 4
 
 // Store implements store.Store on one SQLite file. It is safe for concurrent
@@ -70,23 +44,15 @@ const readConns = 4
 type Store struct {
 	store.TokenCalls
 	store.TokenCallsMany
-	// write has exactly one connection, which the writer holds: every
-	// write runs on it, in the writer's batches (writer.go).
+	// write has one connection, the writer's (writer.go).
 	write *sql.DB
 	w     *writer
-	// read serves statements that change nothing; in WAL mode they run
-	// beside the writer and see the last committed transaction.
-	read *sql.DB
-	// readStmts are the statements the read connections run, by their
-	// text, prepared once rather than on every call. They are not changed
-	// after Open.
+	// read serves what changes nothing, beside the writer; readStmts are
+	// its statements, prepared by Open.
+	read      *sql.DB
 	readStmts map[string]*sql.Stmt
 	closed    atomic.Bool
-	// watches are the Claims waiting on a record (wait.go).
-	watches store.Watches
-	// firstReads decides whether a Claim reads before it writes
-	// (firstread.go).
-	firstReads firstReads
+	watches   store.Watches // the Claims waiting on a record (wait.go)
 }
 
 // readQueries are the statements Open prepares on the read connections.
@@ -96,8 +62,7 @@ var readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL}
 var errClosed = fmt.Errorf("%w: the SQLite store is closed", store.ErrUnavailable)
 
 // Open opens the SQLite database at path, creating the file and its directory
-// when they do not exist, and applies the schema's pending migrations. The
-// database runs in WAL mode with synchronous=FULL. Close releases it.
+// when they do not exist, and applies the schema's pending migrations.
 func Open(ctx context.Context, path string) (*Store, error) {
 	switch {
 	case path == "":
@@ -108,75 +73,70 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create the database's directory: %w", err)
 	}
-
-	busy := fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds())
-	// The journal mode is not in the DSN: useWAL sets it, once, because the
-	// switch needs a lock SQLite does not wait for. The mode is kept in the
-	// file, so a connection opened later finds it.
-	write, err := sql.Open("sqlite", dsn(path, url.Values{
-		"_pragma": {busy, "synchronous(FULL)"},
-	}))
+	s, err := open(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	write.SetMaxOpenConns(1)
-	write.SetMaxIdleConns(1)
-	write.SetConnMaxLifetime(0)
-	write.SetConnMaxIdleTime(0)
-	if err := useWAL(ctx, write); err != nil {
-		_ = write.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	conn, err := write.Conn(ctx)
-	if err != nil {
-		_ = write.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err))
-	}
-	s := &Store{write: write}
-	s.w = startWriter(conn, &s.watches)
-	s.TokenCalls = s.runTokenCall
-	// The writer's group commit takes concurrent calls in as few
-	// transactions as it can.
-	s.TokenCallsMany = store.Concurrently(s.runTokenCall)
-	if _, err := s.migrate(ctx, slog.Default()); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-
-	read, err := sql.Open("sqlite", dsn(path, url.Values{
-		"_pragma": {busy, "query_only(1)"},
-	}))
-	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	read.SetMaxOpenConns(readConns)
-	read.SetMaxIdleConns(readConns)
-	read.SetConnMaxLifetime(0)
-	read.SetConnMaxIdleTime(0)
-	s.read = read
-	if s.readStmts, err = prepare(ctx, read, readQueries); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	if err := s.Ping(ctx); err != nil {
-		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	return s, nil
 }
 
+// open is Open of a checked path.
+func open(ctx context.Context, path string) (*Store, error) {
+	busy := fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds())
+	// The journal mode is not in the DSN: useWAL sets it once, in the file.
+	write, err := connections(path, 1, busy, "synchronous(FULL)")
+	if err != nil {
+		return nil, err
+	}
+	if err := useWAL(ctx, write); err != nil {
+		_ = write.Close()
+		return nil, err
+	}
+	conn, err := write.Conn(ctx)
+	if err != nil {
+		_ = write.Close()
+		return nil, interpretError(ctx, err)
+	}
+	s := &Store{write: write}
+	s.w = startWriter(conn, &s.watches)
+	s.TokenCalls = s.runTokenCall
+	// The writer's group commit takes concurrent calls together.
+	s.TokenCallsMany = store.Concurrently(s.runTokenCall)
+	if _, err := s.migrate(ctx, slog.Default()); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	if s.read, err = connections(path, readConns, busy, "query_only(1)"); err == nil {
+		if s.readStmts, err = prepare(ctx, s.read, readQueries); err == nil {
+			err = s.Ping(ctx)
+		}
+	}
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// connections opens path with pragmas as a pool of n connections kept open.
+func connections(path string, n int, pragmas ...string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", dsn(path, url.Values{"_pragma": pragmas}))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	return db, nil
+}
+
 // useWAL puts the database file in WAL mode, waiting up to BusyTimeout for
-// the lock that takes.
-//
-// SQLite's busy handler does not cover this. Switching a file that is not in
-// WAL mode yet (a new file) reads its header under a shared lock and then asks
-// for the write lock; a connection that already holds a shared lock is told
-// SQLITE_BUSY at once instead of waiting, since waiting with a lock held could
-// deadlock. So when Stores open one new file together, all but the first to
-// switch it would fail. The statement holds nothing once it has failed, so
-// trying it again is safe: the others wait here until the first is done and
-// then find the file in WAL mode.
+// the lock that takes. SQLite's busy handler does not cover it: switching a
+// new file asks for the write lock while holding a shared one, which is
+// told SQLITE_BUSY at once, so when Stores open one new file together all
+// but the first would fail; the failed statement holds nothing, so trying
+// again is safe.
 func useWAL(ctx context.Context, db *sql.DB) error {
 	deadline := time.Now().Add(BusyTimeout)
 	wait := time.Millisecond
@@ -200,8 +160,7 @@ func useWAL(ctx context.Context, db *sql.DB) error {
 	}
 }
 
-// isBusy reports whether err is SQLite's SQLITE_BUSY: a lock another
-// connection holds.
+// isBusy reports whether err is SQLITE_BUSY: a lock another connection holds.
 func isBusy(err error) bool {
 	var sqliteErr *sqlite.Error
 	return errors.As(err, &sqliteErr) && sqliteErr.Code()&0xff == sqlite3.SQLITE_BUSY
@@ -220,7 +179,7 @@ func prepare(ctx context.Context, db *sql.DB, queries []string) (map[string]*sql
 	return stmts, nil
 }
 
-// dsn is path with the driver's parameters. The driver cuts the path at the
+// dsn is path with the driver's parameters; the driver cuts the path at the
 // first '?', which is why Open refuses paths that contain one.
 func dsn(path string, params url.Values) string {
 	return path + "?" + params.Encode()
@@ -252,20 +211,15 @@ func (s *Store) Ping(ctx context.Context) error {
 
 const pingSQL = `SELECT value FROM idem_token`
 
-// now is the store's clock: the process clock in UTC, to the microsecond the
-// database keeps.
+// now is the store's clock, to the microsecond the database keeps.
 func now() time.Time {
 	return time.Now().UTC().Truncate(time.Microsecond)
 }
 
-// inWriteTx runs fn in a write transaction, in the writer's next batch
-// (writer.go), and returns once that batch has committed (nil) or failed
-// (fn's own error when a statement of fn failed, store.ErrUnavailable when
-// another call's did or the transaction failed), or ctx has ended (ctx's
-// error; fn may still commit). The transaction is BEGIN IMMEDIATE: it holds
-// the database's write lock from its start, so what fn reads cannot change
-// before it writes. now is read when fn starts, under the lock. fn keeps its
-// answer, refusals included, in its own variables.
+// inWriteTx runs fn in the writer's next batch (writer.go), under the
+// write lock, so what fn reads cannot change before it writes, and returns
+// once the batch has committed or failed, or ctx has ended (fn may then
+// still commit).
 func (s *Store) inWriteTx(ctx context.Context, fn writeFunc) error {
 	if s.closed.Load() {
 		return errClosed
@@ -274,12 +228,9 @@ func (s *Store) inWriteTx(ctx context.Context, fn writeFunc) error {
 }
 
 // interpretError is the store's one boundary for database errors: nothing
-// above the store sees a driver type. The store's own errors and the caller's
-// context errors pass through unchanged; sql.ErrNoRows becomes
-// store.ErrNotFound; a database that is locked past the busy timeout, closed,
-// or cannot be opened, read or written (its file gone, damaged or not a
-// database any more) becomes store.ErrUnavailable (wrapping the
-// cause for the log).
+// above the store sees a driver type. sql.ErrNoRows is store.ErrNotFound; a
+// database locked past the busy timeout, closed, or that cannot be read or
+// written is store.ErrUnavailable, wrapping the cause for the log.
 func interpretError(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -295,24 +246,17 @@ func interpretError(ctx context.Context, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return context.DeadlineExceeded
 	}
-	// A statement interrupted because the caller's context ended, or a
-	// transaction that database/sql rolled back for it.
+	// A statement interrupted because the caller's context ended.
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
 	var sqliteErr *sqlite.Error
 	if errors.As(err, &sqliteErr) {
+		// A lock held past the busy timeout, a disk that failed or is full,
+		// a file gone, read-only, or no longer a database.
 		switch sqliteErr.Code() & 0xff { // the primary result code
-		case sqlite3.SQLITE_BUSY, // another connection held the lock past the busy timeout
-			sqlite3.SQLITE_LOCKED,
-			sqlite3.SQLITE_IOERR,    // the disk failed a read, write or fsync
-			sqlite3.SQLITE_FULL,     // the disk is full
-			sqlite3.SQLITE_CANTOPEN, // the file or its directory went away
-			sqlite3.SQLITE_READONLY, // the file became read-only or was moved
-			sqlite3.SQLITE_PERM,     // the file may not be opened as asked
-			sqlite3.SQLITE_NOTADB,   // the file's contents are no longer a database
-			sqlite3.SQLITE_CORRUPT,  // the file cannot be read as one
-			sqlite3.SQLITE_PROTOCOL:
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
+			sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_PROTOCOL:
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 		return err
@@ -321,4 +265,89 @@ func interpretError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
+}
+
+// Waking waiting Claims (store.Watcher): every write goes through this
+// process, which wakes them once it commits (writeTx.WakeAfterCommit).
+
+// RecordWatch implements store.Watcher.
+func (s *Store) RecordWatch(id store.RecordID) *store.Watch {
+	return s.watches.Watch(id)
+}
+
+// RecordMarkWaited implements store.Watcher. Nothing to mark: every change
+// is announced in the process that makes it.
+func (s *Store) RecordMarkWaited(context.Context, store.RecordID, int64) error {
+	return nil
+}
+
+// recordCols is a record's columns in the order scanRecord reads them.
+const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
+	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold,
+	coalesce(resolved_token = token, 0) AS resolved`
+
+// rowScanner is a *sql.Row or *sql.Rows.
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
+// scanRecord reads recordCols.
+func scanRecord(row rowScanner) (*store.Record, error) {
+	var (
+		r                         store.Record
+		state                     string
+		retentionUS               int64
+		createdUS, updatedUS      int64
+		errText                   sql.NullString
+		lease, completed, expires sql.NullInt64
+	)
+	if err := row.Scan(&r.Tenant, &r.Namespace, &r.Key, &state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
+		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy, &r.Hold, &r.ResolvedByOperator); err != nil {
+		return nil, err
+	}
+	r.State = store.State(state)
+	r.Retention = time.Duration(retentionUS) * time.Microsecond
+	r.Error = errText.String
+	r.CreatedAt = fromMicros(createdUS)
+	r.UpdatedAt = fromMicros(updatedUS)
+	r.LeaseExpiresAt = fromNullMicros(lease)
+	r.CompletedAt = fromNullMicros(completed)
+	r.ExpiresAt = fromNullMicros(expires)
+	if len(r.Fingerprint) == 0 {
+		r.Fingerprint = nil
+	}
+	return &r, nil
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func fromNullMicros(us sql.NullInt64) time.Time {
+	if !us.Valid {
+		return time.Time{}
+	}
+	return fromMicros(us.Int64)
+}
+
+const getSQL = `SELECT ` + recordCols + ` FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`
+
+// RecordGet implements store.Store.
+func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if err := id.CheckText(); err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	rec, err := scanRecord(s.readStmts[getSQL].QueryRowContext(ctx, id.Tenant, id.Namespace, id.Key))
+	return rec, interpretError(ctx, err)
+}
+
+// RecordGetMany implements store.Store: the reads one after the other, each
+// a lookup of the local file that needs no round trip.
+func (s *Store) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	recs, errs := make([]*store.Record, len(ids)), make([]error, len(ids))
+	for i, id := range ids {
+		recs[i], errs[i] = s.RecordGet(ctx, id)
+	}
+	return recs, errs
 }

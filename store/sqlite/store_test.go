@@ -7,26 +7,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testsupport/storetest"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/sqlite"
-	"github.com/idemhq/idem/store/storetest"
 )
 
-// TestStore runs the conformance suite on new stores, whose Claims mostly go
-// straight to the writer (firstread.go); TestStoreReadingFirst runs it again
-// with every Claim reading first, as Claims do once keys repeat.
+// TestStore runs the conformance suite on new stores.
 func TestStore(t *testing.T) {
 	storetest.Run(t, harness{})
 }
 
-func TestStoreReadingFirst(t *testing.T) {
-	storetest.Run(t, harness{readFirst: true})
+// TestStoreCoalesced runs the suite on stores behind the coalescer
+// (store/coalesce), with one batch of a kind at a time.
+func TestStoreCoalesced(t *testing.T) {
+	storetest.Run(t, harness{coalesce: true})
 }
 
 // harness runs the conformance suite on a file of its own per test, in the
 // test's temporary directory. Its backdoors write to the file through a
-// connection of their own, beside the store's.
-type harness struct{ readFirst bool }
+// connection of their own, beside the store's. With coalesce, the store is
+// behind the coalescer.
+type harness struct{ coalesce bool }
+
+// coalescedStore is a harnessStore behind the coalescer.
+type coalescedStore struct {
+	*coalesce.Store
+	inner *harnessStore
+}
 
 // harnessStore is a Store with the test's own connection to its file.
 type harnessStore struct {
@@ -36,10 +44,24 @@ type harnessStore struct {
 
 func (h harness) New(t *testing.T, _ int) store.Store {
 	st, raw := open(t, filepath.Join(t.TempDir(), "idem.db"))
-	if h.readFirst {
-		sqlite.AlwaysReadFirst(st)
+	hs := &harnessStore{Store: st, raw: raw}
+	if h.coalesce {
+		return &coalescedStore{Store: coalesce.New(hs, coalesce.Options{MaxInFlight: 1}), inner: hs}
 	}
-	return &harnessStore{Store: st, raw: raw}
+	return hs
+}
+
+// harnessOf is the harnessStore st is or wraps.
+func harnessOf(t *testing.T, st store.Store) *harnessStore {
+	t.Helper()
+	switch st := st.(type) {
+	case *harnessStore:
+		return st
+	case *coalescedStore:
+		return st.inner
+	}
+	t.Fatalf("store %T is not one this harness made", st)
+	return nil
 }
 
 // open opens the store at path for t, and a connection of the test's own to
@@ -68,11 +90,7 @@ func open(t *testing.T, path string) (*sqlite.Store, *sql.DB) {
 
 func rawOf(t *testing.T, st store.Store) *sql.DB {
 	t.Helper()
-	hs, ok := st.(*harnessStore)
-	if !ok {
-		t.Fatalf("store %T is not one this harness made", st)
-	}
-	return hs.raw
+	return harnessOf(t, st).raw
 }
 
 // rawExec runs a statement on st's file through the test's own connection and
@@ -136,7 +154,7 @@ func (harness) SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at 
 
 func (harness) Close(t *testing.T, st store.Store) {
 	t.Helper()
-	if err := st.(*harnessStore).Close(); err != nil {
+	if err := harnessOf(t, st).Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 }

@@ -75,9 +75,12 @@ class Harness:
     restart it or cut it off its store (clients/scenarios/README.md). One
     per store and test run: see harness()."""
 
-    def __init__(self, store: str):
+    def __init__(self, store: str, max_result_bytes: Optional[int] = None):
         self.store = store
-        self.proc = subprocess.Popen([harness_bin(), "--store", store, "--idemd-bin", idemd_bin()], cwd=REPO,
+        args = [harness_bin(), "--store", store, "--idemd-bin", idemd_bin()]
+        if max_result_bytes is not None:
+            args += ["--max-result-bytes", str(max_result_bytes)]
+        self.proc = subprocess.Popen(args, cwd=REPO,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log: List[str] = []
         assert self.proc.stderr is not None and self.proc.stdout is not None
@@ -125,17 +128,18 @@ class Harness:
                 f.close()
 
 
-_harnesses: Dict[str, Harness] = {}
+_harnesses: Dict[Tuple[str, Optional[int]], Harness] = {}
 
 
-def harness(store: str) -> Harness:
-    """The harness of store, started on first use and closed at exit."""
+def harness(store: str, max_result_bytes: Optional[int] = None) -> Harness:
+    """The harness of store (with idemd's --max-result-bytes when given),
+    started on first use and closed at exit."""
     with _bin_lock:
-        h = _harnesses.get(store)
+        h = _harnesses.get((store, max_result_bytes))
     if h is None:
-        h = Harness(store)
+        h = Harness(store, max_result_bytes)
         with _bin_lock:
-            _harnesses[store] = h
+            _harnesses[(store, max_result_bytes)] = h
         atexit.register(h.close)
     return h
 

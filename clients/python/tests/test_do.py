@@ -122,15 +122,18 @@ class DoTest(unittest.TestCase):
         self.assertEqual(s.rpcs(), ["Claim", "Fail"], "one try: the process is stopping")
         self.assertEqual(s.of("Fail")[0].json()["error"], "interrupted: KeyboardInterrupt()")
 
-    def test_a_failure_that_cannot_be_recorded_is_attached(self):
+    def test_a_failure_that_cannot_be_recorded_raises_both(self):
         s = self.serve(Claim=[ACQUIRED], Fail=[err("invalid_argument", "error is over 4 KiB", "INVALID_ERROR")])
 
         def boom(a):
             raise RuntimeError("boom")
 
-        with self.assertRaises(RuntimeError) as cm:
+        with self.assertRaises(idem.FailureNotRecordedError) as cm:
             self.client(s).do(idem.Job("ns", "k"), boom)
-        self.assertIsInstance(cm.exception.idem_fail_error, idem.InvalidArgumentError)
+        self.assertIsInstance(cm.exception.handler_error, RuntimeError)
+        self.assertIs(cm.exception.__cause__, cm.exception.handler_error)
+        self.assertIsInstance(cm.exception.fail_error, idem.InvalidArgumentError)
+        self.assertEqual(cm.exception.reason, "INVALID_ERROR")
 
     def test_fail_records_storable_text(self):
         s = self.serve(Claim=[ACQUIRED])

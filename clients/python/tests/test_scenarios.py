@@ -249,7 +249,6 @@ class Scenarios:
         with t.assertRaises(RuntimeError) as cm:
             c.do(idem.Job(self.plain, k), fails)
         t.assertIs(cm.exception, e)
-        t.assertFalse(hasattr(e, "idem_fail_error"), "the failure was not recorded")
         rec = self.raw().lookup(self.plain, k)
         t.assertEqual((rec.state, rec.error, rec.attempt), (idem.State.RELEASED, "transient: try again", 1))
         calls = Counter()
@@ -275,6 +274,46 @@ class Scenarios:
         with t.assertRaises(idem.JobFailedError) as cm:
             c.do(idem.Job(self.plain, k), calls.must_not_run)
         t.assertEqual((cm.exception.message, calls.n), ("card declined", 0))
+
+    def fail_after_own_complete(self, sid):
+        t, c = self.t, self.client()
+        r = b"completed-by-handler"
+
+        def completes_then_fails(key, exc):
+            # A raw Complete of its own token, then an error of its own.
+            def handler(attempt, index=0):
+                self.raw().complete(self.plain, key, attempt.token, r)
+                raise exc
+            return handler
+
+        def want_both(step, err, exc):
+            t.assertIsInstance(err, idem.FailureNotRecordedError, step)
+            t.assertIs(err.handler_error, exc, step + ": the handler's error itself")
+            t.assertIs(err.__cause__, exc, step + ": the cause is the handler's error")
+            t.assertIsInstance(err.fail_error, idem.AlreadyTerminalError, step)
+            t.assertEqual((err.fail_error.code, err.fail_error.reason), ("FAILED_PRECONDITION", "ALREADY_TERMINAL"))
+            t.assertEqual((err.code, err.reason), ("FAILED_PRECONDITION", "ALREADY_TERMINAL"), step)
+            t.assertIn("failed after completing", str(err), step)
+            t.assertIn("ALREADY_TERMINAL", str(err), step)
+
+        k = self.key(sid)
+        e = RuntimeError("failed after completing")
+        with t.assertRaises(idem.IdemError) as cm:
+            c.do(idem.Job(self.plain, k), completes_then_fails(k, e))
+        want_both("step 1", cm.exception, e)
+        rec = self.raw().lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.result, rec.attempt, rec.error), (idem.State.COMPLETED, r, 1, ""))
+        calls = Counter()
+        res = c.do(idem.Job(self.plain, k), calls.must_not_run)
+        t.assertEqual((res.value, res.replayed, calls.n), (r, True, 0))
+
+        k2 = self.key(sid, "k2")
+        e2 = RuntimeError("failed after completing")
+        out = c.do_batch([idem.Job(self.plain, k2)], completes_then_fails(k2, e2))
+        t.assertEqual(len(out), 1)
+        want_both("step 4", out[0], e2)
+        rec = self.raw().lookup(self.plain, k2)
+        t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, r))
 
     def unresolved(self, sid):
         t, raw, k = self.t, self.raw(), self.key(sid)
@@ -390,7 +429,6 @@ class Scenarios:
         with t.assertRaises(RuntimeError) as cm:
             self.client().do(idem.Job(self.plain, k), fails)
         t.assertIs(cm.exception, e)
-        t.assertFalse(hasattr(e, "idem_fail_error"), "the failure was not recorded")
         rec = self.raw().lookup(self.plain, k)
         t.assertEqual(rec.state, idem.State.RELEASED)
         t.assertEqual(rec.error, "nul:\ufffd:" + "€" * 1362)

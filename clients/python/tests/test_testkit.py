@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 import threading
 import unittest
+from unittest import mock
 
 from support import REPO, idem, idemd_bin
 
@@ -153,6 +155,91 @@ class TestKitTest(unittest.TestCase):
             self.assertIn("the case could not run: the handler failed on a delivery that should succeed: "
                           "no route to the provider", str(cr))
 
+    def test_stops_the_worker_right_after_the_handlers_own_complete_and_names_the_effect_lost(self):
+        api = PaymentsAPI()
+
+        def completes_first(job):
+            # Completes its own record through its worker's client, then
+            # charges (with the record's key: no other window is open).
+            def handler(attempt):
+                testkit.worker_client().complete(job.namespace, job.key, attempt.token, b"done")
+                api.charge(job.key, f"{job.namespace}/{job.key}")
+                return b"done"
+            return handler
+
+        with self.assertRaises(AssertionError) as caught:
+            testkit.check_handler(completes_first, lambda: api.applied, server=self.idemd.json_url,
+                                  job=idem.Job("payments", "order-1042"))
+        self.assertIn("crash-after-complete: the effect never ran", str(caught.exception))
+        r = testkit.inspect_handler(completes_first, lambda: api.applied, server=self.idemd.json_url,
+                                    job=idem.Job("payments", "order-1042"))
+        cr = r.case(testkit.CRASH_AFTER_COMPLETE)
+        msg = str(cr)
+        self.assertTrue(not cr.ok and cr.error is None and cr.effects == 0 and not cr.finding, msg)
+        for want in [
+            "crash-after-complete: the effect never ran, and the record says the job is done; want once",
+            "the handler completed the record itself (Complete with its token), and the worker died right there",
+            "\n  delivery 2: replayed the stored result; the handler did not run",
+            "\n  record: COMPLETED, attempt 1",
+            "\n  window: between the handler's own Complete and its side effect",
+            "The effect is lost.",
+            "\n  remedy: make the side effect before anything records the job as done: return the result from the "
+            "handler and let do() send the Complete",
+            "instead of completing with attempt.token yourself",
+        ]:
+            self.assertIn(want, msg)
+        self.assertIsNone(re.search(r"\{[a-z_]+\}", msg), msg)
+
+    def test_says_what_became_of_the_record_when_a_failure_follows_the_handlers_own_complete(self):
+        api = PaymentsAPI()
+        own = idem.Client(self.idemd.json_url)
+        self.addCleanup(own.close)
+
+        def completes_itself(job):
+            # Charges, then completes its own record through a client of its own.
+            def handler(attempt):
+                api.charge(job.key, f"{job.namespace}/{job.key}")
+                own.complete(job.namespace, job.key, attempt.token, b"done")
+                return b"done"
+            return handler
+
+        r = testkit.inspect_handler(completes_itself, lambda: api.applied, server=self.idemd.json_url)
+        retry = r.case(testkit.RETRYABLE_FAILURE)
+        msg = str(retry)
+        self.assertEqual(retry.record.state, idem.State.COMPLETED, msg)
+        self.assertTrue(retry.ok, msg)
+        self.assertIn("then failed, but the failure was not recorded (ALREADY_TERMINAL), so the job was not released",
+                      msg)
+        self.assertNotIn("recorded as retryable", msg)
+        crash = str(r.case(testkit.CRASH_AFTER_COMPLETE))
+        self.assertIn("the handler ended the record itself (COMPLETED) through a client the kit does not see", crash)
+        self.assertIn("idem.testkit.worker_client()", crash)
+
+    def test_tells_an_effect_made_while_the_handler_is_built_to_move_into_the_handler(self):
+        api = PaymentsAPI()
+
+        def charges_first(job):
+            charge = api.charge(job.key)  # before do() claimed the job
+            return lambda attempt: charge
+
+        r = testkit.inspect_handler(charges_first, lambda: api.applied, server=self.idemd.json_url)
+        for cr in r.cases:
+            msg = str(cr)
+            self.assertTrue(not cr.ok and cr.error is None and cr.outside == cr.effects and not cr.window
+                            and not cr.remedy, msg)
+            self.assertIn("effects happened while the kit built the handler of a delivery, before do() claimed the job",
+                          cr.finding)
+            self.assertIn("Move it into the function the worker passes to do()", cr.finding)
+            for wrong in ("retry loop", "idempotency key", "remedy:"):
+                self.assertNotIn(wrong, msg)
+        # One effect per delivery: the 8 at once, and the redelivery of each
+        # that found the job in progress.
+        concurrent = r.case(testkit.CONCURRENT)
+        n = concurrent.effects
+        self.assertGreaterEqual(n, 8, str(concurrent))
+        self.assertIn(f"{n} of the {n} effects happened while the kit built the handler of a delivery, before do() "
+                      f"claimed the job ({n} deliveries, 1 of which ran the handler)", concurrent.finding)
+
     def test_starts_an_idemd_of_its_own_with_the_tenants_and_policies_of_a_config(self):
         token = "idem_test-token-of-payments"
         digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
@@ -164,9 +251,19 @@ class TestKitTest(unittest.TestCase):
         crash = r.case(testkit.CRASH_AFTER_EFFECT)
         self.assertTrue(crash.held and crash.record is not None and crash.record.hold, str(crash))
 
-    def test_says_how_to_give_it_idemd_when_there_is_none(self):
-        with self.assertRaisesRegex(RuntimeError, "give idemd=, or IDEMD_BIN, or put idemd on the PATH"):
+    def test_says_how_to_give_it_idemd_and_how_to_get_one_when_there_is_none(self):
+        get_one = re.escape("To get idemd: in a clone of https://github.com/idemhq/idem, `make install` "
+                            "(it says where it puts idemd) or `make build` (bin/idemd).")
+        with self.assertRaisesRegex(RuntimeError, r"^idem testkit: cannot start .*no-such-idemd: .*; give idemd=, "
+                                    r"set IDEMD_BIN, or put idemd on the PATH\. " + get_one + "$"):
             testkit.start_idemd(bin=os.path.join(REPO, "no-such-idemd"))
+        with tempfile.TemporaryDirectory() as empty:
+            env = {k: v for k, v in os.environ.items() if k != "IDEMD_BIN"}
+            env["PATH"] = empty
+            with mock.patch.dict(os.environ, env, clear=True):
+                with self.assertRaisesRegex(RuntimeError, r"^idem testkit: no idemd to start: give idemd=, set "
+                                            r"IDEMD_BIN, or put idemd on the PATH\. " + get_one + "$"):
+                    testkit.start_idemd()
 
     def test_refuses_a_concurrency_that_is_not_a_whole_number(self):
         delivered = []

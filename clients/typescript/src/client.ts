@@ -1,4 +1,4 @@
-import { type CallOptions, type Client, createClient, type Transport } from "@connectrpc/connect";
+import { type CallOptions, type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { AdminService, type ResolveRecordRequestSchema, type StatsRow as StatsRowPb } from "./gen/idem/v1/admin_pb.js";
@@ -195,7 +195,8 @@ export class IdemClient {
    * {@link ResolvedByOperatorError}.
    */
   async complete(req: CompleteRequest, options?: CallOptions): Promise<JobRecord> {
-    const resp = await call(() => this.raw.idempotency.complete(completeMessage(req), options));
+    const msg = completeMessage(req);
+    const resp = await call(() => this.raw.idempotency.complete(msg, options).catch((err: unknown) => Promise.reject(resultRefused(err, msg.result?.length ?? 0))));
     return recordFromProto(resp.record);
   }
 
@@ -556,6 +557,29 @@ function failMessage(req: FailRequest): MessageInitShape<typeof FailRequestSchem
 function heartbeatMessage(req: HeartbeatRequest, at = ""): MessageInitShape<typeof HeartbeatRequestSchema> {
   return { namespace: req.namespace, key: req.key, token: req.token, leaseTtl: durationOf(req.leaseTtlMs, `${at}leaseTtlMs`) };
 }
+
+/**
+ * resultRefused is err, the error of a Complete of a result of n bytes, with
+ * the result's size and the limit in its message when gRPC refused the
+ * request for its size (RESOURCE_EXHAUSTED without details): a gRPC server
+ * says only that a message was larger than its maximum, before idemd's own
+ * check could name the limit.
+ */
+function resultRefused(err: unknown, n: number): unknown {
+  if (!(err instanceof ConnectError) || err.code !== Code.ResourceExhausted || err.details.length > 0) {
+    return err;
+  }
+  return new ConnectError(
+    `result is ${n} bytes, more than the server reads (${err.rawMessage}); idemd's --max-result-bytes bounds results, at most ${RESULT_BYTES_CEILING}`,
+    err.code,
+    err.metadata,
+    undefined,
+    err,
+  );
+}
+
+/** RESULT_BYTES_CEILING is the most any idemd's --max-result-bytes may be: 16 MiB. */
+const RESULT_BYTES_CEILING = 16 * 1024 * 1024;
 
 /** call runs one RPC and decodes its error. */
 async function call<T>(rpc: () => Promise<T>): Promise<T> {

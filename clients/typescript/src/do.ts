@@ -1,6 +1,7 @@
 import type { IdemClient } from "./client.js";
 import {
   CompletionUnknownError,
+  FailureNotRecordedError,
   InProgressError,
   isPermanent,
   isTransient,
@@ -118,6 +119,52 @@ export interface DoResult {
   replayed: boolean;
   /** record is the record after do()'s last successful call. */
   record: JobRecord;
+  /**
+   * text returns value as UTF-8 text (what a handler that returned a string
+   * stored), as Python's Result.text() does: a byte order mark is kept, and
+   * bytes that are not UTF-8 throw a TypeError.
+   */
+  text(): string;
+  /**
+   * json returns value parsed as JSON (what a handler that returned
+   * JSON.stringify(x) stored), as Python's Result.json() does: a leading
+   * byte order mark is skipped, text that is not JSON throws a SyntaxError,
+   * and bytes that are not UTF-8 a TypeError.
+   */
+  json<T = unknown>(): T;
+}
+
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** Done is the {@link DoResult} that do() and doBatch() return. */
+class Done implements DoResult {
+  constructor(
+    public value: Uint8Array,
+    public replayed: boolean,
+    public record: JobRecord,
+  ) {}
+
+  text(): string {
+    try {
+      return strictUTF8.decode(this.value);
+    } catch (err) {
+      throw new TypeError(`the result (${this.value.length} bytes) is not UTF-8 text; its bytes are in .value`, { cause: err });
+    }
+  }
+
+  json<T = unknown>(): T {
+    const text = this.text();
+    try {
+      return JSON.parse(text.startsWith("\ufeff") ? text.slice(1) : text) as T;
+    } catch (err) {
+      throw new SyntaxError(`the result (${this.value.length} bytes) is not JSON: ${messageOf(err)}; read it with .text()`, { cause: err });
+    }
+  }
+}
+
+/** doResult is the {@link DoResult} of a job whose value is value. */
+export function doResult(value: Uint8Array, replayed: boolean, record: JobRecord): DoResult {
+  return new Done(value, replayed, record);
 }
 
 /** runDo is {@link IdemClient.do}. */
@@ -170,7 +217,7 @@ export async function runDo(client: IdemClient, job: Job, handler: Handler, o: D
     }
     switch (claimed.outcome) {
       case Outcome.COMPLETED:
-        return { value: claimed.record.result, replayed: true, record: claimed.record };
+        return doResult(claimed.record.result, true, claimed.record);
       case Outcome.FAILED:
         throw new JobFailedError(claimed.record);
       default: // ACQUIRED: claim() returns no other outcome
@@ -246,10 +293,7 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
         { until, deadline },
       );
     } catch (err) {
-      if (err instanceof RpcError) {
-        err.handlerError = handlerError;
-      }
-      throw err;
+      throw new FailureNotRecordedError(handlerError, err, rec);
     }
     throw handlerError;
   }
@@ -260,7 +304,7 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
       (b) => client.complete({ namespace: job.namespace, key: job.key, token: rec.token, result }, b),
       { until, deadline },
     );
-    return { value: result, replayed: false, record: done };
+    return doResult(result, false, done);
   } catch (err) {
     if (err instanceof LeaseLostError || err instanceof ResolvedByOperatorError) {
       err.value = result;

@@ -3,6 +3,7 @@ import type { BatchResult } from "./batch.js";
 import type { ClaimResult, IdemClient } from "./client.js";
 import {
   CompletionUnknownError,
+  FailureNotRecordedError,
   IdemError,
   isPermanent,
   isTransient,
@@ -14,7 +15,7 @@ import {
 } from "./errors.js";
 import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import { Outcome } from "./gen/idem/v1/idem_pb.js";
-import { type Attempt, type DoResult, type Job, lastTryDeadline, leaseOf, resultBytes } from "./do.js";
+import { type Attempt, type DoResult, doResult, type Job, lastTryDeadline, leaseOf, resultBytes } from "./do.js";
 import { durationOf, type JobRecord } from "./record.js";
 import { backoff, type CallBounds, sleep } from "./retry.js";
 import { MAX_ERROR_BYTES, storableText } from "./text.js";
@@ -213,7 +214,7 @@ export async function runDoBatch(client: IdemClient, jobs: readonly Job[], handl
     }
     const { outcome, record } = item.value;
     if (outcome === Outcome.COMPLETED) {
-      out[i] = { ok: true, value: { value: record.result, replayed: true, record } };
+      out[i] = { ok: true, value: doResult(record.result, true, record) };
     } else if (outcome === Outcome.FAILED) {
       out[i] = { ok: false, error: new JobFailedError(record) };
     } else {
@@ -337,7 +338,7 @@ async function completeBatch(client: IdemClient, jobs: BatchJob[], deadline: num
     const item = items[k]!;
     const value = results[k]!;
     if (item.ok) {
-      out[j.index] = { ok: true, value: { value, replayed: false, record: item.value } };
+      out[j.index] = { ok: true, value: doResult(value, false, item.value) };
     } else if (item.error instanceof LeaseLostError || item.error instanceof ResolvedByOperatorError) {
       item.error.value = value;
       out[j.index] = item;
@@ -350,8 +351,8 @@ async function completeBatch(client: IdemClient, jobs: BatchJob[], deadline: num
 /**
  * failBatch records the handlers' errors, each retried until confirmed or
  * its lease runs out: a job's error is then its handler's, or, when the
- * failure could not be recorded, the RpcError that said so, with the
- * handler's as handlerError (as do() throws them).
+ * failure could not be recorded, a {@link FailureNotRecordedError} with the
+ * handler's and the Fail's (as do() throws them).
  */
 async function failBatch(client: IdemClient, jobs: BatchJob[], deadline: number, out: BatchResult<DoResult, unknown>[]): Promise<void> {
   if (jobs.length === 0) {
@@ -372,11 +373,6 @@ async function failBatch(client: IdemClient, jobs: BatchJob[], deadline: number,
   );
   jobs.forEach((j, k) => {
     const item = items[k]!;
-    if (!item.ok && item.error instanceof RpcError) {
-      item.error.handlerError = j.handlerError;
-      out[j.index] = item;
-    } else {
-      out[j.index] = { ok: false, error: item.ok ? j.handlerError : item.error };
-    }
+    out[j.index] = { ok: false, error: item.ok ? j.handlerError : new FailureNotRecordedError(j.handlerError, item.error, j.rec) };
   });
 }

@@ -13,7 +13,7 @@ export const ERROR_DOMAIN = "idem";
  * errors of RPCs ({@link RpcError} and its subclasses) and the outcomes
  * that do not mean "done by you" ({@link InProgressError},
  * {@link UnresolvedError}, {@link JobFailedError},
- * {@link CompletionUnknownError}).
+ * {@link CompletionUnknownError}, {@link FailureNotRecordedError}).
  */
 export class IdemError extends Error {
   override name = "IdemError";
@@ -58,11 +58,6 @@ export class RpcError extends IdemError {
    * not record it.
    */
   value?: Uint8Array;
-  /**
-   * handlerError is set when {@link IdemClient.do} throws this error because
-   * it could not record the handler's failure: the handler's error.
-   */
-  handlerError?: unknown;
   declare readonly cause: ConnectError;
 
   constructor(err: ConnectError) {
@@ -246,6 +241,34 @@ export class CompletionUnknownError extends IdemError {
   constructor(value: Uint8Array, record: JobRecord, cause: unknown) {
     super(`idem: ${record.namespace}/${record.key} ran, but its completion was not confirmed: ${messageOf(cause)}`, { cause });
     this.value = value;
+    this.record = record;
+  }
+}
+
+/**
+ * FailureNotRecordedError: the handler threw, and its Fail was not recorded:
+ * the server refused it (ALREADY_TERMINAL when the handler completed its own
+ * token first, LEASE_LOST when another worker took the job over) or it
+ * failed until the lease ran out. The handler's error is never lost: it is
+ * `handlerError`, and this error's `cause`; `failError` is the last Fail
+ * error (an {@link RpcError} such as {@link AlreadyTerminalError}).
+ */
+export class FailureNotRecordedError extends IdemError {
+  override name = "FailureNotRecordedError";
+  /** handlerError is what the handler threw. */
+  readonly handlerError: unknown;
+  /** failError is why the failure was not recorded: the last Fail error. */
+  readonly failError: unknown;
+  /** record is the record as acquired (with the attempt's token). */
+  readonly record: JobRecord;
+  declare readonly cause: unknown;
+
+  constructor(handlerError: unknown, failError: unknown, record: JobRecord) {
+    super(`idem: ${record.namespace}/${record.key}: the handler failed (${messageOf(handlerError)}), and its failure was not recorded: ${messageOf(failError)}`, {
+      cause: handlerError,
+    });
+    this.handlerError = handlerError;
+    this.failError = failError;
     this.record = record;
   }
 }

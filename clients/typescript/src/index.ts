@@ -36,6 +36,7 @@ export {
   CompletionUnknownError,
   ERROR_DOMAIN,
   errorReason,
+  FailureNotRecordedError,
   FingerprintMismatchError,
   IdemError,
   InProgressError,

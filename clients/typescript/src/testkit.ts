@@ -3,8 +3,8 @@
  * worker's handler (the function the worker passes to do()) through the
  * deliveries a real queue produces, against a real idemd, counts the
  * handler's side effect with a counter the test provides, and fails, for
- * each case that made the effect more than once, with the window it ran
- * twice in and the remedy. Its cases and words are those of the Go kit
+ * each case that did not make the effect exactly once inside the handler,
+ * with the window it ran twice (or was lost) in and the remedy. Its cases and words are those of the Go kit
  * (idemtest.CheckHandler).
  *
  * ```ts
@@ -36,7 +36,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { IdemClient } from "./client.js";
 import type { DoOptions, DoResult, Handler, Job, Attempt } from "./do.js";
 import { MAX_WAIT_MS } from "./client.js";
-import { CompletionUnknownError, InProgressError, LeaseLostError, UnresolvedError } from "./errors.js";
+import { CompletionUnknownError, FailureNotRecordedError, InProgressError, LeaseLostError, RpcError, UnresolvedError } from "./errors.js";
 import { State } from "./gen/idem/v1/idem_pb.js";
 import { grpcTransport } from "./node.js";
 import type { JobRecord } from "./record.js";
@@ -47,14 +47,21 @@ import { WORDS } from "./testkit-words.js";
  * of job, built the way the worker builds it from the message it got. The
  * kit calls it once per delivery. Take the job's key from `job.key` rather
  * than from a constant: each case runs on a key of its own, so that what one
- * case leaves downstream cannot answer another's.
+ * case leaves downstream cannot answer another's. `worker` is the client of
+ * the worker the delivery runs in: a handler that calls idem itself (a
+ * Complete of its own token, say) calls it with this client, as a worker's
+ * handler calls it with the worker's, so that the kit's faults apply to
+ * those calls and the crash-after-complete case can stop the worker right
+ * after such a Complete.
  */
-export type MakeHandler = (job: Job) => Handler;
+export type MakeHandler = (job: Job, worker: IdemClient) => Handler;
 
 /**
  * EffectCounter counts the handler's side effect as the downstream knows it
  * (charges a fake provider applied, rows in your table). The kit reads it
- * before and after each case.
+ * before and after each case, and while it runs (around the building of
+ * each delivery's handler, around each run of it, when a worker dies), to
+ * tell an effect made outside the handler or after it returned.
  */
 export type EffectCounter = () => number | Promise<number>;
 
@@ -66,6 +73,13 @@ export const Case = {
   Concurrent: "concurrent",
   /** The handler runs under a 1 s lease with heartbeats held; the worker "dies" before Complete; a redelivery waits for the lease to lapse. */
   CrashAfterEffect: "crash-after-effect",
+  /**
+   * The worker "dies" as soon as a Complete of the record is applied: the
+   * handler's own (sent through makeHandler's `worker` while it runs) or
+   * do()'s; what the handler does after that is not counted; the job is
+   * delivered again.
+   */
+  CrashAfterComplete: "crash-after-complete",
   /** The handler is held before it starts, with its heartbeats, while its 1 s lease lapses and a second delivery takes over; then it runs. */
   LeaseLapsed: "lease-lapsed",
   /** The first Complete reaches the server and its answer is dropped; the worker retries it; the job is delivered again. */
@@ -117,15 +131,23 @@ export interface CheckOptions {
 export class CaseReport {
   /** title says what the deliveries were. */
   title = "";
-  /** effects is how much the effect counter went up during the case. */
+  /**
+   * effects is how much the effect counter went up during the case (or for
+   * a second after it, when it had not moved by its end), leaving out what a
+   * handler did after its worker died.
+   */
   effects = 0;
+  /** outside is how many of the effects happened while the handler of a delivery was being built, before do() claimed the job. */
+  outside = 0;
+  /** late is how many of the effects happened after the handler that made them returned. */
+  late = 0;
   /** runs is how many times the handler ran. */
   runs = 0;
   /** deliveries says what each delivery did, in order. */
   deliveries: string[] = [];
   /** record is the record after the last delivery, if it could be read. */
   record?: JobRecord;
-  /** window names where the effect ran more than once; "" unless it did, in a window the case opens. */
+  /** window names where the effect ran more than once (or, after the handler's own Complete, not at all); "" unless the case found such a window. */
   window = "";
   /** remedy is what closes the window. */
   remedy = "";
@@ -146,9 +168,9 @@ export class CaseReport {
     this.job = job;
   }
 
-  /** ok is true when the case ran and made the effect exactly once. */
+  /** ok is true when the case ran and made the effect exactly once, inside the handler. */
   get ok(): boolean {
-    return this.error === undefined && this.effects === 1;
+    return this.error === undefined && this.effects === 1 && this.outside === 0 && this.late === 0;
   }
 
   /** toString is the case's report, as the Go kit writes it. */
@@ -158,10 +180,14 @@ export class CaseReport {
     let head: string;
     if (this.error !== undefined) {
       head = fill(m.error, vars);
+    } else if (this.late > 0 && this.outside === 0) {
+      head = fill(m.late, vars);
     } else if (this.effects === 1) {
       head = fill(m.ok, vars);
     } else if (this.effects > 1) {
       head = fill(m.more, vars);
+    } else if (this.window !== "") {
+      head = fill(m.lost, vars);
     } else {
       head = fill(m.none, vars);
     }
@@ -214,8 +240,7 @@ export class CheckFailedError extends Error {
  * delivery through do() on a client of its own (a worker process of its
  * own), and throws a {@link CheckFailedError} whose message is the report of
  * each case where the effect did not happen exactly once: the count, what
- * every delivery did and, when the effect ran more than once, the window
- * and the remedy. It resolves to the report when every case passed.
+ * every delivery did and the window and the remedy, or what else is wrong. It resolves to the report when every case passed.
  *
  * The windows are driven by controls, not timing: a 1 s lease (the server's
  * minimum) whose heartbeats are held, a Claim that waits on the server for
@@ -288,6 +313,9 @@ export interface StartIdemdOptions {
   config?: string;
 }
 
+// idemd has no release to download yet: a clone builds it.
+const GET_IDEMD = "To get idemd: in a clone of https://github.com/idemhq/idem, `make install` (it says where it puts idemd) or `make build` (bin/idemd).";
+
 /**
  * startIdemd starts idemd on SQLite in a new temporary directory, on
  * loopback ports the system picks, and resolves once it serves. The
@@ -317,7 +345,7 @@ export async function startIdemd(options: StartIdemdOptions = {}): Promise<Idemd
     const timer = setTimeout(() => reject(new Error(`idem testkit: ${bin} did not serve within 60 s:\n${log.join("\n")}`)), 60_000);
     child.once("error", (err) => {
       clearTimeout(timer);
-      reject(new Error(`idem testkit: cannot start ${bin} (give the idemd option, or IDEMD_BIN, or put idemd on the PATH): ${err.message}`));
+      reject(new Error(`idem testkit: cannot start ${bin}: ${err.message}; give the idemd option, set IDEMD_BIN, or put idemd on the PATH. ${GET_IDEMD}`));
     });
     child.once("exit", (code, signal) => {
       clearTimeout(timer);
@@ -364,6 +392,7 @@ const TERMS = {
   token_field: "attempt.token",
   permanent: "permanent(err)",
   lost_check: "attempt.signal.throwIfAborted()",
+  worker_client: "makeHandler's second argument",
 };
 
 /** fill replaces each {name} in s with vars[name]. */
@@ -385,22 +414,57 @@ class AfterEffectError extends Error {
   override name = "AfterEffectError";
 }
 
-/** Faults are what the kit does to one worker's calls, in its transport: the server sees only what a real worker sent. */
+/** LATE_WAIT_MS is how long a case whose effect counter did not move waits for an effect that comes after the handler returned, before it reports none. */
+const LATE_WAIT_MS = 1000;
+
+/**
+ * Faults are what the kit does to one worker's calls, in its transport: the
+ * server sees only what a real worker sent. Once the worker died, it sends
+ * nothing more.
+ */
 class Faults {
-  /** died: the Complete was not sent (the worker died). */
+  /** running: the handler runs. */
+  running = false;
+  /** ownCall: the handler sent a Complete or Fail of its own through the worker. */
+  ownCall = false;
+  /** died: the worker died (see dieBeforeComplete, dieAfterComplete). */
   died = false;
+  /** diedIn: the worker died while the handler ran. */
+  diedIn = false;
+  /** atDeath is the effect counter when the worker died. */
+  atDeath = 0;
   /** answerLost: the Complete was applied and its answer dropped. */
   answerLost = false;
+  /** effects is the effect counter, read when the worker dies. */
+  effects: EffectCounter = () => 0;
 
   constructor(
     readonly holdHeartbeats = false,
+    /** dieBeforeComplete: the worker dies before its first Complete (the handler's own, or do()'s) goes out. */
     readonly dieBeforeComplete = false,
     readonly loseCompleteAnswer = false,
+    /** dieAfterComplete: the worker dies as soon as its first Complete is applied, before it hears the answer. */
+    readonly dieAfterComplete = false,
   ) {}
+
+  async die(): Promise<void> {
+    const inHandler = this.running;
+    this.atDeath = await this.effects();
+    this.died = true;
+    this.diedIn = inHandler;
+  }
 
   interceptor(): Interceptor {
     return (next) => async (req) => {
-      if (req.method.name === "Heartbeat" && this.holdHeartbeats) {
+      const method = req.method.name;
+      if (this.running && (method === "Complete" || method === "Fail")) {
+        this.ownCall = true;
+      }
+      if (this.died) {
+        // Not a code do() retries.
+        throw new ConnectError("idem testkit: the worker is dead and sends nothing", Code.Unknown);
+      }
+      if (method === "Heartbeat" && this.holdHeartbeats) {
         // Held until the call ends (its timeout, or do() stopping the beats).
         await new Promise<void>((resolve) => {
           if (req.signal.aborted) {
@@ -411,11 +475,15 @@ class Faults {
         });
         throw new ConnectError("idem testkit: the heartbeat was held", Code.DeadlineExceeded);
       }
-      if (req.method.name === "Complete") {
+      if (method === "Complete") {
         if (this.dieBeforeComplete) {
-          this.died = true;
-          // Not a code do() retries: a dead worker sends nothing more.
+          await this.die();
           throw new ConnectError("idem testkit: the worker died before its Complete went out", Code.Unknown);
+        }
+        if (this.dieAfterComplete) {
+          await next(req); // not applied: it throws, and the worker lives on
+          await this.die();
+          throw new ConnectError("idem testkit: the worker died once its Complete was applied", Code.Unknown);
         }
         if (this.loseCompleteAnswer && !this.answerLost) {
           await next(req); // not applied: the next try is the one whose answer is lost
@@ -436,17 +504,26 @@ interface Wrap {
   failAfter?: boolean;
 }
 
-type Outcome = "completed" | "replayed" | "in_progress" | "unresolved" | "lease_lost" | "died" | "released" | "failed";
-const OUTCOME_ORDER: Outcome[] = ["completed", "replayed", "in_progress", "unresolved", "lease_lost", "died", "released", "failed"];
+type Outcome = "completed" | "replayed" | "in_progress" | "unresolved" | "lease_lost" | "died" | "released" | "not_released" | "failed";
+const OUTCOME_ORDER: Outcome[] = ["completed", "replayed", "in_progress", "unresolved", "lease_lost", "died", "released", "not_released", "failed"];
 
 /** Delivery is one delivery of a job to a worker of its own, and what became of it. */
 class Delivery {
+  faults = new Faults();
+  /** handler is the handler as built for this delivery (undefined until the worker's client exists). */
+  handler?: Handler;
+  /** built, during and zombie are what the effect counter saw while the handler was built, while it ran (until its worker died, when it died in it), and after that. */
+  built = 0;
+  during = 0;
+  zombie = 0;
+  /** ended is the state the handler left the record in when it ended the record itself through a client the kit does not see. */
+  ended = "";
   ran?: Attempt;
   result?: DoResult;
   error?: unknown;
   constructor(
+    readonly job: Job,
     readonly wrap: Wrap,
-    readonly faults: Faults,
   ) {}
 
   outcome(): Outcome {
@@ -463,13 +540,21 @@ class Delivery {
     if (err instanceof UnresolvedError) {
       return "unresolved";
     }
-    if (err instanceof LeaseLostError) {
-      return "lease_lost";
+    if (err instanceof LeaseLostError || (err instanceof FailureNotRecordedError && err.failError instanceof LeaseLostError)) {
+      return "lease_lost"; // the Complete, or the Fail of the handler's error, was refused
+    }
+    if (this.wrap.failAfter && err instanceof FailureNotRecordedError && err.handlerError instanceof AfterEffectError) {
+      return "not_released";
     }
     if (this.wrap.failAfter && err instanceof AfterEffectError) {
       return "released";
     }
     return "failed";
+  }
+
+  /** lostAtOwnComplete: the worker died right after the handler's own Complete was applied, before the handler made its effect. */
+  lostAtOwnComplete(): boolean {
+    return this.faults.died && this.faults.diedIn && this.faults.dieAfterComplete && this.during <= 0;
   }
 
   line(): string {
@@ -493,11 +578,17 @@ class Delivery {
         end = m.lease_lost;
         break;
       case "died":
-        end = m.died;
+        end = this.faults.dieAfterComplete ? (this.faults.diedIn ? m.died_after_own_complete : m.died_after_complete) : m.died;
         break;
       case "released":
         end = m.released;
         break;
+      case "not_released": {
+        const failError = (this.error as FailureNotRecordedError).failError;
+        const reason = failError instanceof RpcError && failError.reasonName !== "" ? failError.reasonName : messageOf(failError);
+        end = fill(m.not_released, { reason });
+        break;
+      }
       default:
         end = fill(m.failed, { error: messageOf(this.error) });
     }
@@ -529,16 +620,45 @@ class Kit {
     this.#lookups.close();
   }
 
-  /** deliver delivers job to a new worker that runs the handler through do(). */
+  /** deliver builds the handler of a delivery of job and sends it (see send). */
   async deliver(job: Job, faults = new Faults(), wrap: Wrap = {}, opts: DoOptions = {}): Promise<Delivery> {
-    const d = new Delivery(wrap, faults);
+    const d = new Delivery(job, wrap);
+    d.faults = faults;
+    return this.send(await this.build(d), opts);
+  }
+
+  /**
+   * build makes the worker of delivery d (a client of its own, with d's
+   * faults in its transport) and builds its handler, as a worker builds it
+   * from the message it got, counting what the effect counter saw
+   * meanwhile: an effect made there happens on every delivery, outside
+   * do().
+   */
+  async build(d: Delivery): Promise<{ d: Delivery; client: IdemClient }> {
     // Quick retries: the answer-lost case's retried Complete need not wait
     // the production backoff.
-    const client = new IdemClient(grpcTransport({ baseUrl: this.server, token: this.token, interceptors: [faults.interceptor()] }), {
+    const client = new IdemClient(grpcTransport({ baseUrl: this.server, token: this.token, interceptors: [d.faults.interceptor()] }), {
       retry: { baseDelayMs: 10, maxDelayMs: 200 },
     });
+    d.faults.effects = this.effects;
+    const before = await this.effects();
     try {
-      const handler = this.makeHandler(job);
+      d.handler = this.makeHandler(d.job, client);
+    } catch (err) {
+      d.error = err;
+    }
+    d.built = (await this.effects()) - before;
+    return { d, client };
+  }
+
+  /** send delivers d's job to its worker, which runs the handler through do(). */
+  async send({ d, client }: { d: Delivery; client: IdemClient }, opts: DoOptions = {}): Promise<Delivery> {
+    const { wrap, faults, job } = d;
+    try {
+      if (d.handler === undefined) {
+        return d; // building it threw: d.error says what
+      }
+      const handler = d.handler;
       d.result = await client.do(
         job,
         async (attempt) => {
@@ -546,11 +666,25 @@ class Kit {
             await wrap.stall(attempt.signal);
           }
           d.ran = attempt;
-          const v = await handler(attempt);
-          if (wrap.failAfter) {
-            throw new AfterEffectError(WORDS.messages.injected_failure);
+          const start = await this.effects();
+          faults.running = true;
+          try {
+            const v = await handler(attempt);
+            if (wrap.failAfter) {
+              throw new AfterEffectError(WORDS.messages.injected_failure);
+            }
+            return v;
+          } finally {
+            faults.running = false;
+            const returned = await this.effects();
+            if (faults.died && faults.diedIn) {
+              d.during = faults.atDeath - start;
+              d.zombie = returned - faults.atDeath;
+            } else {
+              d.during = returned - start;
+            }
+            d.ended = await this.endedUnseen(job, attempt, faults);
           }
-          return v;
         },
         opts,
       );
@@ -560,6 +694,35 @@ class Kit {
       client.close();
     }
     return d;
+  }
+
+  /**
+   * endedUnseen is the state the handler of attempt left job's record in,
+   * when it ended the record itself (Complete or Fail with its token)
+   * through a client other than its worker's; "" otherwise.
+   */
+  async endedUnseen(job: Job, attempt: Attempt, faults: Faults): Promise<string> {
+    if (faults.ownCall) {
+      return "";
+    }
+    try {
+      const rec = await this.#lookups.lookup({ namespace: job.namespace, key: job.key });
+      return rec.token === attempt.token && rec.state !== State.PROCESSING ? (State[rec.state] ?? String(rec.state)) : "";
+    } catch {
+      return "";
+    }
+  }
+
+  /** awaitLateEffects waits up to LATE_WAIT_MS for the effect counter to move past end, and resolves with by how much it did. */
+  async awaitLateEffects(end: number): Promise<number> {
+    const deadline = Date.now() + LATE_WAIT_MS;
+    for (;;) {
+      const moved = (await this.effects()) - end;
+      if (moved > 0 || Date.now() >= deadline) {
+        return Math.max(moved, 0);
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
   }
 
   async runCase(c: Case): Promise<CaseReport> {
@@ -576,10 +739,17 @@ class Kit {
     let ds: Delivery[] = [];
     switch (c) {
       case Case.TwiceInSequence:
-        ds.push(await this.deliver(job), await this.deliver(job));
+        ds.push(await this.deliver(job));
+        ds.push(await this.deliver(job));
         break;
       case Case.Concurrent: {
-        ds = await Promise.all(Array.from({ length: this.concurrency }, () => this.deliver(job)));
+        // Built one after the other before any is sent, so that what
+        // building one makes is counted as its own.
+        const built = [];
+        for (let i = 0; i < this.concurrency; i++) {
+          built.push(await this.build(new Delivery(job, {})));
+        }
+        ds = await Promise.all(built.map((b) => this.send(b)));
         ds.sort((a, b) => OUTCOME_ORDER.indexOf(a.outcome()) - OUTCOME_ORDER.indexOf(b.outcome()));
         for (const d of ds.slice(0, this.concurrency)) {
           if (d.outcome() === "in_progress") {
@@ -592,6 +762,12 @@ class Kit {
         ds.push(await this.deliver(lapsing, new Faults(true, true)));
         ds.push(await this.deliver(job, undefined, {}, waitForLapse));
         break;
+      case Case.CrashAfterComplete:
+        // A lapsing lease, so that a record the dead worker left PROCESSING
+        // is taken over by the redelivery.
+        ds.push(await this.deliver(lapsing, new Faults(false, false, false, true)));
+        ds.push(await this.deliver(job, undefined, {}, waitForLapse));
+        break;
       case Case.LeaseLapsed: {
         let acquired!: () => void;
         let resume!: () => void;
@@ -602,7 +778,9 @@ class Kit {
           await Promise.race([resumeP, new Promise<void>((r) => signal.addEventListener("abort", () => r(), { once: true }))]);
           signal.throwIfAborted();
         };
-        const first = this.deliver(lapsing, new Faults(true), { stall });
+        const stalled = new Delivery(lapsing, { stall });
+        stalled.faults = new Faults(true);
+        const first = this.send(await this.build(stalled));
         const firstDone = first.then(() => "done" as const);
         let second: Delivery | undefined;
         if ((await Promise.race([acquiredP.then(() => "acquired" as const), firstDone])) === "acquired") {
@@ -616,13 +794,29 @@ class Kit {
         break;
       }
       case Case.CompleteAnswerLost:
-        ds.push(await this.deliver(job, new Faults(false, false, true)), await this.deliver(job));
+        ds.push(await this.deliver(job, new Faults(false, false, true)));
+        ds.push(await this.deliver(job));
         break;
       case Case.RetryableFailure:
-        ds.push(await this.deliver(job, undefined, { failAfter: true }), await this.deliver(job));
+        ds.push(await this.deliver(job, undefined, { failAfter: true }));
+        ds.push(await this.deliver(job));
         break;
     }
-    cr.effects = (await this.effects()) - before;
+    const end = await this.effects();
+
+    // What the counter saw, by when it moved: while a handler was built,
+    // while one ran (before its worker died), after a dead worker's, and
+    // the rest, which came after the handler that made it returned.
+    let during = 0;
+    let zombie = 0;
+    for (const d of ds) {
+      cr.outside += d.built;
+      during += d.during;
+      zombie += d.zombie;
+    }
+    const lost = ds.some((d) => d.lostAtOwnComplete());
+    cr.effects = end - before - zombie;
+    cr.late = Math.max(cr.effects - cr.outside - during, 0);
     cr.runs = ds.filter((d) => d.ran !== undefined).length;
     cr.deliveries = describe(ds);
     try {
@@ -634,15 +828,36 @@ class Kit {
     if (cr.error !== undefined) {
       return cr;
     }
+    if (cr.runs > 0 && cr.effects <= 0 && !lost) {
+      const moved = await this.awaitLateEffects(end);
+      cr.effects += moved;
+      cr.late += moved;
+    }
 
-    const vars: Record<string, string> = { namespace: job.namespace, key: job.key, effects: String(cr.effects), runs: String(cr.runs), ...TERMS };
+    const vars: Record<string, string> = {
+      namespace: job.namespace,
+      key: job.key,
+      effects: String(cr.effects),
+      runs: String(cr.runs),
+      deliveries: String(ds.length),
+      outside: String(cr.outside),
+      late: String(cr.late),
+      ...TERMS,
+    };
     const m = WORDS.messages;
     const held = ds.some((d) => d.outcome() === "unresolved");
-    if (cr.effects <= 0) {
+    if (cr.outside > 0) {
+      cr.finding = fill(m.outside_effects, vars);
+    } else if (cr.late > 0) {
+      cr.finding = fill(m.late_effect, vars);
+    } else if (lost && cr.effects <= 0) {
+      cr.window = fill(cw.window ?? "", vars);
+      cr.remedy = fill(cw.remedy ?? "", vars);
+    } else if (cr.effects <= 0) {
       cr.finding = fill(m.no_effect, vars);
     } else if (cr.effects > cr.runs) {
       cr.finding = fill(m.extra_effects, vars);
-    } else if (cr.effects > 1 && !cw.window) {
+    } else if (cr.effects > 1 && (!cw.window || c === Case.CrashAfterComplete)) {
       cr.finding = fill(m.extra_runs, vars);
     } else if (cr.effects > 1) {
       cr.window = fill(cw.window ?? "", vars);
@@ -658,6 +873,13 @@ class Kit {
 function caseError(c: Case, ds: Delivery[]): Error | undefined {
   const m = WORDS.messages;
   for (const d of ds) {
+    // A record ended where the kit cannot see it explains a failure that
+    // follows, and leaves the crash-after-complete case blind.
+    if (d.ended !== "" && (c === Case.CrashAfterComplete || d.outcome() === "failed")) {
+      return new Error(fill(m.ended_unseen, { state: d.ended, worker_client: TERMS.worker_client }));
+    }
+  }
+  for (const d of ds) {
     if (d.outcome() === "failed") {
       if (d.ran !== undefined && !(d.error instanceof CompletionUnknownError)) {
         return new Error(fill(m.handler_failed, { error: messageOf(d.error) }));
@@ -668,6 +890,9 @@ function caseError(c: Case, ds: Delivery[]): Error | undefined {
   const first = ds[0]!;
   if (c === Case.CrashAfterEffect && !first.faults.died) {
     return new Error("the first delivery did not reach its Complete");
+  }
+  if (c === Case.CrashAfterComplete && !first.faults.died) {
+    return new Error("no Complete of the first delivery was applied");
   }
   if (c === Case.CompleteAnswerLost && !first.faults.answerLost) {
     return new Error("the first delivery's Complete was not applied");

@@ -409,6 +409,37 @@ describe("against idemd", { timeout: 300_000 }, () => {
       assert.ok(beats >= 2, `${beats} heartbeats in three seconds with a lease of 1.2 s`);
     });
 
+    for (const kind of ["grpc", "connect"] as const) {
+      it(`reads its result as text and as JSON, run and replayed, over ${kind}`, async () => {
+        const c = client(kind);
+        const job = { namespace: h.namespaces.plain, key: key(`result-helpers-${kind}`) };
+        const ran = await c.do(job, () => JSON.stringify({ charge: "ch_1", cents: 1250, note: "été 💳" }));
+        const replayed = await c.do(job, () => assert.fail("the handler ran for a completed job"));
+        for (const res of [ran, replayed]) {
+          assert.equal(res.text(), '{"charge":"ch_1","cents":1250,"note":"été 💳"}');
+          assert.deepEqual(res.json(), { charge: "ch_1", cents: 1250, note: "été 💳" });
+          assert.equal(res.json<{ charge: string }>().charge, "ch_1");
+        }
+        assert.equal(replayed.replayed, true);
+
+        // As Python's Result.text() and .json(): a UTF-8 BOM is kept as text and skipped as JSON.
+        const bom = await c.do({ namespace: h.namespaces.plain, key: key(`result-bom-${kind}`) }, () => new Uint8Array([0xef, 0xbb, 0xbf, 0x5b, 0x31, 0x5d]));
+        assert.equal(bom.text(), "\ufeff[1]");
+        assert.deepEqual(bom.json(), [1]);
+        const empty = await c.do({ namespace: h.namespaces.plain, key: key(`result-empty-${kind}`) }, () => undefined);
+        assert.equal(empty.text(), "");
+        assert.throws(() => empty.json(), (err: unknown) => err instanceof SyntaxError && /^the result \(0 bytes\) is not JSON: /.test(err.message));
+
+        const bytes = await c.do({ namespace: h.namespaces.plain, key: key(`result-bytes-${kind}`) }, () => new Uint8Array([0x7b, 0xff, 0x7d]));
+        for (const read of [() => bytes.text(), () => bytes.json()]) {
+          assert.throws(read, (err: unknown) => err instanceof TypeError && /^the result \(3 bytes\) is not UTF-8 text; its bytes are in \.value$/.test(err.message));
+        }
+        const plain = await c.do({ namespace: h.namespaces.plain, key: key(`result-text-${kind}`) }, () => "ok");
+        assert.equal(plain.text(), "ok");
+        assert.throws(() => plain.json(), (err: unknown) => err instanceof SyntaxError && /^the result \(2 bytes\) is not JSON: .*; read it with \.text\(\)$/.test(err.message));
+      });
+    }
+
     it("throws CompletionUnknownError, with the value, when the Complete cannot be confirmed within the lease", async () => {
       const c = client("grpc");
       const job = { namespace: h.namespaces.plain, key: key("unknown"), leaseTtlMs: 1500 };
@@ -515,6 +546,8 @@ describe("against idemd", { timeout: 300_000 }, () => {
       const second = value(out[1]);
       assert.equal(text(second.value), "stored");
       assert.equal(second.replayed, true);
+      assert.equal(first.text(), "value-0", "a run item's result reads as text");
+      assert.equal(second.text(), "stored", "a replayed item's result reads as text");
       const third = error(out[2]);
       assert.ok(third instanceof JobFailedError && third.storedError === "declined", String(third));
       assert.ok(error(out[3]) instanceof InProgressError);

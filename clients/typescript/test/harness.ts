@@ -29,11 +29,21 @@ export interface Harness extends HarnessInfo {
   stop(): Promise<void>;
 }
 
+/** HarnessOptions change the idemd a harness runs. */
+export interface HarnessOptions {
+  /** maxResultBytes is idemd's --max-result-bytes; its default unless set. */
+  maxResultBytes?: number;
+}
+
 /** startHarness starts the harness on store and resolves once idemd answers. */
-export async function startHarness(store: "postgres" | "sqlite"): Promise<Harness> {
+export async function startHarness(store: "postgres" | "sqlite", options: HarnessOptions = {}): Promise<Harness> {
   const bin = process.env.HARNESS_BIN ?? path.join(PACKAGE_DIR, "build", "sdkharness");
   const idemd = process.env.IDEMD_BIN ?? path.join(PACKAGE_DIR, "build", "idemd");
-  const child = spawn(bin, ["--store", store, "--idemd-bin", idemd], { cwd: REPO, stdio: ["pipe", "pipe", "pipe"] });
+  const args = ["--store", store, "--idemd-bin", idemd];
+  if (options.maxResultBytes !== undefined) {
+    args.push("--max-result-bytes", String(options.maxResultBytes));
+  }
+  const child = spawn(bin, args, { cwd: REPO, stdio: ["pipe", "pipe", "pipe"] });
   const log: string[] = [];
   readline.createInterface({ input: child.stderr! }).on("line", (line) => {
     log.push(line);

@@ -15,6 +15,7 @@ import {
   type BatchResult,
   CompletionUnknownError,
   connectTransport,
+  FailureNotRecordedError,
   ErrorReason,
   fingerprint,
   FingerprintMismatchError,
@@ -389,6 +390,46 @@ const scenarios: Record<string, Scenario> = {
     assert.ok(failed instanceof JobFailedError, `step 3: ${String(failed)}; want JobFailed`);
     assert.equal(failed.storedError, "card declined");
     assert.equal(calls.n, 0);
+  },
+
+  async "fail-after-own-complete"(e, id) {
+    const c = e.client();
+    const r = "completed-by-handler";
+    // The handler of step 1: a raw Complete of its own token, then an error of its own.
+    const completesThenFails = (key: string, handlerError: Error) => async (a: Attempt) => {
+      await c.complete({ namespace: e.plain, key, token: a.token, result: r });
+      throw handlerError;
+    };
+    const wantBoth = (step: string, err: unknown, handlerError: Error) => {
+      assert.ok(err instanceof FailureNotRecordedError, `${step}: ${String(err)}; want FailureNotRecorded`);
+      assert.equal(err.handlerError, handlerError, `${step}: the handler's error itself`);
+      assert.equal(err.cause, handlerError, `${step}: the cause is the handler's error`);
+      assert.ok(err.failError instanceof AlreadyTerminalError, `${step}: the fail error ${String(err.failError)}; want AlreadyTerminal`);
+      wantCodeReason(step, err.failError, Code.FailedPrecondition, ErrorReason.ALREADY_TERMINAL);
+      assert.match(err.message, /failed after completing/, `${step}: the message has the handler's text`);
+      assert.match(err.message, /ALREADY_TERMINAL/, `${step}: the message has the refusal's reason`);
+    };
+
+    const k = e.key(id, "k");
+    const handlerError = new Error("failed after completing");
+    wantBoth("step 1", await caught("step 1", c.do({ namespace: e.plain, key: k }, completesThenFails(k, handlerError))), handlerError);
+    const rec = await c.lookup({ namespace: e.plain, key: k });
+    assert.equal(rec.state, State.COMPLETED);
+    assert.equal(text(rec.result), r);
+    assert.equal(rec.attempt, 1);
+    assert.equal(rec.error, "");
+    const calls = new Calls();
+    wantValue("step 3", await c.do({ namespace: e.plain, key: k }, calls.mustNotRun()), r, true);
+    assert.equal(calls.n, 0);
+
+    const k2 = e.key(id, "k2");
+    const handlerError2 = new Error("failed after completing");
+    const out = await c.doBatch([{ namespace: e.plain, key: k2 }], completesThenFails(k2, handlerError2));
+    assert.equal(out.length, 1);
+    wantBoth("step 4", itemError("step 4", out[0]), handlerError2);
+    const rec2 = await c.lookup({ namespace: e.plain, key: k2 });
+    assert.equal(rec2.state, State.COMPLETED);
+    assert.equal(text(rec2.result), r);
   },
 
   async unresolved(e, id) {

@@ -7,7 +7,8 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { Attempt, Job } from "../src/index.js";
+import { IdemClient, State, type Attempt, type Job } from "../src/index.js";
+import { grpcTransport } from "../src/node.js";
 import { ALL_CASES, Case, CheckFailedError, checkHandler, inspectHandler, type Idemd, type MakeHandler, startIdemd } from "../src/testkit.js";
 import { WORDS } from "../src/testkit-words.js";
 import { PACKAGE_DIR, REPO } from "./harness.js";
@@ -165,6 +166,104 @@ describe("testkit", () => {
     }
   });
 
+  it("stops the worker right after the handler's own Complete, and names the effect lost", async () => {
+    const api = new PaymentsAPI();
+    // Completes its own record through its worker's client, then charges (with the record's key: no other window is open).
+    const completesFirst: MakeHandler = (job, worker) => async (a) => {
+      await worker.complete({ namespace: job.namespace, key: job.key, token: a.token, result: "done" });
+      api.charge(job.key, `${job.namespace}/${job.key}`);
+      return "done";
+    };
+    const err = await checkHandler(completesFirst, () => api.applied, { server: idemd.grpcUrl, job: { namespace: "payments", key: "order-1042" } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof CheckFailedError, `want a CheckFailedError; got ${String(err)}`);
+    const cr = err.report.case(Case.CrashAfterComplete)!;
+    const msg = String(cr);
+    assert.ok(!cr.ok && cr.error === undefined && cr.effects === 0 && cr.finding === "", `want the effect lost, as a window:\n${msg}`);
+    for (const want of [
+      "crash-after-complete: the effect never ran, and the record says the job is done; want once",
+      "the handler completed the record itself (Complete with its token), and the worker died right there",
+      "\n  delivery 2: replayed the stored result; the handler did not run",
+      "\n  record: COMPLETED, attempt 1",
+      "\n  window: between the handler's own Complete and its side effect",
+      "The effect is lost.",
+      "\n  remedy: make the side effect before anything records the job as done: return the result from the handler and let do() send the Complete",
+      "instead of completing with attempt.token yourself",
+    ]) {
+      assert.ok(msg.includes(want), `the report does not say ${JSON.stringify(want)}:\n${msg}`);
+    }
+    assert.ok(err.message.includes("crash-after-complete: the effect never ran"), err.message);
+    assert.doesNotMatch(msg, /\{[a-z_]+\}/);
+  });
+
+  it("says what became of the record in the retryable-failure case, and when a handler's Complete went where the kit cannot see", async () => {
+    const api = new PaymentsAPI();
+    const own = new IdemClient(grpcTransport({ baseUrl: idemd.grpcUrl }));
+    try {
+      // Charges, then completes its own record through a client of its own.
+      const completesItself: MakeHandler = (job) => async (a) => {
+        api.charge(job.key, `${job.namespace}/${job.key}`);
+        await own.complete({ namespace: job.namespace, key: job.key, token: a.token, result: "done" });
+        return "done";
+      };
+      const r = await inspectHandler(completesItself, () => api.applied, { server: idemd.grpcUrl });
+      const retry = r.case(Case.RetryableFailure)!;
+      const msg = String(retry);
+      assert.equal(retry.record?.state, State.COMPLETED, msg);
+      assert.ok(retry.ok, `want the effect once:\n${msg}`);
+      assert.ok(msg.includes("then failed, but the failure was not recorded (ALREADY_TERMINAL), so the job was not released"), msg);
+      assert.ok(!msg.includes("recorded as retryable"), `the report says the job was released, while the record is COMPLETED:\n${msg}`);
+      const crash = r.case(Case.CrashAfterComplete)!;
+      assert.ok(
+        crash.error?.message.includes("the handler ended the record itself (COMPLETED) through a client the kit does not see") && crash.error.message.includes("makeHandler's second argument"),
+        `want the case unable to run, naming the worker's client:\n${crash}`,
+      );
+    } finally {
+      own.close();
+    }
+  });
+
+  it("tells an effect made while the handler is built, outside do(), to move into the handler", async () => {
+    const api = new PaymentsAPI();
+    const chargesFirst: MakeHandler = (job) => {
+      const id = api.charge(job.key); // before do() claimed the job
+      return () => id;
+    };
+    const r = await inspectHandler(chargesFirst, () => api.applied, { server: idemd.grpcUrl });
+    for (const cr of r.cases) {
+      const msg = String(cr);
+      assert.ok(!cr.ok && cr.error === undefined && cr.outside === cr.effects && cr.window === "" && cr.remedy === "", `${cr.case}: want every effect outside the handler:\n${msg}`);
+      assert.ok(cr.finding.includes("effects happened while the kit built the handler of a delivery, before do() claimed the job"), msg);
+      assert.ok(cr.finding.includes("Move it into the function the worker passes to do()"), msg);
+      for (const wrong of ["retry loop", "idempotency key", "remedy:"]) {
+        assert.ok(!msg.includes(wrong), `${cr.case}: the report says ${JSON.stringify(wrong)}:\n${msg}`);
+      }
+    }
+    // One effect per delivery: the 8 at once, and the redelivery of each that found the job in progress.
+    const concurrent = r.case(Case.Concurrent)!;
+    const n = concurrent.effects;
+    assert.ok(n >= 8 && concurrent.finding.includes(`${n} of the ${n} effects happened while the kit built the handler of a delivery, before do() claimed the job (${n} deliveries, 1 of which ran the handler)`), String(concurrent));
+  });
+
+  it("blames a handler that does not await its effect, not the counter", async () => {
+    const api = new PaymentsAPI();
+    // The charge is started and not awaited: it lands after the handler returned.
+    const unawaited: MakeHandler = (job) => () => {
+      setTimeout(() => api.charge(job.key, `${job.namespace}/${job.key}`), 20);
+      return "ok";
+    };
+    const r = await inspectHandler(unawaited, () => api.applied, { server: idemd.grpcUrl });
+    for (const cr of r.cases) {
+      const msg = String(cr);
+      assert.ok(!cr.ok && cr.error === undefined && cr.late > 0, `${cr.case}: want the effect found late:\n${msg}`);
+      assert.ok(msg.startsWith(`${cr.case}: the effect happened after the handler returned; want it made before`), msg);
+      assert.ok(cr.finding.includes("the handler returned before its side effect was made") && cr.finding.includes("a promise it does not await"), msg);
+      assert.ok(!msg.includes("the effect counter saw no"), `${cr.case}: the report blames the counter:\n${msg}`);
+    }
+  });
+
   it("starts an idemd of its own with the tenants and policies of a config", async () => {
     const token = "idem_test-token-of-payments";
     const hash = `sha256:${createHash("sha256").update(token).digest("hex")}`;
@@ -179,8 +278,13 @@ describe("testkit", () => {
     assert.ok(crash.held !== "" && crash.record?.hold === true, `the tenant's hold policy did not apply:\n${crash}`);
   });
 
-  it("says how to give it idemd when there is none", async () => {
-    await assert.rejects(startIdemd({ bin: path.join(PACKAGE_DIR, "build", "no-such-idemd") }), /give the idemd option, or IDEMD_BIN, or put idemd on the PATH/);
+  it("says how to give it idemd, and how to get one, when there is none", async () => {
+    const getOne = "To get idemd: in a clone of https://github.com/idemhq/idem, `make install` (it says where it puts idemd) or `make build` (bin/idemd).";
+    const missing = path.join(PACKAGE_DIR, "build", "no-such-idemd");
+    await assert.rejects(startIdemd({ bin: missing }), (err: Error) => {
+      assert.equal(err.message, `idem testkit: cannot start ${missing}: spawn ${missing} ENOENT; give the idemd option, set IDEMD_BIN, or put idemd on the PATH. ${getOne}`);
+      return true;
+    });
   });
 
   it("refuses a concurrency that is not a whole number, rather than deliver nothing", async () => {

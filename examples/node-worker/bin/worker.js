@@ -87,7 +87,6 @@ const idem = await import('@idemhq/idem');
 const { grpcTransport } = await import('@idemhq/idem/node');
 
 const print = (obj) => process.stdout.write(JSON.stringify({ worker: 'node', key: opts.key, ...obj }) + '\n');
-const text = (bytes) => new TextDecoder().decode(bytes);
 
 const sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
@@ -130,7 +129,7 @@ try {
     outcome: res.replayed ? 'replayed' : 'ran',
     token: String(res.record.token),
     attempt: res.record.attempt,
-    value: text(res.value),
+    value: res.text(),
   });
 } catch (err) {
   if (err instanceof idem.InProgressError) {

@@ -46,7 +46,6 @@ var notRun = map[string][]string{
 	},
 	"docs/workers.md": {
 		"$ grpcurl -plaintext -d '{\"namespace\":\"process_payment\",\"key\":\"order-1042\",\"lease_ttl\":\"30s\"}' \\",      // grpcurl is not installed here
-		"go mod edit -require=github.com/idemhq/idem@v0.0.0 -replace=github.com/idemhq/idem=../idem   # ../idem: your clone", // the module proxy
 		"make demo                                   # N=1000, K=6, 30 kills; needs IDEM_DATABASE_URL or the local Postgres", // long; a short run is a test
 	},
 }
@@ -148,15 +147,15 @@ func runnable(t *testing.T, p *page) []block {
 	return run
 }
 
-// The addresses the pages use, those of `make run` and idemd's defaults. A
-// page's commands get its own idemd's instead, and their output gets these
-// back.
-var docAddrs = [3]string{"127.0.0.1:7070", "127.0.0.1:7071", "127.0.0.1:7072"}
+// The addresses the pages use: those of `make run` and idemd's defaults,
+// then those of the example APIs that docs/idempotent-http.md starts. A
+// page's commands get free ports instead, and their output gets these back.
+var docAddrs = [6]string{"127.0.0.1:7070", "127.0.0.1:7071", "127.0.0.1:7072", "127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"}
 
 type env struct {
 	dir    string   // where the commands run
 	vars   []string // their environment
-	addrs  [3]string
+	addrs  [len(docAddrs)]string
 	toPage *strings.Replacer // the page's addresses to this run's
 	toDoc  *strings.Replacer // and back
 }
@@ -190,7 +189,7 @@ func runPage(t *testing.T, p *page) {
 		e.vars = append(e.vars, kv)
 	}
 	e.vars = append(e.vars,
-		"PATH="+gobin+string(os.PathListSeparator)+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PATH="+pagePath(p.file, gobin),
 		"GOBIN="+gobin,
 		"IDEM_LISTEN="+e.addrs[0], "IDEM_HTTP_LISTEN="+e.addrs[1], "IDEM_JSON_LISTEN="+e.addrs[2],
 		"IDEM_ADDR="+e.addrs[0],
@@ -210,6 +209,15 @@ func runPage(t *testing.T, p *page) {
 	}
 	sh := startShell(t, e)
 	for _, b := range blocks {
+		if missing := missingCommands(b.needs); len(missing) > 0 {
+			// As make test does for the TypeScript and Python tests: run
+			// without them here, never in CI.
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s: needs %s, which is not on the PATH; in CI (CI=true) every block runs", b, strings.Join(missing, " and "))
+			}
+			t.Logf("NOTICE: %s: %s not on the PATH: this block DID NOT RUN", b, strings.Join(missing, " and "))
+			continue
+		}
 		switch {
 		case b.background:
 			stopDefault()
@@ -243,6 +251,40 @@ var commandWords = regexp.MustCompile(`^(\$ |(make|go|idem|idemd|idem-bench|curl
 // looksLikeCommands says whether a block without an info string starts with
 // a command, so that it cannot escape the rule that commands are run.
 func looksLikeCommands(firstLine string) bool { return commandWords.MatchString(firstLine) }
+
+// pagePath is the PATH a page's commands run with: gobin, where `make
+// install` puts idemd and idem; then, but for the README, which gets them as
+// it tells a reader to (make run, make install), binDir; then this
+// machine's PATH without its directories that hold an idemd or idem, so
+// that no binary installed earlier stands in for this tree's.
+func pagePath(file, gobin string) string {
+	dirs := []string{gobin}
+	if file != "README.md" {
+		dirs = append(dirs, binDir)
+	}
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if !isExecutable(filepath.Join(d, "idemd")) && !isExecutable(filepath.Join(d, "idem")) {
+			dirs = append(dirs, d)
+		}
+	}
+	return strings.Join(dirs, string(os.PathListSeparator))
+}
+
+// missingCommands are those of cmds that are not on the PATH.
+func missingCommands(cmds []string) []string {
+	var missing []string
+	for _, c := range cmds {
+		if _, err := exec.LookPath(c); err != nil {
+			missing = append(missing, c)
+		}
+	}
+	return missing
+}
+
+func isExecutable(file string) bool {
+	fi, err := os.Stat(file)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
 
 // runConsole runs a console block's commands in the page's shell and
 // compares what each prints with what the page shows.

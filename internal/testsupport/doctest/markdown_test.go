@@ -18,10 +18,11 @@ type block struct {
 	lang string // the first word of the info string
 	text string // the content, without the fence's indentation
 
-	skip       string // the reason after `doctest: skip`, if any
-	background bool   // `doctest: background`: a server the page talks to
-	twice      bool   // `doctest: twice`: run two times, as a reader may
-	hidden     bool   // a `doctest: run` comment, not shown on the page
+	skip       string   // the reason after `doctest: skip`, if any
+	background bool     // `doctest: background`: a server the page talks to
+	twice      bool     // `doctest: twice`: run two times, as a reader may
+	hidden     bool     // a `doctest: run` comment, not shown on the page
+	needs      []string // `doctest: needs CMD…`: the commands it runs that `make test` may lack (npm, python3)
 }
 
 // firstLine is the block's first non-empty line, which names it in the
@@ -67,6 +68,8 @@ func parsePage(root, file string) (*page, error) {
 	p := &page{file: file, headings: map[string]bool{}}
 	slugs := map[string]int{}
 	var pending *block // the directive waiting for its block
+	var needs []string // the commands the next block needs, from a needs directive
+	needsLine := 0
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		if m := directiveRE.FindStringSubmatch(line); m != nil {
@@ -74,6 +77,17 @@ func parsePage(root, file string) (*page, error) {
 				return nil, fmt.Errorf("%s:%d: a doctest directive with no fenced block after it", file, pending.line)
 			}
 			kind, arg := m[1], m[2]
+			if kind == "needs" {
+				// It applies to the block after it, fenced or a doctest: run.
+				if needs != nil {
+					return nil, fmt.Errorf("%s:%d: two doctest: needs for one block", file, i+1)
+				}
+				if needs = strings.Fields(arg); len(needs) == 0 || m[3] == "" {
+					return nil, fmt.Errorf("%s:%d: doctest: needs names the commands on its own line: <!-- doctest: needs npm python3 -->", file, i+1)
+				}
+				needsLine = i + 1
+				continue
+			}
 			switch kind {
 			case "postgres":
 				p.postgres = true
@@ -99,15 +113,20 @@ func parsePage(root, file string) (*page, error) {
 				if i == len(lines) {
 					return nil, fmt.Errorf("%s:%d: doctest: run is never closed by a --> line", file, start)
 				}
-				p.blocks = append(p.blocks, block{file: file, line: start, lang: "sh", text: strings.Join(body, "\n"), hidden: true})
+				p.blocks = append(p.blocks, block{file: file, line: start, lang: "sh", text: strings.Join(body, "\n"), hidden: true, needs: needs})
+				needs = nil
 			default:
-				return nil, fmt.Errorf("%s:%d: unknown doctest directive %q (skip, background, twice, run or postgres)", file, i+1, kind)
+				return nil, fmt.Errorf("%s:%d: unknown doctest directive %q (skip, background, twice, run, needs or postgres)", file, i+1, kind)
+			}
+			if kind == "postgres" && needs != nil {
+				return nil, fmt.Errorf("%s:%d: a doctest: needs must be right before its block", file, needsLine)
 			}
 			continue
 		}
 		if m := fenceRE.FindStringSubmatch(line); m != nil {
 			indent, fence, lang := len(m[1]), m[2], m[3]
-			b := block{file: file, line: i + 1, lang: lang}
+			b := block{file: file, line: i + 1, lang: lang, needs: needs}
+			needs = nil
 			if pending != nil {
 				b.skip, b.background, b.twice = pending.skip, pending.background, pending.twice
 				pending = nil
@@ -138,6 +157,9 @@ func parsePage(root, file string) (*page, error) {
 		if strings.TrimSpace(line) != "" && pending != nil {
 			return nil, fmt.Errorf("%s:%d: a doctest directive must be right before its fenced block", file, pending.line)
 		}
+		if strings.TrimSpace(line) != "" && needs != nil {
+			return nil, fmt.Errorf("%s:%d: a doctest: needs must be right before its block", file, needsLine)
+		}
 		if m := headingRE.FindStringSubmatch(line); m != nil {
 			s := slug(m[1])
 			if n := slugs[s]; n > 0 {
@@ -150,6 +172,9 @@ func parsePage(root, file string) (*page, error) {
 	}
 	if pending != nil {
 		return nil, fmt.Errorf("%s:%d: a doctest directive with no fenced block after it", file, pending.line)
+	}
+	if needs != nil {
+		return nil, fmt.Errorf("%s:%d: a doctest: needs with no block after it", file, needsLine)
 	}
 	return p, nil
 }

@@ -1,6 +1,9 @@
 package doctest
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,6 +78,43 @@ func TestSlug(t *testing.T) {
 	} {
 		if got := slug(heading); got != want {
 			t.Errorf("slug(%q) = %q, want %q", heading, got, want)
+		}
+	}
+}
+
+func TestParseNeeds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	parse := func(text string) (*page, error) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "p.md"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return parsePage(dir, "p.md")
+	}
+	p, err := parse("<!-- doctest: needs npm python3 -->\n<!-- doctest: run\nnpm --version\n-->\n\n<!-- doctest: needs npm -->\n<!-- doctest: twice -->\n```console\n$ npm --version\n…\n```\n\n```sh\ntrue\n```\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.blocks) != 3 {
+		t.Fatalf("%d blocks, want 3", len(p.blocks))
+	}
+	for i, want := range [][]string{{"npm", "python3"}, {"npm"}, nil} {
+		if !slices.Equal(p.blocks[i].needs, want) {
+			t.Errorf("block %d needs %q, want %q", i, p.blocks[i].needs, want)
+		}
+	}
+	if !p.blocks[1].twice {
+		t.Error("a needs before a twice: the block lost its twice")
+	}
+	for _, bad := range []string{
+		"<!-- doctest: needs -->\n```sh\ntrue\n```\n",                           // no command
+		"<!-- doctest: needs npm -->\ntext\n```sh\ntrue\n```\n",                 // not right before
+		"<!-- doctest: needs npm -->\n",                                         // no block
+		"<!-- doctest: needs npm -->\n<!-- doctest: needs go -->\n```sh\n```\n", // twice
+	} {
+		if _, err := parse(bad); err == nil {
+			t.Errorf("%q is accepted", bad)
 		}
 	}
 }

@@ -3,12 +3,15 @@ package robustness
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/sqlite"
 )
 
 // inProcessWorkload is a short workload for the in-process server.
@@ -67,14 +70,24 @@ func (l *lieLog) about(key string) bool {
 	return l.keys[key]
 }
 
-// dropsCompletes acknowledges one Complete in three without writing it;
-// with batchOnly, only Completes that are items of a BatchComplete (those
-// reach the store through RecordCompleteMany).
+// dropsCompletes acknowledges one Complete in three without writing it, and
+// every repeat of one it dropped; with batchOnly, only Completes that are
+// items of a BatchComplete (those reach the store through
+// RecordCompleteMany).
 type dropsCompletes struct {
 	store.Store
 	batchOnly bool
 	calls     atomic.Int64
 	lies      *lieLog
+	mu        sync.Mutex
+	dropped   map[droppedComplete]bool
+}
+
+// droppedComplete is a Complete dropsCompletes acknowledged unwritten.
+type droppedComplete struct {
+	id     store.RecordID
+	token  int64
+	result string
 }
 
 func (s *dropsCompletes) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
@@ -106,16 +119,28 @@ func (s *dropsCompletes) RecordCompleteMany(ctx context.Context, ps []*store.Com
 	return recs, errs
 }
 
-// lie returns, for one call in three that could succeed, the record the
-// Complete would have written, unwritten.
+// lie returns, for one call in three that could succeed and for every
+// repeat of a call it lied to, the record the Complete would have written,
+// unwritten. A repeat written would store what the lie acknowledged, and
+// leave a history with nothing wrong in it.
 func (s *dropsCompletes) lie(ctx context.Context, p *store.CompleteParams) (*store.Record, bool) {
-	if s.calls.Add(1)%3 != 0 {
+	d := droppedComplete{p.RecordID, p.Token, string(p.Result)}
+	s.mu.Lock()
+	repeat := s.dropped[d]
+	s.mu.Unlock()
+	if !repeat && s.calls.Add(1)%3 != 0 {
 		return nil, false
 	}
 	rec, err := s.RecordGet(ctx, p.RecordID)
 	if err != nil || rec.Token != p.Token || (rec.State != store.StateProcessing && rec.State != store.StateExpired) {
 		return nil, false
 	}
+	s.mu.Lock()
+	if s.dropped == nil {
+		s.dropped = map[droppedComplete]bool{}
+	}
+	s.dropped[d] = true
+	s.mu.Unlock()
 	s.lies.add(p.RecordID.Key)
 	lie := *rec
 	lie.State, lie.Result, lie.LeaseExpiresAt = store.StateCompleted, p.Result, time.Time{}
@@ -150,7 +175,11 @@ func (s *skipsTokenCheck) RecordCompleteMany(ctx context.Context, ps []*store.Co
 }
 
 // overrule turns a Complete's LEASE_LOST on a record that a successor holds
-// into a success, completing the successor's record.
+// into a success, completing the successor's record. When the successor
+// finishes or loses the record between the read and the write, the stale
+// call gets the store's own LEASE_LOST: the refusal of the successor's token
+// (ALREADY_TERMINAL, most often) would be a lie of another kind, told
+// without being counted.
 func (s *skipsTokenCheck) overrule(ctx context.Context, p *store.CompleteParams, rec *store.Record, err error) (*store.Record, error) {
 	if !errors.Is(err, store.ErrLeaseLost) {
 		return rec, err
@@ -161,12 +190,16 @@ func (s *skipsTokenCheck) overrule(ctx context.Context, p *store.CompleteParams,
 	}
 	over := *p
 	over.Token = cur.Token
-	rec, err = s.Store.RecordComplete(ctx, &over)
-	if err != nil {
-		return nil, err
+	orec, oerr := s.Store.RecordComplete(ctx, &over)
+	if errors.Is(oerr, store.ErrAlreadyTerminal) || errors.Is(oerr, store.ErrLeaseLost) {
+		return rec, err
 	}
+	// Any other answer may have written the stale worker's result.
 	s.lies.add(p.RecordID.Key)
-	lie := *rec
+	if oerr != nil {
+		return nil, oerr
+	}
+	lie := *orec
 	lie.Token = p.Token
 	return &lie, nil
 }
@@ -255,12 +288,146 @@ func TestCheckerCatchesBrokenStores(t *testing.T) {
 				}
 				for _, k := range v.Illegal {
 					if !log.about(k) {
-						t.Errorf("the checker found %s not linearizable, where the store told no lie", k)
+						t.Errorf("the checker found %s not linearizable, where the store told no lie; its calls:\n%s", k, KeyHistory(res.History.Ops(), k))
 					}
 				}
 			}
 			if lies == 0 {
 				t.Fatalf("the broken store never lied in %d runs: the workload does not exercise what it breaks", runs)
+			}
+		})
+	}
+}
+
+// finishesOnRead finishes the record with its current token, by finish,
+// right after the first RecordGet of it: a successor that finishes between
+// a broken store's read and its write.
+type finishesOnRead struct {
+	store.Store
+	finish func(ctx context.Context, st store.Store, rec *store.Record) error
+	once   sync.Once
+	err    error
+}
+
+func (s *finishesOnRead) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	rec, err := s.Store.RecordGet(ctx, id)
+	if err == nil {
+		s.once.Do(func() { s.err = s.finish(ctx, s.Store, rec) })
+	}
+	return rec, err
+}
+
+// TestSkipsTokenCheckCountsEveryLie holds the broken store of "skips the
+// token check" to its word: a stale Complete whose overruling the successor
+// overtakes gets the store's own LEASE_LOST, or else the key is counted as
+// lied about, so that the checker is never blamed for a lie nobody counted.
+func TestSkipsTokenCheckCountsEveryLie(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		finish func(ctx context.Context, st store.Store, rec *store.Record) error
+	}{
+		{"the successor completes", func(ctx context.Context, st store.Store, rec *store.Record) error {
+			_, err := st.RecordComplete(ctx, &store.CompleteParams{RecordID: rec.RecordID, Token: rec.Token, Result: []byte("successor")})
+			return err
+		}},
+		{"the successor releases", func(ctx context.Context, st store.Store, rec *store.Record) error {
+			_, err := st.RecordFail(ctx, &store.FailParams{RecordID: rec.RecordID, Token: rec.Token, Error: "successor", Retryable: true})
+			return err
+		}},
+	} {
+		for _, batch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, batch %t", c.name, batch), func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+				if err != nil {
+					t.Fatalf("open SQLite: %v", err)
+				}
+				t.Cleanup(func() { _ = st.Close() })
+				id := store.RecordID{Namespace: Namespace, Key: "k"}
+				claim := func(claimant string) int64 {
+					res, err := st.RecordClaim(ctx, &store.ClaimParams{RecordID: id, Claimant: claimant, LeaseTTL: time.Minute, Retention: time.Hour})
+					if err != nil || res.Outcome != store.OutcomeAcquired {
+						t.Fatalf("claim by %s: %+v, %v", claimant, res, err)
+					}
+					return res.Record.Token
+				}
+				stale := claim("first")
+				if _, err := st.RecordFail(ctx, &store.FailParams{RecordID: id, Token: stale, Error: "again", Retryable: true}); err != nil {
+					t.Fatalf("release: %v", err)
+				}
+				claim("successor")
+
+				racing := &finishesOnRead{Store: st, finish: c.finish}
+				log := &lieLog{}
+				broken := &skipsTokenCheck{Store: racing, batchOnly: batch, lies: log}
+				p := &store.CompleteParams{RecordID: id, Token: stale, Result: []byte("stale")}
+				var rec *store.Record
+				if batch {
+					recs, errs := broken.RecordCompleteMany(ctx, []*store.CompleteParams{p})
+					rec, err = recs[0], errs[0]
+				} else {
+					rec, err = broken.RecordComplete(ctx, p)
+				}
+				if racing.err != nil {
+					t.Fatalf("the successor's finish: %v", racing.err)
+				}
+				if !errors.Is(err, store.ErrLeaseLost) && !log.about(id.Key) {
+					t.Errorf("a stale Complete answered %+v, %v, and no lie was counted; want the store's LEASE_LOST", rec, err)
+				}
+			})
+		}
+	}
+}
+
+// TestDropsCompletesDropsRepeats holds the broken store of "acknowledges a
+// Complete it does not write" to a lie the checker can see: a repeat of a
+// dropped Complete (a batch that names the item twice runs the second in a
+// wave of its own) must not write what the first acknowledged, or the
+// history is legal and a run whose lies were all repeated finds nothing.
+func TestDropsCompletesDropsRepeats(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch %t", batch), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+			if err != nil {
+				t.Fatalf("open SQLite: %v", err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			id := store.RecordID{Namespace: Namespace, Key: "k"}
+			res, err := st.RecordClaim(ctx, &store.ClaimParams{RecordID: id, Claimant: "w", LeaseTTL: time.Minute, Retention: time.Hour})
+			if err != nil || res.Outcome != store.OutcomeAcquired {
+				t.Fatalf("claim: %+v, %v", res, err)
+			}
+			log := &lieLog{}
+			broken := &dropsCompletes{Store: st, batchOnly: batch, lies: log}
+			broken.calls.Store(2) // the next Complete is the one in three it drops
+			p := &store.CompleteParams{RecordID: id, Token: res.Record.Token, Result: []byte("done")}
+			complete := func() (*store.Record, error) {
+				if batch {
+					recs, errs := broken.RecordCompleteMany(ctx, []*store.CompleteParams{p})
+					return recs[0], errs[0]
+				}
+				return broken.RecordComplete(ctx, p)
+			}
+			for try := 1; try <= 2; try++ {
+				rec, err := complete()
+				if err != nil || rec.State != store.StateCompleted || string(rec.Result) != "done" {
+					t.Fatalf("Complete %d: %+v, %v; want it acknowledged", try, rec, err)
+				}
+			}
+			if log.count() == 0 {
+				t.Fatal("the store told no lie")
+			}
+			got, err := st.RecordGet(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != store.StateProcessing {
+				t.Errorf("after a dropped Complete and its repeat, both acknowledged, the record is %s: the repeat wrote what the lie acknowledged", got.State)
 			}
 		})
 	}

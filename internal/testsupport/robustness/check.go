@@ -248,3 +248,31 @@ func sanitize(s string) string {
 		return '_'
 	}, s)
 }
+
+// KeyHistory lists key's calls in ops one a line, in the order they started,
+// with their intervals in milliseconds from the first call's start: what to
+// read when the checker finds the key not linearizable and the page of its
+// visualization is gone with the test's temporary directory.
+func KeyHistory(ops []Op, key string) string {
+	var kops []Op
+	for _, op := range ops {
+		if op.In.Key == key {
+			kops = append(kops, op)
+		}
+	}
+	sort.SliceStable(kops, func(i, j int) bool { return kops[i].In.Start < kops[j].In.Start })
+	var b strings.Builder
+	for _, op := range kops {
+		at := func(t int64) string { return fmt.Sprintf("%.3f", float64(t-kops[0].In.Start)/1e6) }
+		end := "lost"
+		if op.In.End != Never {
+			end = at(op.In.End)
+		}
+		call := "unary"
+		if op.Batch != 0 {
+			call = fmt.Sprintf("batch %d", op.Batch)
+		}
+		fmt.Fprintf(&b, "worker %d, %s, [%s, %s] ms: %s\n", op.Worker, call, at(op.In.Start), end, describe(op.In, op.Out))
+	}
+	return b.String()
+}

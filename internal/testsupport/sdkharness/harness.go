@@ -55,8 +55,9 @@ const maxControlMillis = 10 * 60 * 1000
 const readyTimeout = 60 * time.Second
 
 type options struct {
-	store    string
-	idemdBin string
+	store          string
+	idemdBin       string
+	maxResultBytes int // idemd's --max-result-bytes; its default when 0
 }
 
 // harness is one idemd on one store, and what it needs: the temporary
@@ -144,6 +145,9 @@ func start(ctx context.Context, opts options, log io.Writer) (_ *harness, err er
 	}
 	args := []string{"serve", "--config", cfgPath, "--listen", addrs[0], "--json-listen", addrs[1], "--http-listen", addrs[2],
 		"--log-level", "warn", "--shutdown-timeout", "5s"}
+	if opts.maxResultBytes != 0 {
+		args = append(args, "--max-result-bytes", strconv.Itoa(opts.maxResultBytes))
+	}
 	switch h.store {
 	case storePostgres:
 		dbURL, err := h.setUpPostgres(ctx)

@@ -6,7 +6,7 @@
 // its stdin closes or it is told to stop.
 //
 //	go build -o /tmp/sdkharness ./internal/testsupport/sdkharness
-//	/tmp/sdkharness --store postgres [--idemd-bin PATH]
+//	/tmp/sdkharness --store postgres [--idemd-bin PATH] [--max-result-bytes N]
 //
 // clients/scenarios/README.md describes the line and the endpoints.
 package main
@@ -27,8 +27,9 @@ func main() {
 	var opts options
 	flag.StringVar(&opts.store, "store", "", "the store idemd runs on: postgres or sqlite")
 	flag.StringVar(&opts.idemdBin, "idemd-bin", "", "an idemd binary to run; by default the harness builds ./cmd/idemd of the module it is run in")
+	flag.IntVar(&opts.maxResultBytes, "max-result-bytes", 0, "idemd's --max-result-bytes; idemd's default when 0")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: sdkharness --store postgres|sqlite [--idemd-bin PATH]")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: sdkharness --store postgres|sqlite [--idemd-bin PATH] [--max-result-bytes N]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()

@@ -34,7 +34,7 @@ from ._client import DEFAULT_URL, AdminClient, Client
 from ._do import MAX_ERROR_BYTES, Attempt, Job, Once, Result, current_attempt, do, idempotent, storable_text
 from ._dobatch import do_batch
 from ._errors import (REASON_ERRORS, AlreadyTerminalError, CompletionUnknownError, ErrorReason,
-                      FingerprintMismatchError, IdemError, InProgressError, InternalError, InvalidArgumentError,
+                      FailureNotRecordedError, FingerprintMismatchError, IdemError, InProgressError, InternalError, InvalidArgumentError,
                       JobFailedError, LeaseLostError, NotFoundError, NotUnresolvedError, PermissionDeniedError,
                       Permanent, RateLimitedError, Replayed, ResolvedByOperatorError, UnauthenticatedError,
                       UnavailableError, UnresolvedError)
@@ -59,6 +59,7 @@ __all__ = [
     "AlreadyTerminalError", "LeaseLostError", "NotFoundError", "UnavailableError", "InternalError",
     "UnauthenticatedError", "PermissionDeniedError", "RateLimitedError", "NotUnresolvedError",
     "ResolvedByOperatorError", "InProgressError", "UnresolvedError", "JobFailedError", "CompletionUnknownError",
+    "FailureNotRecordedError",
     # fingerprints
     "fingerprint", "fingerprint_json", "canonical_json",
     "__version__",

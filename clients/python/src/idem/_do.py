@@ -11,8 +11,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 
-from ._errors import (CompletionUnknownError, IdemError, InProgressError, JobFailedError, LeaseLostError,
-                      Permanent, Replayed, ResolvedByOperatorError)
+from ._errors import (CompletionUnknownError, FailureNotRecordedError, IdemError, InProgressError, JobFailedError,
+                      LeaseLostError, Permanent, Replayed, ResolvedByOperatorError)
 from ._retry import retry
 from ._types import MAX_WAIT, ClaimResult, Outcome, Record, Seconds, seconds
 
@@ -302,12 +302,12 @@ class _Lease:
             raise CompletionUnknownError(value, a.record, err) from err
         return Result(value=value, replayed=False, record=done)
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> BaseException:
         """Records the handler's exception: a Permanent fails the job for
         good, any other Exception releases it, and an interrupt
         (KeyboardInterrupt, SystemExit) releases it with one try, as the
-        process is stopping. When the failure cannot be recorded, the
-        exception gets the IdemError as ``idem_fail_error`` (and a note)."""
+        process is stopping. Returns what do() raises: exc itself, or, when
+        the failure cannot be recorded, what _not_recorded makes of it."""
         job, a = self.job, self.attempt
         interrupted = not isinstance(exc, Exception)
         text, retryable = _failure(exc)
@@ -318,7 +318,8 @@ class _Lease:
             else:
                 retry(self.client.retry, call, deadline=self._deadline())
         except IdemError as err:
-            _not_recorded(exc, job, err)
+            return _not_recorded(exc, a.record, err)
+        return exc
 
 
 def _failure(exc: BaseException) -> Tuple[str, bool]:
@@ -329,14 +330,16 @@ def _failure(exc: BaseException) -> Tuple[str, bool]:
     return _error_text(exc), not isinstance(exc, Permanent)
 
 
-def _not_recorded(exc: BaseException, job: Job, err: IdemError) -> None:
-    """Tells exc that recording it as the failure of job failed with err."""
-    try:
-        exc.idem_fail_error = err  # type: ignore[attr-defined]
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"idem: recording this failure of {job.namespace}/{job.key} failed: {err}")
-    except AttributeError:  # an exception type with __slots__
-        pass
+def _not_recorded(exc: BaseException, record: Record, err: IdemError) -> BaseException:
+    """What do() raises for the handler's exception exc when recording it as
+    the failure of record's job failed with err: a FailureNotRecordedError
+    that carries both, or, for an interrupt (KeyboardInterrupt,
+    SystemExit), exc itself with a note, so that the process still stops."""
+    if isinstance(exc, Exception):
+        return FailureNotRecordedError(exc, err, record)
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"idem: recording this failure of {record.namespace}/{record.key} failed: {err}")
+    return exc
 
 
 def _finish(lease: _Lease, exc: Optional[BaseException], value: Any) -> Result:
@@ -350,15 +353,19 @@ def _finish(lease: _Lease, exc: Optional[BaseException], value: Any) -> Result:
             if exc is lost:
                 raise exc
             raise lost from exc
-        lease.fail(exc)
-        raise exc
+        raised = lease.fail(exc)
+        if raised is exc:
+            raise exc
+        raise raised from exc
     try:
         encoded = _encode(value)
     except TypeError as err:
         if lost is not None:
             raise lost from err
-        lease.fail(err)
-        raise
+        raised = lease.fail(err)
+        if raised is err:
+            raise
+        raise raised from err
     if lost is not None:
         lost.value = encoded
         raise lost
@@ -392,6 +399,9 @@ def do(client: "Client", job: Job, fn: Callable[[Attempt], Any], *, wait: Second
     delivery runs fn again, or failed for good when the exception is a
     Permanent, and the exception propagates; the text recorded is made
     storable (storable_text), so the failure is recorded whatever it holds.
+    When the Fail is refused (ALREADY_TERMINAL when fn completed its own
+    token first) or not confirmed, do() raises FailureNotRecordedError, with
+    fn's exception as its ``handler_error`` and ``__cause__``.
 
     If a heartbeat finds the lease gone (LEASE_LOST: another worker took the
     job over), ``attempt.lost`` is set, do() raises that error once fn

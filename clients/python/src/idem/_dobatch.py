@@ -188,8 +188,8 @@ def _complete_batch(client: "Client", held: List[_Held], out: List[Any], body: A
 
 def _fail_batch(client: "Client", held: List[_Held], out: List[Any], body: Any, convert: Any) -> None:
     """Records the handlers' exceptions; a job's entry is then its handler's
-    exception, with ``idem_fail_error`` set when recording it failed (as
-    do() raises it)."""
+    exception, or a FailureNotRecordedError with it when recording it failed
+    (as do() raises them)."""
     if not held:
         return
     bodies = []
@@ -200,6 +200,4 @@ def _fail_batch(client: "Client", held: List[_Held], out: List[Any], body: Any, 
     items, _ = client._send_items("BatchFail", "Fail", bodies, convert, until=_deadlines(held), halve=True)
     for h, item in zip(held, items):
         assert h.exc is not None
-        if isinstance(item, IdemError):
-            _not_recorded(h.exc, h.job, item)
-        out[h.index] = h.exc
+        out[h.index] = _not_recorded(h.exc, h.record, item) if isinstance(item, IdemError) else h.exc

@@ -16,7 +16,8 @@ __all__ = [
     "ErrorReason", "IdemError", "InvalidArgumentError", "FingerprintMismatchError", "AlreadyTerminalError",
     "LeaseLostError", "NotFoundError", "UnavailableError", "InternalError", "UnauthenticatedError",
     "PermissionDeniedError", "RateLimitedError", "NotUnresolvedError", "ResolvedByOperatorError",
-    "InProgressError", "UnresolvedError", "JobFailedError", "CompletionUnknownError", "Permanent",
+    "InProgressError", "UnresolvedError", "JobFailedError", "CompletionUnknownError", "FailureNotRecordedError",
+    "Permanent",
     "Replayed", "REASON_ERRORS",
 ]
 
@@ -326,6 +327,30 @@ class CompletionUnknownError(IdemError):
         self.value = value
         self.record = record
         self.error = error
+
+    def __str__(self) -> str:
+        return "idem: " + self.message
+
+
+class FailureNotRecordedError(IdemError):
+    """The handler raised, and its failure was not recorded: idemd refused
+    the Fail (ALREADY_TERMINAL when the handler completed its own token
+    first, LEASE_LOST when another worker took the job over), or it failed
+    until the lease ran out. The handler's exception is never lost:
+    ``handler_error`` is it (and ``__cause__``); ``fail_error`` is the last
+    Fail error, whose code and reason this error repeats; ``record`` is the
+    record as acquired."""
+
+    def __init__(self, handler_error: BaseException, fail_error: IdemError, record: "Record"):
+        handler_text = str(handler_error) or type(handler_error).__name__
+        super().__init__(f"{record.namespace}/{record.key}: the handler failed ({handler_text}), and its failure "
+                         f"was not recorded: {fail_error}", code=fail_error.code, reason=fail_error.reason,
+                         metadata=fail_error.metadata, http_status=fail_error.http_status, rpc="Fail",
+                         transient=False)
+        self.handler_error = handler_error
+        self.fail_error = fail_error
+        self.record = record
+        self.__cause__ = handler_error
 
     def __str__(self) -> str:
         return "idem: " + self.message

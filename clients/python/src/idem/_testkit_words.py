@@ -7,10 +7,11 @@ WORDS = {'version': 1,
  'about': 'The words of the duplicate-delivery test kit: its cases and the messages it reports. The Go kit '
           '(idemtest.CheckHandler) embeds this file; the TypeScript (@idemhq/idem/testkit) and Python '
           '(idem.testkit) kits ship copies that their tests compare with it, so a team gets the same report in '
-          'every language. {name} is filled in by the kit: namespace, key, effects, runs, i, to, what, attempt, '
-          "token, state, error, n, and the language's own terms: takeover (the attempt's takeover flag), "
-          "token_field (the attempt's fencing token), permanent (how a handler marks a failure permanent), "
-          'lost_check (how a handler checks that its lease is still held).',
+          'every language. {name} is filled in by the kit: namespace, key, effects, runs, deliveries, outside, '
+          "late, i, to, what, attempt, token, state, reason, error, n, and the language's own terms: takeover (the "
+          "attempt's takeover flag), token_field (the attempt's fencing token), permanent (how a handler marks a "
+          'failure permanent), lost_check (how a handler checks that its lease is still held), worker_client (how '
+          'a handler reaches the client of the worker it runs in).',
  'cases': [{'id': 'twice-in-sequence', 'title': 'the same job delivered twice, one after the other'},
            {'id': 'concurrent', 'title': 'the same job delivered {n} times at once'},
            {'id': 'crash-after-effect',
@@ -27,6 +28,16 @@ WORDS = {'version': 1,
             'held': "the namespace's policy holds the record (on_lease_expiry: hold): the redelivery found it "
                     'UNRESOLVED and did not run the handler, so the effect ran once, and the job waits for a '
                     'person to resolve it (idem resolve).'},
+           {'id': 'crash-after-complete',
+            'title': "the worker died as soon as the job's record was completed; the job was delivered again",
+            'window': "between the handler's own Complete and its side effect. The handler recorded the job as "
+                      'done (a Complete with its own token) before it made the effect, and the worker died in '
+                      'between: the record is COMPLETED, the effect never happened, and every redelivery replays '
+                      'the stored result instead of running the handler. The effect is lost.',
+            'remedy': 'make the side effect before anything records the job as done: return the result from the '
+                      'handler and let do() send the Complete once the handler returned, instead of completing '
+                      'with {token_field} yourself. Work that must follow the Complete belongs in a job of its '
+                      'own, with a key of its own.'},
            {'id': 'lease-lapsed',
             'title': 'the lease lapsed while the handler still ran (its heartbeats held), and a second delivery '
                      'took the job over',
@@ -60,6 +71,8 @@ WORDS = {'version': 1,
                       'on_lease_expiry: hold does not cover this window: no lease lapsed.'}],
  'messages': {'ok': '{id}: the effect ran once',
               'more': '{id}: the effect ran {effects} times for one job; want once',
+              'lost': '{id}: the effect never ran, and the record says the job is done; want once',
+              'late': '{id}: the effect happened after the handler returned; want it made before',
               'none': '{id}: the effect counter saw no effect; want one',
               'error': '{id}: the case could not run: {error}',
               'delivery': 'delivery {i}: {what}',
@@ -68,9 +81,10 @@ WORDS = {'version': 1,
               'window': 'window: {text}',
               'remedy': 'remedy: {text}',
               'held': 'held: {text}',
-              'no_effect': "the handler ran, but the effect counter saw nothing: it must count the handler's side "
-                           'effect (rows in your table, charges your fake API applied), read after the handler '
-                           'returns.',
+              'no_effect': 'the handler ran, but the effect counter saw nothing, during the case or for a second '
+                           'after it: either the handler made no side effect on these deliveries, or the counter '
+                           'does not count it (it must count the effect as the downstream knows it: rows in your '
+                           'table, charges your fake API applied).',
               'extra_effects': 'the handler made {effects} effects in {runs} runs: one run makes more than one '
                                'effect (a retry loop around the downstream call, an effect per item of something '
                                'repeated), or the counter counts more than the effect. Make one run make one '
@@ -78,15 +92,35 @@ WORDS = {'version': 1,
                                '({namespace}/{key}) as their idempotency key.',
               'extra_runs': 'idem ran the handler {runs} times where it must run it once: a bug in idem or its '
                             'SDK, not in your handler; please report it with this message.',
+              'outside_effects': '{outside} of the {effects} effects happened while the kit built the handler of a '
+                                 'delivery, before do() claimed the job ({deliveries} deliveries, {runs} of which '
+                                 'ran the handler): the effect runs outside the handler, where idem cannot keep it '
+                                 'to one delivery. Move it into the function the worker passes to do(), and build '
+                                 'that function without side effects.',
+              'late_effect': 'the handler returned before its side effect was made ({late} effects came after it '
+                             'returned): it does not wait for the effect (a promise it does not await, a callback, '
+                             'a thread or goroutine it started), so do() recorded the job as done before the '
+                             'effect happened; a crash in between loses the effect, and an error in it goes '
+                             'unseen. Wait for the effect before the handler returns.',
+              'ended_unseen': 'the handler ended the record itself ({state}) through a client the kit does not '
+                              "see, so the kit cannot stop the worker right after it: make the handler's own calls "
+                              "to idem through the worker's client ({worker_client}), or let do() record the "
+                              'outcome.',
               'ran': 'ran the handler (attempt {attempt}, token {token})',
               'ran_stalled': 'ran the handler (attempt {attempt}, token {token}) after stalling until its lease '
                              'lapsed',
               'completed': 'Complete confirmed',
               'answer_lost': 'Complete applied and its answer lost; the retried Complete was confirmed',
               'died': 'the worker died before Complete, and its lease lapsed',
+              'died_after_complete': 'Complete applied, and the worker died before it heard back',
+              'died_after_own_complete': 'the handler completed the record itself (Complete with its token), and '
+                                         'the worker died right there; what the handler did after that is not '
+                                         'counted',
               'lease_lost': 'the job had been taken over: Complete refused (LEASE_LOST)',
               'late_complete': 'no one had taken over: Complete accepted',
               'released': 'then failed; the failure was recorded as retryable and the job released',
+              'not_released': 'then failed, but the failure was not recorded ({reason}), so the job was not '
+                              'released',
               'replayed': 'replayed the stored result; the handler did not run',
               'in_progress': 'found the job in progress elsewhere; the handler did not run',
               'unresolved': 'found the record UNRESOLVED (held for a person); the handler did not run',

@@ -1,8 +1,9 @@
 """The duplicate-delivery test kit: run a worker's handler (the function it
 passes to ``Client.do``) through the deliveries a real queue produces,
 against a real idemd, count its side effect with a counter the test
-provides, and fail, for each case that made the effect more than once, with
-the window it ran twice in and the remedy. Its cases and words are those of
+provides, and fail, for each case that did not make the effect exactly once
+inside the handler, with the window it ran twice (or was lost) in and the
+remedy. Its cases and words are those of
 the Go kit (idemtest.CheckHandler).
 
     import unittest
@@ -31,6 +32,7 @@ dropped after the server applied it. The faults live in the kit's clients
 production.
 """
 
+import contextvars
 import dataclasses
 import json
 import os
@@ -38,6 +40,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -45,15 +48,15 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ._client import Client
 from ._do import Attempt, Job, Result
-from ._errors import (CompletionUnknownError, IdemError, InProgressError, LeaseLostError, UnavailableError,
-                      UnresolvedError)
+from ._errors import (CompletionUnknownError, FailureNotRecordedError, IdemError, InProgressError, LeaseLostError,
+                      UnavailableError, UnresolvedError)
 from ._retry import RetryPolicy
 from ._testkit_words import WORDS
-from ._types import MAX_WAIT, Record
+from ._types import MAX_WAIT, Record, State
 
-__all__ = ["TWICE_IN_SEQUENCE", "CONCURRENT", "CRASH_AFTER_EFFECT", "LEASE_LAPSED", "COMPLETE_ANSWER_LOST",
-           "RETRYABLE_FAILURE", "ALL_CASES", "CaseReport", "Report", "check_handler", "inspect_handler",
-           "Idemd", "start_idemd"]
+__all__ = ["TWICE_IN_SEQUENCE", "CONCURRENT", "CRASH_AFTER_EFFECT", "CRASH_AFTER_COMPLETE", "LEASE_LAPSED",
+           "COMPLETE_ANSWER_LOST", "RETRYABLE_FAILURE", "ALL_CASES", "CaseReport", "Report", "check_handler",
+           "inspect_handler", "worker_client", "Idemd", "start_idemd"]
 
 #: The job delivered, and once it completed, delivered again: the second
 #: delivery replays.
@@ -64,6 +67,11 @@ CONCURRENT = "concurrent"
 #: The handler runs under a 1 s lease with heartbeats held; the worker
 #: "dies" before Complete; a redelivery waits for the lease to lapse.
 CRASH_AFTER_EFFECT = "crash-after-effect"
+#: The worker "dies" as soon as a Complete of the record is applied: the
+#: handler's own (sent through worker_client() while it runs) or do()'s;
+#: what the handler does after that is not counted; the job is delivered
+#: again.
+CRASH_AFTER_COMPLETE = "crash-after-complete"
 #: The handler is held before it starts, with its heartbeats, while its 1 s
 #: lease lapses and a second delivery takes over; then it runs.
 LEASE_LAPSED = "lease-lapsed"
@@ -74,8 +82,8 @@ COMPLETE_ANSWER_LOST = "complete-answer-lost"
 #: second delivery runs it again.
 RETRYABLE_FAILURE = "retryable-failure"
 #: Every case, in the order the kit runs them.
-ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, LEASE_LAPSED, COMPLETE_ANSWER_LOST,
-             RETRYABLE_FAILURE)
+ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, CRASH_AFTER_COMPLETE, LEASE_LAPSED,
+             COMPLETE_ANSWER_LOST, RETRYABLE_FAILURE)
 
 # This package's names for what the remedies point at.
 _TERMS = {
@@ -83,7 +91,27 @@ _TERMS = {
     "token_field": "attempt.token",
     "permanent": "raise idem.Permanent(err)",
     "lost_check": "attempt.check()",
+    "worker_client": "idem.testkit.worker_client()",
 }
+
+# How long a case whose effect counter did not move waits for an effect that
+# comes after the handler returned, before it reports none.
+_LATE_WAIT = 1.0
+
+_worker: "contextvars.ContextVar[Optional[Client]]" = contextvars.ContextVar("idem_testkit_worker", default=None)
+
+
+def worker_client() -> Client:
+    """The client of the worker that runs the current delivery of
+    check_handler or inspect_handler, for a handler that calls idem itself
+    (a Complete of its own token, say) as a worker's handler calls it with
+    the worker's client: the kit's faults apply to those calls, and the
+    crash-after-complete case stops the worker right after such a Complete.
+    Raises RuntimeError outside a delivery."""
+    c = _worker.get()
+    if c is None:
+        raise RuntimeError("idem.testkit.worker_client() is only set while the kit builds or runs a handler")
+    return c
 
 _MESSAGES: Dict[str, str] = WORDS["messages"]
 
@@ -104,10 +132,15 @@ def _case_words(case: str) -> Dict[str, str]:
 
 class CaseReport:
     """What one case found: ``case``, ``title``, ``job`` (with the case's own
-    key), ``effects`` (how much the counter went up), ``runs`` (how often the
-    handler ran), ``deliveries`` (what each did), ``record`` (the record
-    afterwards, or None), ``window`` and ``remedy`` (when the effect ran
-    more than once in a window the case opens), ``held`` (how
+    key), ``effects`` (how much the counter went up, or for a second after
+    the case when it had not moved by its end, leaving out what a handler did
+    after its worker died), ``outside`` (how many of them happened while the
+    handler of a delivery was being built, before do() claimed the job),
+    ``late`` (how many happened after the handler that made them returned),
+    ``runs`` (how often the handler ran), ``deliveries`` (what each did),
+    ``record`` (the record afterwards, or None), ``window`` and ``remedy``
+    (when the effect ran more than once, or not at all after the handler's
+    own Complete, in a window the case opens), ``held`` (how
     on_lease_expiry: hold kept the effect at one), ``finding`` (what is wrong
     otherwise) and ``error`` (why the case could not run)."""
 
@@ -116,6 +149,8 @@ class CaseReport:
         self.job = job
         self.title = ""
         self.effects = 0
+        self.outside = 0
+        self.late = 0
         self.runs = 0
         self.deliveries: List[str] = []
         self.record: Optional[Record] = None
@@ -127,17 +162,22 @@ class CaseReport:
 
     @property
     def ok(self) -> bool:
-        """True when the case ran and made the effect exactly once."""
-        return self.error is None and self.effects == 1
+        """True when the case ran and made the effect exactly once, inside the
+        handler."""
+        return self.error is None and self.effects == 1 and self.outside == 0 and self.late == 0
 
     def __str__(self) -> str:
         m = _MESSAGES
         if self.error is not None:
             head = _fill(m["error"], id=self.case, error=self.error)
+        elif self.late > 0 and self.outside == 0:
+            head = _fill(m["late"], id=self.case)
         elif self.effects == 1:
             head = _fill(m["ok"], id=self.case)
         elif self.effects > 1:
             head = _fill(m["more"], id=self.case, effects=str(self.effects))
+        elif self.window:
+            head = _fill(m["lost"], id=self.case)
         else:
             head = _fill(m["none"], id=self.case)
         lines = [self.title] + self.deliveries
@@ -185,8 +225,7 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
     delivery through ``Client.do`` on a client of its own (a worker process
     of its own), and raises AssertionError with the report of each case
     where the effect did not happen exactly once: the count, what every
-    delivery did and, when the effect ran more than once, the window and
-    the remedy. Returns the Report when every case passed.
+    delivery did and the window and the remedy, or what else is wrong. Returns the Report when every case passed.
 
     - ``make_handler(job)`` returns the handler a worker passes to do() for
       one delivery of job, built the way the worker builds it from the
@@ -196,7 +235,11 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
       cannot answer another's.
     - ``effects()`` counts the side effect as the downstream knows it
       (charges a fake provider applied, rows in your table); the kit reads
-      it before and after each case.
+      it before and after each case, and while it runs (around the building
+      of each delivery's handler, around each run of it, when a worker
+      dies), to tell an effect made outside the handler or after it
+      returned. A handler that calls idem itself does so through
+      ``worker_client()``.
     - ``job``: its namespace (whose policy applies), fingerprint, lease and
       retention; default namespace "jobs", key "job-1". Deliveries whose
       lease must lapse get a 1 s lease instead.
@@ -241,7 +284,10 @@ def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], eff
         run = "." + uuid.uuid4().hex[:8]
     try:
         kit = _Kit(server, token, make_handler, effects, job, max(concurrency, 2), run)
-        return Report([kit.run(c) for c in ALL_CASES])
+        try:
+            return Report([kit.run(c) for c in ALL_CASES])
+        finally:
+            kit.close()
     finally:
         if proc is not None:
             proc.stop()
@@ -283,6 +329,12 @@ def _stop(proc: "subprocess.Popen[bytes]", reader: threading.Thread) -> None:
         proc.stderr.close()
 
 
+_GIVE_IDEMD = "give idemd=, set IDEMD_BIN, or put idemd on the PATH."
+# idemd has no release to download yet: a clone builds it.
+_GET_IDEMD = ("To get idemd: in a clone of https://github.com/idemhq/idem, `make install` (it says where it puts "
+              "idemd) or `make build` (bin/idemd).")
+
+
 def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, timeout: float = 60.0) -> Idemd:
     """Starts idemd on SQLite in a new temporary directory, on loopback ports
     the system picks, and returns once it serves. The IDEM_* variables of
@@ -290,7 +342,7 @@ def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, time
     developer's shell."""
     exe = bin or os.environ.get("IDEMD_BIN") or shutil.which("idemd")
     if not exe:
-        raise RuntimeError("idem testkit: no idemd: give idemd=, or IDEMD_BIN, or put idemd on the PATH")
+        raise RuntimeError(f"idem testkit: no idemd to start: {_GIVE_IDEMD} {_GET_IDEMD}")
     data_dir = tempfile.mkdtemp(prefix="idem-testkit-")
     args = [exe, "serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0", "--http-listen", "",
             "--json-listen", "127.0.0.1:0", "--sweep-interval", "0", "--log-format", "json"]
@@ -305,8 +357,7 @@ def start_idemd(*, bin: Optional[str] = None, config: Optional[str] = None, time
                                 stderr=subprocess.PIPE)
     except OSError as err:
         shutil.rmtree(data_dir, ignore_errors=True)
-        raise RuntimeError(f"idem testkit: cannot start {exe} (give idemd=, or IDEMD_BIN, or put idemd on the "
-                           f"PATH): {err}") from err
+        raise RuntimeError(f"idem testkit: cannot start {exe}: {err}; {_GIVE_IDEMD} {_GET_IDEMD}") from err
     log: "deque[str]" = deque(maxlen=200)
     served: Dict[str, str] = {}
     ready = threading.Event()
@@ -345,18 +396,35 @@ class _AfterEffect(Exception):
 
 class _Faults:
     """What the kit does to one worker's calls, in its transport: the server
-    sees only what a real worker sent."""
+    sees only what a real worker sent. Once the worker died, it sends
+    nothing more."""
 
     def __init__(self, hold_heartbeats: bool = False, die_before_complete: bool = False,
-                 lose_complete_answer: bool = False):
+                 lose_complete_answer: bool = False, die_after_complete: bool = False):
         self.hold_heartbeats = hold_heartbeats
+        #: The worker dies before its first Complete (the handler's own, or
+        #: do()'s) goes out.
         self.die_before_complete = die_before_complete
         self.lose_complete_answer = lose_complete_answer
+        #: The worker dies as soon as its first Complete is applied, before
+        #: it hears the answer.
+        self.die_after_complete = die_after_complete
+        #: The effect counter, read when the worker dies.
+        self.effects: Callable[[], int] = lambda: 0
         #: Set once the handler returned: a held heartbeat gives up then.
         self.handler_returned = threading.Event()
+        self.running = False  # the handler runs
+        self.own_call = False  # the handler sent a Complete or Fail of its own through the worker
         self.died = False
+        self.died_in = False  # the worker died while the handler ran
+        self.at_death = 0  # the effect counter when the worker died
         self.answer_lost = False
         self._lock = threading.Lock()
+
+    def die(self, in_handler: bool) -> None:
+        at = self.effects()
+        with self._lock:
+            self.died, self.died_in, self.at_death = True, in_handler, at
 
 
 class _FaultyTransport:
@@ -372,6 +440,14 @@ class _FaultyTransport:
 
     def call(self, service: str, method: str, body: Any, timeout: float) -> Dict[str, Any]:
         f = self._faults
+        with f._lock:
+            dead, running = f.died, f.running
+            if running and method in ("Complete", "Fail"):
+                f.own_call = True
+        if dead:
+            # Not transient: do() would retry it.
+            raise IdemError("idem testkit: the worker is dead and sends nothing", code="UNKNOWN", rpc=method,
+                            transient=False)
         if method == "Heartbeat" and f.hold_heartbeats:
             # Held: it never reaches the server, and gives up when the
             # handler returns (or the call's timeout would have passed).
@@ -380,9 +456,13 @@ class _FaultyTransport:
                                    transient=True)
         if method == "Complete":
             if f.die_before_complete:
-                f.died = True
-                # Not transient: a dead worker sends nothing more.
+                f.die(running)
                 raise IdemError("idem testkit: the worker died before its Complete went out", code="UNKNOWN",
+                                rpc=method, transient=False)
+            if f.die_after_complete:
+                self._inner.call(service, method, body, timeout)  # not applied: it raises, and the worker lives on
+                f.die(running)
+                raise IdemError("idem testkit: the worker died once its Complete was applied", code="UNKNOWN",
                                 rpc=method, transient=False)
             with f._lock:
                 lose = f.lose_complete_answer and not f.answer_lost
@@ -399,11 +479,22 @@ class _FaultyTransport:
 class _Delivery:
     """One delivery of a job to a worker of its own, and what became of it."""
 
-    def __init__(self, faults: _Faults, stall: Optional[Callable[[Attempt], None]] = None,
+    def __init__(self, job: Job, faults: _Faults, stall: Optional[Callable[[Attempt], None]] = None,
                  fail_after: bool = False):
+        self.job = job
         self.faults = faults
         self.stall = stall
         self.fail_after = fail_after
+        self.client: Optional[Client] = None
+        self.handler: Optional[Callable[[Attempt], Any]] = None
+        # What the effect counter saw while the handler was built, while it
+        # ran (until its worker died, when it died in it), and after that.
+        self.built = 0
+        self.during = 0
+        self.zombie = 0
+        # The state the handler left the record in when it ended the record
+        # itself through a client the kit does not see.
+        self.ended = ""
         self.ran: Optional[Attempt] = None
         self.result: Optional[Result] = None
         self.error: Optional[BaseException] = None
@@ -418,11 +509,19 @@ class _Delivery:
             return "in_progress"
         if isinstance(err, UnresolvedError):
             return "unresolved"
-        if isinstance(err, LeaseLostError) or isinstance(getattr(err, "idem_fail_error", None), LeaseLostError):
+        if isinstance(err, LeaseLostError) or isinstance(getattr(err, "fail_error", None), LeaseLostError):
             return "lease_lost"  # the Complete, or the Fail of the handler's error, was refused
+        if self.fail_after and isinstance(err, FailureNotRecordedError) and isinstance(err.handler_error, _AfterEffect):
+            return "not_released"
         if self.fail_after and isinstance(err, _AfterEffect):
             return "released"
         return "failed"
+
+    def lost_at_own_complete(self) -> bool:
+        """The worker died right after the handler's own Complete was
+        applied, before the handler made its effect."""
+        f = self.faults
+        return f.died and f.died_in and f.die_after_complete and self.during <= 0
 
     def line(self) -> str:
         m = _MESSAGES
@@ -435,14 +534,22 @@ class _Delivery:
             return m[o]
         if o == "completed":
             end = m["answer_lost"] if self.faults.answer_lost else m["late_complete"] if self.stall else m["completed"]
-        elif o in ("lease_lost", "died", "released"):
+        elif o == "died":
+            f = self.faults
+            end = m["died_after_own_complete" if f.died_in else "died_after_complete"] if f.die_after_complete \
+                else m["died"]
+        elif o == "not_released":
+            assert isinstance(self.error, FailureNotRecordedError)
+            end = _fill(m["not_released"], reason=self.error.fail_error.reason or str(self.error.fail_error))
+        elif o in ("lease_lost", "released"):
             end = m[o]
         else:
             end = _fill(m["failed"], error=_message(self.error))
         return f"{ran}; {end}" if ran else end
 
 
-_ORDER = ["completed", "replayed", "in_progress", "unresolved", "lease_lost", "died", "released", "failed"]
+_ORDER = ["completed", "replayed", "in_progress", "unresolved", "lease_lost", "died", "released", "not_released",
+          "failed"]
 
 
 def _message(err: Optional[BaseException]) -> str:
@@ -463,37 +570,103 @@ class _Kit:
         self.job = job
         self.concurrency = concurrency
         self.run_id = run
+        self.lookups = Client(server, token=token)
+
+    def close(self) -> None:
+        self.lookups.close()
 
     def deliver(self, job: Job, faults: Optional[_Faults] = None, *, stall: Optional[Callable[[Attempt], None]] = None,
                 fail_after: bool = False, wait: float = 0) -> _Delivery:
-        """Delivers job to a new worker that runs the handler through do()."""
-        faults = faults or _Faults()
-        d = _Delivery(faults, stall, fail_after)
+        """Builds the handler of a delivery of job and sends it."""
+        return self.send(self.build(_Delivery(job, faults or _Faults(), stall, fail_after)), wait=wait)
+
+    def build(self, d: _Delivery) -> _Delivery:
+        """Makes d's worker (a client of its own, with d's faults in its
+        transport) and builds its handler, as a worker builds it from the
+        message it got, counting what the effect counter saw meanwhile: an
+        effect made there happens on every delivery, outside do()."""
         # Quick retries: the answer-lost case's retried Complete need not
         # wait the production backoff.
         client = Client(self.server, token=self.token, retry=RetryPolicy(base_delay=0.01, max_delay=0.2))
-        client._transport = _FaultyTransport(client._transport, faults)
+        client._transport = _FaultyTransport(client._transport, d.faults)
+        d.client = client
+        d.faults.effects = self.effects
+        before = self.effects()
+        token = _worker.set(client)
         try:
-            handler = self.make_handler(job)
-
-            def fn(attempt: Attempt) -> Any:
-                try:
-                    if stall is not None:
-                        stall(attempt)
-                    d.ran = attempt
-                    value = handler(attempt)
-                    if fail_after:
-                        raise _AfterEffect(_MESSAGES["injected_failure"])
-                    return value
-                finally:
-                    faults.handler_returned.set()
-
-            d.result = client.do(job, fn, wait=wait)
+            d.handler = self.make_handler(d.job)
         except Exception as err:
             d.error = err
         finally:
+            _worker.reset(token)
+        d.built = self.effects() - before
+        return d
+
+    def send(self, d: _Delivery, *, wait: float = 0) -> _Delivery:
+        """Delivers d's job to its worker, which runs the handler through
+        do()."""
+        client, faults, handler, stall = d.client, d.faults, d.handler, d.stall
+        assert client is not None
+        if handler is None:
+            client.close()
+            return d  # building it raised: d.error says what
+
+        def fn(attempt: Attempt) -> Any:
+            try:
+                if stall is not None:
+                    stall(attempt)
+                d.ran = attempt
+                start = self.effects()
+                with faults._lock:
+                    faults.running = True
+                try:
+                    value = handler(attempt)
+                finally:
+                    with faults._lock:
+                        faults.running = False
+                    returned = self.effects()
+                    if faults.died and faults.died_in:
+                        d.during, d.zombie = faults.at_death - start, returned - faults.at_death
+                    else:
+                        d.during = returned - start
+                    d.ended = self._ended_unseen(d.job, attempt, faults)
+                if d.fail_after:
+                    raise _AfterEffect(_MESSAGES["injected_failure"])
+                return value
+            finally:
+                faults.handler_returned.set()
+
+        token = _worker.set(client)
+        try:
+            d.result = client.do(d.job, fn, wait=wait)
+        except Exception as err:
+            d.error = err
+        finally:
+            _worker.reset(token)
             client.close()
         return d
+
+    def _ended_unseen(self, job: Job, attempt: Attempt, faults: _Faults) -> str:
+        """The state the handler of attempt left job's record in, when it
+        ended the record itself (Complete or Fail with its token) through a
+        client other than its worker's; "" otherwise."""
+        if faults.own_call:
+            return ""
+        try:
+            rec = self.lookups.lookup(job.namespace, job.key)
+        except IdemError:
+            return ""
+        return rec.state.name if rec.token == attempt.token and rec.state != State.PROCESSING else ""
+
+    def _await_late_effects(self, end: int) -> int:
+        """Waits up to _LATE_WAIT for the effect counter to move past end, and
+        returns by how much it did."""
+        deadline = time.monotonic() + _LATE_WAIT
+        while True:
+            moved = self.effects() - end
+            if moved > 0 or time.monotonic() >= deadline:
+                return max(moved, 0)
+            time.sleep(0.01)
 
     def run(self, case: str) -> CaseReport:
         cw = _case_words(case)
@@ -507,22 +680,31 @@ class _Kit:
         before = self.effects()
         ds: List[_Delivery] = []
         if case == TWICE_IN_SEQUENCE:
-            ds += [self.deliver(job), self.deliver(job)]
+            ds.append(self.deliver(job))
+            ds.append(self.deliver(job))
         elif case == CONCURRENT:
+            # Built one after the other before any is sent, so that what
+            # building one makes is counted as its own.
+            built = [self.build(_Delivery(job, _Faults())) for _ in range(self.concurrency)]
             start = threading.Barrier(self.concurrency)
 
-            def at_once(_: int) -> _Delivery:
+            def at_once(d: _Delivery) -> _Delivery:
                 start.wait()
-                return self.deliver(job)
+                return self.send(d)
 
             with ThreadPoolExecutor(self.concurrency) as pool:
-                ds = list(pool.map(at_once, range(self.concurrency)))
+                ds = list(pool.map(at_once, built))
             ds.sort(key=lambda d: _ORDER.index(d.outcome()))
             for d in ds[:self.concurrency]:
                 if d.outcome() == "in_progress":
                     ds.append(self.deliver(job))  # the queue redelivers it
         elif case == CRASH_AFTER_EFFECT:
             ds.append(self.deliver(lapsing, _Faults(hold_heartbeats=True, die_before_complete=True)))
+            ds.append(self.deliver(job, wait=MAX_WAIT))
+        elif case == CRASH_AFTER_COMPLETE:
+            # A lapsing lease, so that a record the dead worker left
+            # PROCESSING is taken over by the redelivery.
+            ds.append(self.deliver(lapsing, _Faults(die_after_complete=True)))
             ds.append(self.deliver(job, wait=MAX_WAIT))
         elif case == LEASE_LAPSED:
             acquired, resume, first_done = threading.Event(), threading.Event(), threading.Event()
@@ -533,9 +715,11 @@ class _Kit:
                 while not resume.wait(0.05):
                     attempt.check()
 
+            stalled = self.build(_Delivery(lapsing, _Faults(hold_heartbeats=True), stall))
+
             def deliver_first() -> None:
                 try:
-                    first.append(self.deliver(lapsing, _Faults(hold_heartbeats=True), stall=stall))
+                    first.append(self.send(stalled))
                 finally:
                     first_done.set()
                     acquired.set()
@@ -552,28 +736,50 @@ class _Kit:
             if second is not None:
                 ds.append(second)
         elif case == COMPLETE_ANSWER_LOST:
-            ds += [self.deliver(job, _Faults(lose_complete_answer=True)), self.deliver(job)]
+            ds.append(self.deliver(job, _Faults(lose_complete_answer=True)))
+            ds.append(self.deliver(job))
         elif case == RETRYABLE_FAILURE:
-            ds += [self.deliver(job, fail_after=True), self.deliver(job)]
-        cr.effects = self.effects() - before
+            ds.append(self.deliver(job, fail_after=True))
+            ds.append(self.deliver(job))
+        end = self.effects()
+
+        # What the counter saw, by when it moved: while a handler was built,
+        # while one ran (before its worker died), after a dead worker's, and
+        # the rest, which came after the handler that made it returned.
+        cr.outside = sum(d.built for d in ds)
+        during = sum(d.during for d in ds)
+        zombie = sum(d.zombie for d in ds)
+        lost = any(d.lost_at_own_complete() for d in ds)
+        cr.effects = end - before - zombie
+        cr.late = max(cr.effects - cr.outside - during, 0)
         cr.runs = sum(1 for d in ds if d.ran is not None)
         cr.deliveries = _describe(ds)
         try:
-            with Client(self.server, token=self.token) as c:
-                cr.record = c.lookup(job.namespace, job.key)
+            cr.record = self.lookups.lookup(job.namespace, job.key)
         except IdemError:
             pass
         cr.error = _case_error(case, ds)
         if cr.error is not None:
             return cr
+        if cr.runs > 0 and cr.effects <= 0 and not lost:
+            moved = self._await_late_effects(end)
+            cr.effects += moved
+            cr.late += moved
 
-        values = dict(namespace=job.namespace, key=job.key, effects=str(cr.effects), runs=str(cr.runs), **_TERMS)
+        values = dict(namespace=job.namespace, key=job.key, effects=str(cr.effects), runs=str(cr.runs),
+                      deliveries=str(len(ds)), outside=str(cr.outside), late=str(cr.late), **_TERMS)
         held = any(d.outcome() == "unresolved" for d in ds)
-        if cr.effects <= 0:
+        if cr.outside > 0:
+            cr.finding = _fill(_MESSAGES["outside_effects"], **values)
+        elif cr.late > 0:
+            cr.finding = _fill(_MESSAGES["late_effect"], **values)
+        elif lost and cr.effects <= 0:
+            cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
+        elif cr.effects <= 0:
             cr.finding = _fill(_MESSAGES["no_effect"], **values)
         elif cr.effects > cr.runs:
             cr.finding = _fill(_MESSAGES["extra_effects"], **values)
-        elif cr.effects > 1 and not cw.get("window"):
+        elif cr.effects > 1 and (not cw.get("window") or case == CRASH_AFTER_COMPLETE):
             cr.finding = _fill(_MESSAGES["extra_runs"], **values)
         elif cr.effects > 1:
             cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
@@ -585,6 +791,11 @@ class _Kit:
 def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
     """Why the case could not run as designed, or None."""
     for d in ds:
+        # A record ended where the kit cannot see it explains a failure that
+        # follows, and leaves the crash-after-complete case blind.
+        if d.ended and (case == CRASH_AFTER_COMPLETE or d.outcome() == "failed"):
+            return _fill(_MESSAGES["ended_unseen"], state=d.ended, worker_client=_TERMS["worker_client"])
+    for d in ds:
         if d.outcome() == "failed":
             if d.ran is not None and not isinstance(d.error, CompletionUnknownError):
                 return _fill(_MESSAGES["handler_failed"], error=_message(d.error))
@@ -592,6 +803,8 @@ def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
     first = ds[0]
     if case == CRASH_AFTER_EFFECT and not first.faults.died:
         return "the first delivery did not reach its Complete"
+    if case == CRASH_AFTER_COMPLETE and not first.faults.died:
+        return "no Complete of the first delivery was applied"
     if case == COMPLETE_ANSWER_LOST and not first.faults.answer_lost:
         return "the first delivery's Complete was not applied"
     if case == LEASE_LAPSED and len(ds) < 2:

@@ -1,0 +1,4 @@
+package coalesce
+
+// QueuedClaims is how many Claims wait for a batch.
+func (s *Store) QueuedClaims() int { return s.claims.Queued() }
