@@ -24,13 +24,17 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// answer is the ResponseWriter vanguard answers a Connect or REST call on.
-// It passes the gRPC server's answer on, 413 for REQUEST_TOO_LARGE, and
-// drops what vanguard writes for a call the gateway answers itself.
+// answer is the ResponseWriter vanguard answers a call on. It passes the
+// gRPC server's answer on, 413 for REQUEST_TOO_LARGE, and drops what
+// vanguard writes for a call the gateway answers itself. A gRPC or gRPC-Web
+// answer's headers go straight through, trailers among them.
 type answer struct{ c *call }
 
 func (a answer) Header() http.Header {
-	if a.c.answerHeader == nil {
+	switch {
+	case a.c.protocol == protocolGRPCWeb:
+		return a.c.w.Header()
+	case a.c.answerHeader == nil:
 		a.c.answerHeader = http.Header{}
 	}
 	return a.c.answerHeader
@@ -51,7 +55,9 @@ func (a answer) WriteHeader(code int) {
 		if errorInfo(c.answer).GetReason() == "REQUEST_TOO_LARGE" {
 			code = http.StatusRequestEntityTooLarge
 		}
-		maps.Copy(c.w.Header(), a.Header())
+		if c.protocol != protocolGRPCWeb {
+			maps.Copy(c.w.Header(), a.Header())
+		}
 		c.w.WriteHeader(code)
 	}
 	a.c.wrote = true
@@ -186,12 +192,8 @@ func trailerStatus(h http.Header) error {
 }
 
 // noRoute answers a request vanguard routed nowhere.
-func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) {
-	if c, ok := r.Context().Value(callKey{}).(*call); ok {
-		c.noRoute(http.StatusNotFound, "")
-		return
-	}
-	http.NotFound(w, r) // gRPC, gRPC-Web
+func (h *handler) noRoute(_ http.ResponseWriter, r *http.Request) {
+	r.Context().Value(callKey{}).(*call).noRoute(http.StatusNotFound, "")
 }
 
 // noRoute answers a request that names no RPC: 404, or 405 with allow when
