@@ -8,7 +8,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/idemhq/idem/internal/testsupport/testserver"
-	"github.com/idemhq/idem/server/services"
+	"github.com/idemhq/idem/server"
 )
 
 // TestHealthAndReflection: the standard health service answers SERVING for
@@ -57,11 +57,11 @@ func TestHealthAndReflection(t *testing.T) {
 func TestHealthKnowsTheServiceBeforeTheFirstCheck(t *testing.T) {
 	t.Parallel()
 	ts := testserver.Start(t)
-	resp, err := healthpb.NewHealthClient(ts.Conn).Check(testContext(t), &healthpb.HealthCheckRequest{Service: services.HealthServiceName})
+	resp, err := healthpb.NewHealthClient(ts.Conn).Check(testContext(t), &healthpb.HealthCheckRequest{Service: server.HealthServiceName})
 	if err != nil {
-		t.Fatalf("health of %s before any check: %v", services.HealthServiceName, err)
+		t.Fatalf("health of %s before any check: %v", server.HealthServiceName, err)
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("health of %s before any check: %v, want NOT_SERVING", services.HealthServiceName, resp.GetStatus())
+		t.Fatalf("health of %s before any check: %v, want NOT_SERVING", server.HealthServiceName, resp.GetStatus())
 	}
 }

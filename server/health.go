@@ -19,9 +19,13 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
+// HealthServiceName is the name under which the health service reports the
+// IdempotencyService.
+const HealthServiceName = "idem.v1.IdempotencyService"
+
 // storeHealth is the store's health as the calls and pings see it,
 // reported by the gRPC health server (the overall status "" and
-// services.HealthServiceName's): a call the database answered makes it
+// HealthServiceName's): a call the database answered makes it
 // SERVING at once and one that found the database unavailable NOT_SERVING
 // (observe), so that after an outage the status turns with the first call
 // that succeeds rather than at the next ping (watch); a ping counts too,
@@ -43,7 +47,7 @@ type storeHealth struct {
 // "unknown service".
 func newStoreHealth(logger *slog.Logger) *storeHealth {
 	h := &storeHealth{logger: logger, server: health.NewServer()}
-	h.server.SetServingStatus(services.HealthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	h.server.SetServingStatus(HealthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	return h
 }
 
@@ -96,8 +100,12 @@ func (h *storeHealth) observe(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	var unavailable error
 	for _, e := range errs {
+		if e == nil {
+			h.call(true, nil)
+			return resp, err
+		}
 		switch reason := errorReason(e); {
-		case e == nil || answers[reason]:
+		case answers[reason]:
 			h.call(true, nil)
 			return resp, err
 		case reason == "STORE_UNAVAILABLE":
@@ -164,7 +172,7 @@ func setServing(hs *health.Server, serving bool) {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	hs.SetServingStatus("", st)
-	hs.SetServingStatus(services.HealthServiceName, st)
+	hs.SetServingStatus(HealthServiceName, st)
 }
 
 // errorReason is the ErrorInfo reason of err, "" for none.

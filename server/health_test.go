@@ -11,7 +11,7 @@ import (
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
-	"github.com/idemhq/idem/server/services"
+	"github.com/idemhq/idem/server"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -36,7 +36,7 @@ func TestHealthFollowsWhatCallsSee(t *testing.T) {
 	hc := healthpb.NewHealthClient(ts.Conn)
 	want := func(what string, s healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
-		for _, name := range []string{"", services.HealthServiceName} {
+		for _, name := range []string{"", server.HealthServiceName} {
 			r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
 			if err != nil || r.GetStatus() != s {
 				t.Fatalf("health of %q after %s: %v, %v; want %v", name, what, r.GetStatus(), err, s)
@@ -53,7 +53,7 @@ func TestHealthFollowsWhatCallsSee(t *testing.T) {
 		return err
 	}
 
-	if r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: services.HealthServiceName}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+	if r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: server.HealthServiceName}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("health before any call: %v, %v; want NOT_SERVING", r.GetStatus(), err)
 	}
 	requireStatus(t, lookup(), codes.NotFound, "NOT_FOUND")

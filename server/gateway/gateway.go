@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
@@ -344,15 +345,7 @@ func queryNames(rawQuery string) []string {
 	if err != nil && len(values) == 0 {
 		return []string{rawQuery}
 	}
-	names := slices.Collect(func(yield func(string) bool) {
-		for name := range values {
-			if !yield(name) {
-				return
-			}
-		}
-	})
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(values))
 }
 
 // restPath prepares an escaped REST path for vanguard's router, which takes

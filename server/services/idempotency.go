@@ -14,10 +14,6 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// HealthServiceName is the name under which the health service reports the
-// IdempotencyService.
-const HealthServiceName = "idem.v1.IdempotencyService"
-
 // Service implements idem.v1.IdempotencyService.
 type Service struct {
 	idemv1.UnimplementedIdempotencyServiceServer

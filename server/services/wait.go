@@ -86,7 +86,7 @@ func (s *Service) Waiting() (waiting int, refused int64) {
 
 // EndWaits answers every waiting Claim now with its last answer
 // (IN_PROGRESS), and makes the Claims that come later answer at once, as
-// without a wait. idemd calls it when it starts to shut down, so that waits
+// without a wait. server.Shutdown calls it first, so that waits
 // of up to a minute do not hold up the drain of in-flight calls.
 func (s *Service) EndWaits() {
 	s.endWaitsOnce.Do(func() { close(s.endWaits) })
