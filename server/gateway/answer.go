@@ -52,7 +52,7 @@ func (a answer) WriteHeader(code int) {
 	case code == http.StatusMethodNotAllowed && c.rpc == nil:
 		c.noRoute(code, a.Header().Get("Allow"))
 	default:
-		if errorInfo(c.answer).GetReason() == "REQUEST_TOO_LARGE" {
+		if errorInfo(c.serverErr).GetReason() == "REQUEST_TOO_LARGE" {
 			code = http.StatusRequestEntityTooLarge
 		}
 		if c.protocol != protocolGRPCWeb {

@@ -169,7 +169,7 @@ type call struct {
 	rpc                    *method // once vanguard has routed the request
 	refusal                error   // why the gateway refuses the call
 	received               atomic.Int64
-	answer                 error // the gRPC server's error, if it answered one
+	serverErr              error // the error the gRPC server answered with, if any
 	answerHeader           http.Header
 	// wrote: the answer's status is written; refused: serveCall answers
 	// the call itself; silent: what vanguard writes is dropped.
@@ -227,7 +227,7 @@ func (h *handler) serveCall(w http.ResponseWriter, r *http.Request) {
 		r.Body = &counted{ReadCloser: r.Body, n: &c.received}
 		h.server.ServeHTTP(w, r)
 		if c.received.Load() > 0 || c.protocol == protocolGRPCWeb {
-			c.answer = trailerStatus(w.Header())
+			c.serverErr = trailerStatus(w.Header())
 			return
 		}
 		// vanguard refused the body before the server got a message.
