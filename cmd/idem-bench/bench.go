@@ -178,7 +178,11 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 			if _, ok := t.(*sqlTarget); ok {
 				tallies[i].pgStore = true
 			}
-			workloads[i] = newWorkload(scenario, runID+"-"+scenario, c.Concurrency)
+			prefix := runID + "-" + scenario
+			if scenario == scenarioSteps {
+				prefix += "-" + t.name() // the forms of a target share its idemd
+			}
+			workloads[i] = newWorkload(scenario, prefix, c.Concurrency)
 			if scenario == scenarioBatch {
 				workloads[i].batchSize = c.BatchSize
 			}

@@ -299,7 +299,9 @@ func ratiosToKeys(results []result) {
 		res := &results[i]
 		label, form, ok := stepsFormOf(res.Target)
 		k := keys[label]
-		if !ok || form == formKeys || res.Scenario != scenarioSteps || k == nil {
+		// The ratios are Postgres's: SQLite runs inside idemd and writes
+		// no WAL of Postgres's, whatever others write meanwhile.
+		if !ok || form == formKeys || res.Scenario != scenarioSteps || k == nil || !res.pgStore || !k.pgStore {
 			continue
 		}
 		if res.storeRead && k.storeRead && k.StoreCPUUsPerOp > 0 {

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
 
 // TestRatiosToKeys: in the steps scenario, each form with steps is given
 // its store CPU and WAL per job over its own target's form with keys, and
@@ -8,12 +12,13 @@ import "testing"
 func TestRatiosToKeys(t *testing.T) {
 	f := func(x float64) *float64 { return &x }
 	results := []result{
-		{Scenario: scenarioSteps, Target: "service-steps", StoreCPUUsPerOp: 60, storeRead: true, WALBytesPerOp: f(700)},
-		{Scenario: scenarioSteps, Target: "service-steps-started", StoreCPUUsPerOp: 90, storeRead: true, WALBytesPerOp: f(1400)},
-		{Scenario: scenarioSteps, Target: "service-keys", StoreCPUUsPerOp: 100, storeRead: true, WALBytesPerOp: f(1000)},
-		{Scenario: scenarioSteps, Target: "service-sqlite-steps", StoreCPUUsPerOp: 0, WALBytesPerOp: nil},
-		{Scenario: scenarioSteps, Target: "service-sqlite-keys", StoreCPUUsPerOp: 0, WALBytesPerOp: nil},
-		{Scenario: scenarioUnique, Target: "service-steps", StoreCPUUsPerOp: 1, storeRead: true, WALBytesPerOp: f(1)},
+		{Scenario: scenarioSteps, Target: "service-steps", StoreCPUUsPerOp: 60, storeRead: true, WALBytesPerOp: f(700), pgStore: true},
+		{Scenario: scenarioSteps, Target: "service-steps-started", StoreCPUUsPerOp: 90, storeRead: true, WALBytesPerOp: f(1400), pgStore: true},
+		{Scenario: scenarioSteps, Target: "service-keys", StoreCPUUsPerOp: 100, storeRead: true, WALBytesPerOp: f(1000), pgStore: true},
+		// SQLite: the WAL others wrote to Postgres meanwhile is no ratio of its.
+		{Scenario: scenarioSteps, Target: "service-sqlite-steps", WALBytesPerOp: f(50)},
+		{Scenario: scenarioSteps, Target: "service-sqlite-keys", WALBytesPerOp: f(100)},
+		{Scenario: scenarioUnique, Target: "service-steps", StoreCPUUsPerOp: 1, storeRead: true, WALBytesPerOp: f(1), pgStore: true},
 	}
 	ratiosToKeys(results)
 	for i, want := range []struct{ cpu, wal *float64 }{
@@ -37,4 +42,50 @@ func deref(x *float64) any {
 		return nil
 	}
 	return *x
+}
+
+// TestStepsScenario runs the steps scenario on idemds of its own, on
+// Postgres and on SQLite, and checks its report: the three forms of each
+// target, every job done, and on Postgres the forms with steps given as
+// ratios of the form with keys. A smoke test: it asserts nothing about the
+// ratios' values.
+func TestStepsScenario(t *testing.T) {
+	t.Parallel()
+	stdout, _ := runBench(t, smokeArgs(t, "--start-idemd", "--target", "service,service-sqlite", "--scenario", "steps", "--steps", "3", "--json"))
+	var raw struct {
+		Steps   int  `json:"steps"`
+		Local   bool `json:"postgres_local"`
+		Results []struct {
+			Target   string           `json:"target"`
+			Scenario string           `json:"scenario"`
+			Ops      int64            `json:"ops"`
+			Errors   int64            `json:"errors"`
+			First    string           `json:"first_error"`
+			Outcomes map[string]int64 `json:"outcomes"`
+			CPU      *float64         `json:"store_cpu_ratio_to_keys"`
+			WAL      *float64         `json:"wal_ratio_to_keys"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if raw.Steps != 3 {
+		t.Errorf("steps %d; want 3", raw.Steps)
+	}
+	var targets []string
+	for _, r := range raw.Results {
+		targets = append(targets, r.Target)
+		if r.Scenario != scenarioSteps || r.Ops <= 0 || r.Errors != 0 || r.Outcomes["acquired"] != r.Ops {
+			t.Errorf("%s/%s: %d ops, %d errors (%s), outcomes %v; want every job acquired and done", r.Scenario, r.Target, r.Ops, r.Errors, r.First, r.Outcomes)
+		}
+		_, form, _ := stepsFormOf(r.Target)
+		onPostgres := !strings.HasPrefix(r.Target, "service-sqlite")
+		if wantRatio := onPostgres && form != formKeys; (r.WAL != nil) != wantRatio || (raw.Local && (r.CPU != nil) != wantRatio) {
+			t.Errorf("%s: CPU ratio %v, WAL ratio %v; want both on the forms with steps on Postgres only", r.Target, r.CPU, r.WAL)
+		}
+	}
+	want := []string{"service-steps", "service-steps-started", "service-keys", "service-sqlite-steps", "service-sqlite-steps-started", "service-sqlite-keys"}
+	if strings.Join(targets, ",") != strings.Join(want, ",") {
+		t.Errorf("targets %v; want %v", targets, want)
+	}
 }
