@@ -80,8 +80,10 @@ func TestStepsScenario(t *testing.T) {
 		}
 		_, form, _ := stepsFormOf(r.Target)
 		onPostgres := !strings.HasPrefix(r.Target, "service-sqlite")
-		if wantRatio := onPostgres && form != formKeys; (r.WAL != nil) != wantRatio || (raw.Local && (r.CPU != nil) != wantRatio) {
-			t.Errorf("%s: CPU ratio %v, WAL ratio %v; want both on the forms with steps on Postgres only", r.Target, r.CPU, r.WAL)
+		// CPU is read in ticks of 10 ms, which a few jobs may not fill: a
+		// CPU ratio may be missing, but never where it makes no sense.
+		if wantRatio := onPostgres && form != formKeys; (r.WAL != nil) != wantRatio || (r.CPU != nil && !wantRatio) {
+			t.Errorf("%s: CPU ratio %v, WAL ratio %v; want them on the forms with steps on Postgres only", r.Target, r.CPU, r.WAL)
 		}
 	}
 	want := []string{"service-steps", "service-steps-started", "service-keys", "service-sqlite-steps", "service-sqlite-steps-started", "service-sqlite-keys"}
