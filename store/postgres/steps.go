@@ -147,20 +147,21 @@ SELECT false, NULL::timestamptz, NULL::timestamptz, token, state, coalesce(resol
 // applies. The proposed row carries the locked row's own values for the
 // required columns, and the call's step in its step arrays' first element
 // and its token and policy in theirs. The update returns only its time:
-// the step's times come from it and from the locked row. $8 and $9 are the
-// bounds, the same for every call of the statement.
+// the step's times come from it and from the locked row. A call that
+// changed nothing gets the record read again, with its steps: the locked
+// rows carry only what the others need. $8 and $9 are the bounds, the same
+// for every call of the statement.
 var stepManySQL = func() string {
 	q := newStepSQL("r", "excluded.token", "excluded.step_names[1]", "excluded.step_results[1]", "excluded.hold_unfinished",
 		"$8::integer", "$9::integer")
 	return `
 WITH locked AS (
-	SELECT i.token AS in_token, i.name AS in_name, i.result AS in_result, i.hold AS in_hold,
-		array_position(r.step_names, i.name) AS in_pos, r.*
+	SELECT i.token AS in_token, i.name AS in_name, i.result AS in_result, i.hold AS in_hold, r.*
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::boolean[])
 		WITH ORDINALITY AS i(tenant, namespace, key, token, name, result, hold, ord)
 	CROSS JOIN LATERAL (
 		SELECT r.tenant, r.namespace, r.key, r.state, r.token, r.attempt, r.retention, r.created_at, r.updated_at,
-			(coalesce(r.resolved_token = r.token, false)) AS resolved, r.step_names, r.step_started, ` + stepsColOf("r") + `
+			r.step_started[array_position(r.step_names, i.name)] AS was_started
 		FROM idem_records r WHERE r.tenant = i.tenant AND r.namespace = i.namespace AND r.key = i.key
 		FOR UPDATE
 	) r
@@ -176,13 +177,18 @@ changed AS (
 	RETURNING r.tenant, r.namespace, r.key, r.updated_at
 )
 SELECT l.tenant, l.namespace, l.key, true,
-		CASE WHEN l.in_result IS NOT NULL AND l.in_pos IS NOT NULL THEN l.step_started[l.in_pos] ELSE c.updated_at END,
+		CASE WHEN l.in_result IS NOT NULL AND l.was_started IS NOT NULL THEN l.was_started ELSE c.updated_at END,
 		CASE WHEN l.in_result IS NOT NULL THEN c.updated_at END,
 		NULL::bigint, NULL::text, NULL::boolean, NULL::record
 	FROM changed c JOIN locked l ON l.tenant = c.tenant AND l.namespace = c.namespace AND l.key = c.key
 UNION ALL
-SELECT l.tenant, l.namespace, l.key, false, NULL::timestamptz, NULL::timestamptz, l.token, l.state, l.resolved, l.steps
+SELECT l.tenant, l.namespace, l.key, false, NULL::timestamptz, NULL::timestamptz, r.token, r.state,
+		coalesce(r.resolved_token = r.token, false), ` + stepsColOf("r") + `
 	FROM locked l
+	CROSS JOIN LATERAL (
+		SELECT * FROM idem_records r WHERE r.tenant = l.tenant AND r.namespace = l.namespace AND r.key = l.key
+		OFFSET 0
+	) r
 	WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.tenant = l.tenant AND c.namespace = l.namespace AND c.key = l.key)`
 }()
 
