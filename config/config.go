@@ -99,12 +99,24 @@ type Policy struct {
 	// over; "hold" makes it UNRESOLVED, which no Claim takes over, until its
 	// holder's late Complete or Fail or an operator's ResolveRecord.
 	OnLeaseExpiry string `yaml:"on_lease_expiry,omitempty"`
+	// OnUnfinishedStep is what happens to a job with a step started and not
+	// finished (StartStep without CompleteStep) when a Claim would take it
+	// over: "rerun" (the default) lets it, and the successor runs the step
+	// again; "hold" makes the record UNRESOLVED instead, for its holder or a
+	// person to decide whether the step's effect happened.
+	OnUnfinishedStep string `yaml:"on_unfinished_step,omitempty"`
 }
 
 // The values of Policy.OnLeaseExpiry.
 const (
 	OnLeaseExpiryRetry = "retry"
 	OnLeaseExpiryHold  = "hold"
+)
+
+// The values of Policy.OnUnfinishedStep.
+const (
+	OnUnfinishedStepRerun = "rerun"
+	OnUnfinishedStepHold  = "hold"
 )
 
 // PolicyName is the name a record shows for the policy that applied to it:
@@ -292,6 +304,11 @@ func checkPolicies(path string, policies []Policy) error {
 		case "", OnLeaseExpiryRetry, OnLeaseExpiryHold:
 		default:
 			return fieldErrorf(p+".on_lease_expiry", "%q; want %q or %q", limits.Ellipsis(pol.OnLeaseExpiry, 40), OnLeaseExpiryRetry, OnLeaseExpiryHold)
+		}
+		switch pol.OnUnfinishedStep {
+		case "", OnUnfinishedStepRerun, OnUnfinishedStepHold:
+		default:
+			return fieldErrorf(p+".on_unfinished_step", "%q; want %q or %q", limits.Ellipsis(pol.OnUnfinishedStep, 40), OnUnfinishedStepRerun, OnUnfinishedStepHold)
 		}
 	}
 	return nil

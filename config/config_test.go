@@ -122,6 +122,7 @@ func TestParseErrors(t *testing.T) {
 		{"policy max lease too long", "policies:\n  - namespaces: [mail]\n    max_lease_ttl: 48h\n", "policies[0].max_lease_ttl: 48h0m0s is outside 1s–24h0m0s"},
 		{"policy lease too short", "policies:\n  - namespaces: [mail]\n    lease_ttl: 10ms\n", "policies[0].lease_ttl: 10ms is outside 1s–24h0m0s"},
 		{"unknown on_lease_expiry", "policies:\n  - namespaces: [mail]\n    on_lease_expiry: retyr\n", `policies[0].on_lease_expiry: "retyr"; want`},
+		{"unknown on_unfinished_step", "policies:\n  - namespaces: [mail]\n    on_unfinished_step: retry\n", `policies[0].on_unfinished_step: "retry"; want "rerun" or "hold"`},
 		{"top-level policies beside tenants", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\npolicies:\n  - namespaces: [mail]\n", "policies: top-level policies are for the tenant \"default\""},
 		{"two documents", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n---\ntenants: []\n", "more than one YAML document"},
 	}
@@ -156,6 +157,7 @@ func TestParsePolicies(t *testing.T) {
     max_lease_ttl: 10m
     retention: 720h
     on_lease_expiry: retry
+    on_unfinished_step: hold
   - namespaces: [mail, "news.*"]
     max_lease_ttl: 1m
 `))
@@ -163,7 +165,7 @@ func TestParsePolicies(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	want := &config.File{Policies: []config.Policy{
-		{Namespaces: []string{"payments.*"}, LeaseTTL: 30 * time.Second, MaxLeaseTTL: 10 * time.Minute, Retention: 720 * time.Hour, OnLeaseExpiry: "retry"},
+		{Namespaces: []string{"payments.*"}, LeaseTTL: 30 * time.Second, MaxLeaseTTL: 10 * time.Minute, Retention: 720 * time.Hour, OnLeaseExpiry: "retry", OnUnfinishedStep: "hold"},
 		{Namespaces: []string{"mail", "news.*"}, MaxLeaseTTL: time.Minute},
 	}}
 	if !reflect.DeepEqual(f, want) {

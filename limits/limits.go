@@ -74,6 +74,18 @@ const (
 // progress may wait for it to finish.
 const MaxWait = 60 * time.Second
 
+// The bounds of a job's steps (StartStep, CompleteStep). A step's name is
+// 1 to MaxStepNameBytes of UTF-8 without control characters, as a key is;
+// its result is bounded as Complete's is. A server keeps at most its
+// --max-steps steps per job, DefaultMaxSteps unless set, and at most its
+// --max-step-bytes of their names and results together,
+// DefaultMaxStepBytes unless set.
+const (
+	MaxStepNameBytes    = 128
+	DefaultMaxSteps     = 64
+	DefaultMaxStepBytes = 64 << 10
+)
+
 // The bounds of Complete's result, in bytes. A server accepts results of at
 // most its --max-result-bytes, DefaultMaxResultBytes unless set and at most
 // ResultBytesCeiling; a tenant's max_result_bytes may lower it.

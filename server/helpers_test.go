@@ -296,6 +296,17 @@ func (h *hookStore) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]
 	return hookMany(ctx, h, "RecordGet", ids, h.Store.RecordGetMany)
 }
 
+func (h *hookStore) RecordStep(ctx context.Context, p *store.StepParams) (*store.Step, error) {
+	if err := h.before(ctx, "RecordStep"); err != nil {
+		return nil, err
+	}
+	return h.Store.RecordStep(ctx, p)
+}
+
+func (h *hookStore) RecordStepMany(ctx context.Context, ps []*store.StepParams) ([]*store.Step, []error) {
+	return hookMany(ctx, h, "RecordStep", ps, h.Store.RecordStepMany)
+}
+
 func (h *hookStore) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
 	if err := h.before(ctx, "RecordComplete"); err != nil {
 		return nil, err

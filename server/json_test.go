@@ -94,6 +94,14 @@ func restCall(t *testing.T, base, method string, msg map[string]any, token strin
 	delete(rest, "namespace")
 	delete(rest, "key")
 	path := base + "/v1/namespaces/" + escape(ns) + "/records/" + escape(key)
+	verb := strings.ToLower(method)
+	if v, ok := strings.CutSuffix(method, "Step"); ok {
+		// POST …/records/{key}/steps/{step}:start, or :complete.
+		step, _ := rest["step"].(string)
+		delete(rest, "step")
+		path += "/steps/" + escape(step)
+		verb = strings.ToLower(v)
+	}
 	var req *http.Request
 	if method == "Lookup" {
 		req, _ = http.NewRequest(http.MethodGet, path, nil)
@@ -101,7 +109,7 @@ func restCall(t *testing.T, base, method string, msg map[string]any, token strin
 		body, _ := json.Marshal(rest)
 		// No Content-Type, as `curl -d` sends none of use: the REST routes
 		// take the body as JSON.
-		req, _ = http.NewRequest(http.MethodPost, path+":"+strings.ToLower(method), bytes.NewReader(body))
+		req, _ = http.NewRequest(http.MethodPost, path+":"+verb, bytes.NewReader(body))
 	}
 	return doHTTP(t, req, token)
 }
@@ -341,7 +349,7 @@ const (
 
 // jsonTenancyConfig is startJSONTenancy's server's limits, small so that
 // the tests of its body limit send little.
-var jsonTenancyConfig = server.Config{MaxResultBytes: 1024, BatchMaxBytes: 1024, BatchMaxItems: 10}
+var jsonTenancyConfig = server.Config{MaxResultBytes: 1024, BatchMaxBytes: 1024, BatchMaxItems: 10, MaxSteps: 2, MaxStepBytes: 512}
 
 // startJSONTenancy starts a server with tenants and the JSON API, over st
 // when it is not nil.
@@ -525,6 +533,27 @@ func TestJSONErrorReasons(t *testing.T) {
 				t.Fatal(err)
 			}
 			return map[string]any{"namespace": "held", "key": key, "token": strconv.FormatInt(resp.GetRecord().GetToken(), 10)}
+		}},
+		{"INVALID_STEP_NAME", "invalid_argument", false, "StartStep", jsonBillToken, id(map[string]any{"token": "1", "step": strings.Repeat("s", 129)})},
+		{"STEP_ALREADY_FINISHED", "failed_precondition", false, "CompleteStep", jsonBillToken, func(t *testing.T, key string) map[string]any {
+			token := claimed(t, key, nil)
+			if _, err := ts.Client.CompleteStep(grpcAs(jsonBillToken), &idemv1.CompleteStepRequest{Namespace: jns, Key: key, Token: token, Step: "charge", Result: []byte("ch_1")}); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]any{"namespace": jns, "key": key, "token": strconv.FormatInt(token, 10), "step": "charge", "result": b64(3)}
+		}},
+		{"TOO_MANY_STEPS", "resource_exhausted", false, "StartStep", jsonBillToken, func(t *testing.T, key string) map[string]any {
+			token := claimed(t, key, nil)
+			for _, step := range []string{"a", "b"} { // the server's --max-steps
+				if _, err := ts.Client.StartStep(grpcAs(jsonBillToken), &idemv1.StartStepRequest{Namespace: jns, Key: key, Token: token, Step: step}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return map[string]any{"namespace": jns, "key": key, "token": strconv.FormatInt(token, 10), "step": "c"}
+		}},
+		{"STEPS_TOO_LARGE", "resource_exhausted", false, "CompleteStep", jsonBillToken, func(t *testing.T, key string) map[string]any {
+			token := claimed(t, key, nil)
+			return map[string]any{"namespace": jns, "key": key, "token": strconv.FormatInt(token, 10), "step": "charge", "result": b64(512)}
 		}},
 		{"NOT_UNRESOLVED", "failed_precondition", true, "ResolveRecord", jsonOpsToken, func(t *testing.T, key string) map[string]any {
 			// The ops tenant's own record: PROCESSING, so not UNRESOLVED.

@@ -57,7 +57,7 @@ func NewMetrics() *Metrics {
 		}),
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_lease_lost_total",
-			Help: "Complete, Fail and Heartbeat calls rejected because their token was superseded.",
+			Help: "Complete, Fail, Heartbeat and step calls rejected because their token was superseded.",
 		}),
 		sweptExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_sweeper_expired_total",

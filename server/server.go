@@ -47,6 +47,8 @@ type Config struct {
 	// BatchMaxBytes bounds a batch call's request, as protobuf; the gRPC
 	// server and the HTTP/JSON API read requests that large.
 	BatchMaxBytes int
+	MaxSteps      int
+	MaxStepBytes  int
 	// Metrics, when set, counts calls, Claims, takeovers, lost leases and
 	// waits.
 	Metrics *Metrics
@@ -64,14 +66,15 @@ type Config struct {
 func DefaultConfig() Config {
 	d := services.DefaultConfig()
 	return Config{DefaultLeaseTTL: d.DefaultLeaseTTL, DefaultRetention: d.DefaultRetention, MaxResultBytes: d.MaxResultBytes,
-		MaxWaiters: d.MaxWaiters, MaxWaitersPerTenant: d.MaxWaitersPerTenant, BatchMaxItems: d.BatchMaxItems, BatchMaxBytes: d.BatchMaxBytes}
+		MaxWaiters: d.MaxWaiters, MaxWaitersPerTenant: d.MaxWaitersPerTenant, BatchMaxItems: d.BatchMaxItems, BatchMaxBytes: d.BatchMaxBytes,
+		MaxSteps: d.MaxSteps, MaxStepBytes: d.MaxStepBytes}
 }
 
 // services is the services' part of c, its defaults filled in.
 func (c Config) services() services.Config {
 	return services.Config{DefaultLeaseTTL: c.DefaultLeaseTTL, DefaultRetention: c.DefaultRetention, MaxResultBytes: c.MaxResultBytes,
 		Tenants: c.Tenants, Policies: c.Policies, MaxWaiters: c.MaxWaiters, MaxWaitersPerTenant: c.MaxWaitersPerTenant,
-		BatchMaxItems: c.BatchMaxItems, BatchMaxBytes: c.BatchMaxBytes}.WithDefaults()
+		BatchMaxItems: c.BatchMaxItems, BatchMaxBytes: c.BatchMaxBytes, MaxSteps: c.MaxSteps, MaxStepBytes: c.MaxStepBytes}.WithDefaults()
 }
 
 // JSONBodyLimit is the largest body of a unary call that the HTTP/JSON API

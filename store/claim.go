@@ -20,9 +20,11 @@ const (
 	// EXPIRED, or its lease ran out and it is not held for resolution.
 	ClaimAcquire
 	// ClaimMakeUnresolved: the record is held for resolution (Hold) and its
-	// lease ran out while it is still PROCESSING. The Claim makes it
-	// UNRESOLVED, if it still is so under the store's lock, and answers
-	// OutcomeUnresolved; it never takes it over.
+	// lease ran out while it is still PROCESSING, or it has a STARTED step
+	// and its policy holds unfinished steps (HoldUnfinished) while it is
+	// open to a takeover. The Claim makes it UNRESOLVED, if it still is so
+	// under the store's lock, and answers OutcomeUnresolved; it never takes
+	// it over.
 	ClaimMakeUnresolved
 )
 
@@ -59,7 +61,11 @@ func DecideClaim(rec *Record, p *ClaimParams, now time.Time) ClaimDecision {
 			}
 			return answer(&ClaimResult{Outcome: OutcomeInProgress, Record: rec, RetryAfter: rec.LeaseExpiresAt.Sub(now), Now: now})
 		}
-		if rec.Hold {
+		if rec.Hold || rec.holdsUnfinished() {
+			return ClaimDecision{Action: ClaimMakeUnresolved}
+		}
+	case StateExpired, StateReleased:
+		if rec.holdsUnfinished() {
 			return ClaimDecision{Action: ClaimMakeUnresolved}
 		}
 	}

@@ -83,6 +83,19 @@ type Store interface {
 
 	// Watcher wakes Claims that wait on a record (watch.go).
 	Watcher
+
+	// Steps (steps.go): the named steps of a job, recorded under its token.
+
+	// RecordStep records a step of the record held with params.Token:
+	// STARTED, or FINISHED with its result, and returns the step as stored.
+	// It changes the record only where the token is current and the record
+	// PROCESSING, EXPIRED or UNRESOLVED, the step is new or STARTED, and the
+	// job's bounds hold; otherwise StepParams.Decide answers, and nothing is
+	// written.
+	RecordStep(ctx context.Context, params *StepParams) (*Step, error)
+	// RecordStepMany is RecordStep for calls made at once, as
+	// RecordCompleteMany is RecordComplete's.
+	RecordStepMany(ctx context.Context, params []*StepParams) ([]*Step, []error)
 }
 
 // Backend is a Store as a process owns it: the operations, plus its schema,
@@ -189,6 +202,15 @@ type Record struct {
 	// FAILED or RELEASED as an operator resolved it. The next acquisition,
 	// with its new token, makes it false again.
 	ResolvedByOperator bool
+	// Steps are the job's steps (steps.go), in the order they were first
+	// recorded; nil when it has none. Every read of the record carries them
+	// (Claim, Get, List, Delete, Resolve); the token calls' answers, which
+	// the common path reads back, leave them and HoldUnfinished unset.
+	Steps []Step
+	// HoldUnfinished is true when the policy of the record's latest step
+	// call says on_unfinished_step: hold: a Claim that would take over the
+	// record while a step is STARTED makes it UNRESOLVED instead.
+	HoldUnfinished bool
 }
 
 // ClaimParams are the inputs of RecordClaim. The server has validated them

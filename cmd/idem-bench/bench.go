@@ -162,6 +162,11 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 			rep.add(tallies)
 			continue
 		}
+		targets := targets
+		if scenario == scenarioSteps {
+			targets = stepsTargets(targets, c.Steps)
+			rep.Steps = c.Steps
+		}
 		tallies := make([]*tally, len(targets))
 		workloads := make([]*workload, len(targets))
 		for i, t := range targets {
@@ -173,7 +178,11 @@ func (c *cli) bench(ctx context.Context, stdout, stderr io.Writer) (err error) {
 			if _, ok := t.(*sqlTarget); ok {
 				tallies[i].pgStore = true
 			}
-			workloads[i] = newWorkload(scenario, runID+"-"+scenario, c.Concurrency)
+			prefix := runID + "-" + scenario
+			if scenario == scenarioSteps {
+				prefix += "-" + t.name() // the forms of a target share its idemd
+			}
+			workloads[i] = newWorkload(scenario, prefix, c.Concurrency)
 			if scenario == scenarioBatch {
 				workloads[i].batchSize = c.BatchSize
 			}
@@ -406,6 +415,8 @@ func startedIdemds(targets []target) map[string]*localIdemd {
 func idemdsOf(t target) []*localIdemd {
 	switch t := t.(type) {
 	case *serviceTarget:
+		return t.idemds
+	case *stepsTarget:
 		return t.idemds
 	case *httpTarget:
 		if t.svc != nil {

@@ -35,6 +35,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,8 +75,9 @@ type cli struct {
 	SQLPoolMaxConns   int32         `name:"sql-pool-max-conns" placeholder:"N" help:"Connections of the sql target's pool; 0 means one per worker (--concurrency)."`
 
 	Targets     []string      `name:"target" short:"t" sep:"," enum:"service,service-sqlite,service-prefilled,service-b,service-sqlite-b,http,http-plain,sql,redis" placeholder:"TARGET" help:"Targets (comma-separated): service (idemd; with --start-idemd on Postgres), service-sqlite (an idemd on its embedded SQLite store; needs --start-idemd), service-prefilled (an idemd on Postgres whose table holds --prefill records before the first round; needs --start-idemd), service-b (the idemd binary --idemd-bin-b on Postgres, to compare two builds in one run), service-sqlite-b (the same on SQLite), http (a job is a POST with an Idempotency-Key to an HTTP server in this process behind the Go middleware client/idemhttp, on an idemd as service has, whose handler does nothing), http-plain (the same server without the middleware), sql, redis. Default: service, or service, sql and redis with --compare."`
-	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay,batch,wait" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys), batch (each worker receives --batch-size new messages at once: the service targets claim them with one BatchClaim and complete them with one BatchComplete, sql and redis claim and complete one message at a time; ops count messages, --ops rounded up to whole deliveries, and latencies are a whole delivery's), wait (alone: the time from a Complete on one replica to the answer of a Claim waiting on another; see --wait-addr)."`
+	Scenarios   []string      `name:"scenario" short:"s" sep:"," enum:"unique,hot,replay,batch,steps,wait" default:"unique" placeholder:"SCENARIO" help:"Scenarios: unique (every job a new key), hot (the workers share 10 keys), replay (80% of Claims hit completed keys), batch (each worker receives --batch-size new messages at once: the service targets claim them with one BatchClaim and complete them with one BatchComplete, sql and redis claim and complete one message at a time; ops count messages, --ops rounded up to whole deliveries, and latencies are a whole delivery's), steps (a job of --steps effects on each service target, three ways in the same rounds: TARGET-steps claims one key and records a CompleteStep per effect, TARGET-steps-started a StartStep before each too, TARGET-keys claims and completes a key per effect; ops count jobs; the other targets sit it out), wait (alone: the time from a Complete on one replica to the answer of a Claim waiting on another; see --wait-addr)."`
 	BatchSize   int           `default:"100" placeholder:"N" help:"The batch scenario: messages per delivery (1 to 500, idemd's default --batch-max-items)."`
+	Steps       int           `default:"3" placeholder:"N" help:"The steps scenario: effects per job (1 to 64, idemd's default --max-steps)."`
 	Concurrency int           `short:"c" default:"32" help:"Workers, each running one job after another (closed loop); with --rate, the most jobs in flight at once."`
 	Rate        float64       `env:"IDEM_BENCH_RATE" default:"0" placeholder:"R" help:"Open loop: start R jobs per second in all (per round, on a fixed schedule) instead of a closed loop; 0 is the closed loop. Latency is measured from each job's intended start time, so time spent waiting for one of the --concurrency workers counts (no coordinated omission); jobs that start over 1 ms late are reported."`
 	Duration    time.Duration `short:"d" default:"10s" help:"Measured time per target and scenario, split into --rounds."`
@@ -126,6 +128,13 @@ func (c *cli) Validate() error {
 	case slices.Contains(c.Scenarios, scenarioWait) && (len(dedupe(c.Scenarios)) > 1 || c.Compare || c.Rate > 0 ||
 		(len(c.Targets) > 0 && !slices.Equal(dedupe(c.Targets), []string{"service"}))):
 		return errWaitAlone
+	case c.Steps < 1 || c.Steps > maxSteps:
+		return fmt.Errorf("--steps is %d; it must be 1 to %d (idemd's default --max-steps)", c.Steps, maxSteps)
+	case slices.Contains(c.Scenarios, scenarioSteps) && len(c.Targets) > 0 &&
+		!slices.ContainsFunc(c.Targets, func(name string) bool { return strings.HasPrefix(name, "service") }):
+		return errors.New("--scenario steps runs on the service targets (service, service-sqlite, …): name one of them in --target")
+	case slices.Contains(c.Scenarios, scenarioSteps) && c.Purge > 0:
+		return errors.New("--purge measures single Claims: run it without --scenario steps")
 	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
 		return fmt.Errorf("--batch-size is %d; it must be 1 to %d (idemd's default --batch-max-items)", c.BatchSize, maxBatchSize)
 	case slices.Contains(c.Scenarios, scenarioBatch) && c.Rate > 0:

@@ -27,6 +27,9 @@ type report struct {
 	// BatchSize is --batch-size when the batch scenario ran: its messages
 	// per delivery; 0 (left out) otherwise.
 	BatchSize int `json:"batch_size,omitempty"`
+	// Steps is --steps when the steps scenario ran: its effects per job; 0
+	// (left out) otherwise.
+	Steps int `json:"steps,omitempty"`
 
 	Concurrency int `json:"concurrency"`
 	// Rate is --rate: jobs per second of a fixed-rate (open-loop) run; 0
@@ -114,6 +117,11 @@ type result struct {
 	// WAL per op over the sql target's in the same scenario.
 	StoreCPURatioToSQL *float64 `json:"store_cpu_ratio_to_sql"`
 	WALRatioToSQL      *float64 `json:"wal_ratio_to_sql"`
+	// StoreCPURatioToKeys and WALRatioToKeys are, in the steps scenario,
+	// a form with steps' store CPU and WAL per job over its target's form
+	// with a key per effect (TARGET-keys), in the same rounds.
+	StoreCPURatioToKeys *float64 `json:"store_cpu_ratio_to_keys,omitempty"`
+	WALRatioToKeys      *float64 `json:"wal_ratio_to_keys,omitempty"`
 	// What the machine's cores did during the target's rounds, in percent
 	// of their time, from /proc/stat: running anything (every process, the
 	// kernel's interrupts), idle, idle while a task waited for I/O (an
@@ -274,7 +282,37 @@ func (r *report) add(tallies []*tally) {
 			}
 		}
 	}
+	ratiosToKeys(results)
 	r.Results = append(r.Results, results...)
+}
+
+// ratiosToKeys sets, in the steps scenario, each form with steps' ratios
+// to its target's form with a key per effect.
+func ratiosToKeys(results []result) {
+	keys := map[string]*result{}
+	for i := range results {
+		if label, form, ok := stepsFormOf(results[i].Target); ok && form == formKeys && results[i].Scenario == scenarioSteps {
+			keys[label] = &results[i]
+		}
+	}
+	for i := range results {
+		res := &results[i]
+		label, form, ok := stepsFormOf(res.Target)
+		k := keys[label]
+		// The ratios are Postgres's: SQLite runs inside idemd and writes
+		// no WAL of Postgres's, whatever others write meanwhile.
+		if !ok || form == formKeys || res.Scenario != scenarioSteps || k == nil || !res.pgStore || !k.pgStore {
+			continue
+		}
+		if res.storeRead && k.storeRead && k.StoreCPUUsPerOp > 0 {
+			ratio := round3(res.StoreCPUUsPerOp / k.StoreCPUUsPerOp)
+			res.StoreCPURatioToKeys = &ratio
+		}
+		if res.WALBytesPerOp != nil && k.WALBytesPerOp != nil && *k.WALBytesPerOp > 0 {
+			ratio := round3(*res.WALBytesPerOp / *k.WALBytesPerOp)
+			res.WALRatioToKeys = &ratio
+		}
+	}
 }
 
 func (r *report) writeJSON(w io.Writer) error {
@@ -296,6 +334,9 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	if r.BatchSize > 0 {
 		fmt.Fprintf(w, "batch: deliveries of %d messages; ops count messages, the latencies are a whole delivery's (claim: its BatchClaim, or sql's and redis's Claims one after another, added up)\n", r.BatchSize)
+	}
+	if r.Steps > 0 {
+		fmt.Fprintf(w, "steps: jobs of %d effects; TARGET-steps claims one key and records a CompleteStep per effect, TARGET-steps-started a StartStep before each too, TARGET-keys claims and completes a key per effect; ops count jobs (claim: the first Claim)\n", r.Steps)
 	}
 	fmt.Fprintf(w, "%d CPUs (GOMAXPROCS %d); load average %s at the start, %s at the end\n",
 		r.NumCPU, r.GOMAXPROCS, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter))
@@ -400,9 +441,23 @@ func (r *report) writeTable(w io.Writer) {
 			fmt.Fprintf(w, "  first error: %s\n", res.FirstError)
 		}
 	}
+	for _, res := range r.Results {
+		if res.StoreCPURatioToKeys == nil && res.WALRatioToKeys == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s/%s: per job, Postgres CPU %s and WAL %s of %s's\n", res.Scenario, res.Target,
+			ratioCell(res.StoreCPURatioToKeys), ratioCell(res.WALRatioToKeys), keysTarget(res.Target))
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "%s: skipped: %s\n", s.Target, s.Reason)
 	}
+}
+
+// keysTarget is the name of the form with a key per effect of the steps
+// scenario's target name.
+func keysTarget(name string) string {
+	label, _, _ := stepsFormOf(name)
+	return label + formKeys.suffix()
 }
 
 // roundRatios is each round's throughput over the sql target's in the same

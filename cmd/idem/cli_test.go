@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testcerts"
@@ -606,5 +607,59 @@ func TestHelpOfEachCommand(t *testing.T) {
 	r := runIdem(t, runOpts{}, "resolve", "-n", "ns", "-k", "k")
 	if r.code != int(exitError) || !strings.Contains(r.stderr, "--completed") || !strings.Contains(r.stderr, "--release") {
 		t.Errorf("resolve without --completed, --failed or --release: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestLookupPrintsSteps: lookup shows a job's steps under its record, one
+// row each in the order they were first recorded, with the state, the
+// token that wrote it, its times and its result; a record without steps
+// shows none, and -o json has them whole.
+func TestLookupPrintsSteps(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	token, err := strconv.ParseInt(f.claim("jobs", "two-effects"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.srv.Client
+	if _, err := c.CompleteStep(ctx, &idemv1.CompleteStepRequest{Namespace: "jobs", Key: "two-effects", Token: token, Step: "charge", Result: []byte("ch_1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CompleteStep(ctx, &idemv1.CompleteStepRequest{Namespace: "jobs", Key: "two-effects", Token: token, Step: "audit", Result: bytes.Repeat([]byte{0xff}, 200)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartStep(ctx, &idemv1.StartStepRequest{Namespace: "jobs", Key: "two-effects", Token: token, Step: "receipt"}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := f.idem("lookup", "-n", "jobs", "-k", "two-effects").must(t, 0, "lookup")
+	tail := r.stdout[strings.Index(r.stdout, "\nSTEP"):]
+	lines := strings.Split(strings.TrimSpace(tail), "\n")
+	if len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "STEP STATE TOKEN STARTED FINISHED RESULT" {
+		t.Fatalf("lookup's steps:\n%s\nwant a header and three rows under a blank line", tail)
+	}
+	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`
+	tok := strconv.FormatInt(token, 10)
+	for i, want := range []string{
+		`^charge +FINISHED +` + tok + ` +` + ts + ` +` + ts + ` +"ch_1"$`,
+		`^audit +FINISHED +` + tok + ` +` + ts + ` +` + ts + ` +200 bytes \(-o json for the bytes\)$`,
+		`^receipt +STARTED +` + tok + ` +` + ts + ` +- +-$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(lines[i+1]) {
+			t.Errorf("step row %d %q; want it to match %s", i+1, lines[i+1], want)
+		}
+	}
+
+	var look idemv1.LookupResponse
+	r = f.idem("-o", "json", "lookup", "-n", "jobs", "-k", "two-effects").must(t, 0, "lookup -o json")
+	if err := protojson.Unmarshal([]byte(r.stdout), &look); err != nil || len(look.GetRecord().GetSteps()) != 3 ||
+		len(look.GetRecord().GetSteps()[1].GetResult()) != 200 {
+		t.Fatalf("lookup -o json: %v, %v; want the three steps whole", &look, err)
+	}
+
+	f.claim("jobs", "one-effect")
+	if r := f.idem("lookup", "-n", "jobs", "-k", "one-effect").must(t, 0, "lookup"); strings.Contains(r.stdout, "STEP") {
+		t.Errorf("lookup of a record without steps shows a steps table:\n%s", r.stdout)
 	}
 }

@@ -130,8 +130,48 @@ func printRecord(w io.Writer, r *idemv1.Record) error {
 	if r.GetHold() {
 		policy += " (on_lease_expiry: hold)"
 	}
+	if r.GetHoldUnfinished() {
+		policy += " (on_unfinished_step: hold)"
+	}
 	row("policy", policy)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printSteps(w, r.GetSteps())
+}
+
+// printSteps writes a job's steps, if it has any, as a table under a blank
+// line: one row each, in the order they were first recorded.
+func printSteps(w io.Writer, steps []*idemv1.Step) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nSTEP\tSTATE\tTOKEN\tSTARTED\tFINISHED\tRESULT")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, s := range steps {
+		result := "-"
+		if s.GetState() == idemv1.StepState_STEP_STATE_FINISHED {
+			result = describeStepResult(s.GetResult())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.GetName(), strings.TrimPrefix(s.GetState().String(), "STEP_STATE_"),
+			s.GetToken(), dash(formatTime(s.GetStartedAt())), dash(formatTime(s.GetFinishedAt())), result)
+	}
 	return tw.Flush()
+}
+
+// describeStepResult is describeBytes of a step's result, which -o json
+// shows whole.
+func describeStepResult(b []byte) string {
+	if q, ok := quotePrintable(b); ok {
+		return q
+	}
+	return fmt.Sprintf("%d bytes (-o json for the bytes)", len(b))
 }
 
 // printRecords writes records as a table with one row each, led by a
@@ -179,9 +219,17 @@ func describeBytes(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
-	text := func(r rune) bool { return unicode.IsPrint(r) || unicode.IsSpace(r) }
-	if len(b) <= 120 && utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !text(r) }) < 0 {
-		return strconv.Quote(string(b))
+	if q, ok := quotePrintable(b); ok {
+		return q
 	}
 	return fmt.Sprintf("%d bytes (--result-out FILE or - for the bytes)", len(b))
+}
+
+// quotePrintable is b quoted when it is short printable text.
+func quotePrintable(b []byte) (string, bool) {
+	text := func(r rune) bool { return unicode.IsPrint(r) || unicode.IsSpace(r) }
+	if len(b) <= 120 && utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !text(r) }) < 0 {
+		return strconv.Quote(string(b)), true
+	}
+	return "", false
 }

@@ -404,7 +404,7 @@ type lookupCmd struct {
 }
 
 func (lookupCmd) Help() string {
-	return `Lookup shows a record without changing it: its state, token, lease, result or error, and timestamps (UTC, from the database's clock).
+	return `Lookup shows a record without changing it: its state, token, lease, result or error, and timestamps (UTC, from the database's clock), then the job's steps, if it has any: each step's state (STARTED or FINISHED), the token that wrote it, when it started and finished, and its result.
 
 Exit codes:
 

@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/internal/buildinfo"
 	"github.com/idemhq/idem/internal/envflag"
 	"github.com/idemhq/idem/internal/maintenance"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/migrate"
 	"github.com/idemhq/idem/store/sqlite"
@@ -143,6 +144,8 @@ func main() {
 			"sweep_duty":             strconv.FormatFloat(maintenance.DefaultSweepDuty, 'g', -1, 64),
 			"coalesce_max_in_flight": strconv.Itoa(coalesce.DefaultMaxInFlight),
 			"coalesce_max_rows":      strconv.Itoa(coalesce.DefaultMaxRows),
+			"max_steps":              strconv.Itoa(limits.DefaultMaxSteps),
+			"max_step_bytes":         strconv.Itoa(limits.DefaultMaxStepBytes),
 		},
 	)
 	envflag.UnsetEmptyBools(parser.Model)

@@ -44,6 +44,8 @@ type serveCmd struct {
 	MaxWaitersPerTenant int           `default:"1000" env:"IDEM_MAX_WAITERS_PER_TENANT" help:"Most Claims of one tenant waiting at once on this replica (without a config file, of the one default tenant)."`
 	BatchMaxItems       int           `default:"500" env:"IDEM_BATCH_MAX_ITEMS" help:"Most items one batch call (BatchClaim, BatchComplete, …) may carry (1 to 10000); more is INVALID_BATCH_SIZE."`
 	BatchMaxBytes       int           `default:"4194304" env:"IDEM_BATCH_MAX_BYTES" help:"Largest batch call, in bytes of protobuf (64 KiB to 64 MiB); a larger one is REQUEST_TOO_LARGE. The gRPC server and the HTTP/JSON API read requests this large."`
+	MaxSteps            int           `default:"${max_steps}" env:"IDEM_MAX_STEPS" help:"Most steps one job may record (StartStep, CompleteStep; 1 to 10000); a step more is TOO_MANY_STEPS."`
+	MaxStepBytes        int           `default:"${max_step_bytes}" env:"IDEM_MAX_STEP_BYTES" help:"Most bytes of one job's steps' names and results together (1 to 16 MiB); a step past it is STEPS_TOO_LARGE. Each step rewrites the job's earlier steps, so keep it small."`
 	Migrate             bool          `default:"true" negatable:"" env:"IDEM_MIGRATE" help:"Apply pending PostgreSQL migrations on start (the SQLite store always migrates itself when it opens)."`
 	ShutdownTimeout     time.Duration `default:"30s" env:"IDEM_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for in-flight RPCs before cutting them off."`
 	HTTPListen          string        `name:"http-listen" default:"127.0.0.1:7071" env:"IDEM_HTTP_LISTEN" help:"Address serving /metrics, /healthz and /readyz over HTTP; empty turns it off."`
@@ -60,6 +62,10 @@ const (
 	maxBatchBytes = 64 << 20
 )
 
+// maxStepsCeiling bounds --max-steps: a job's steps are read whole with
+// its record.
+const maxStepsCeiling = 10000
+
 func (c *serveCmd) validate() error {
 	if err := durationFlag("default-lease-ttl", c.DefaultLeaseTTL, limits.MinLeaseTTL, limits.MaxLeaseTTL); err != nil {
 		return err
@@ -69,6 +75,12 @@ func (c *serveCmd) validate() error {
 	}
 	if c.MaxResultBytes < 1 || c.MaxResultBytes > limits.ResultBytesCeiling {
 		return fmt.Errorf("--max-result-bytes is %d; it must be between 1 and %d", c.MaxResultBytes, limits.ResultBytesCeiling)
+	}
+	if c.MaxSteps < 1 || c.MaxSteps > maxStepsCeiling {
+		return fmt.Errorf("--max-steps is %d; it must be between 1 and %d", c.MaxSteps, maxStepsCeiling)
+	}
+	if c.MaxStepBytes < 1 || c.MaxStepBytes > limits.ResultBytesCeiling {
+		return fmt.Errorf("--max-step-bytes is %d; it must be between 1 and %d", c.MaxStepBytes, limits.ResultBytesCeiling)
 	}
 	if c.MaxWaiters < 1 {
 		return fmt.Errorf("--max-waiters is %d; it must be at least 1", c.MaxWaiters)
@@ -263,6 +275,8 @@ func (c *serveCmd) newServer(db *database, sec *security, tp trace.TracerProvide
 		MaxWaitersPerTenant: c.MaxWaitersPerTenant,
 		BatchMaxItems:       c.BatchMaxItems,
 		BatchMaxBytes:       c.BatchMaxBytes,
+		MaxSteps:            c.MaxSteps,
+		MaxStepBytes:        c.MaxStepBytes,
 	}})
 }
 

@@ -67,6 +67,8 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR, "your result was not stored: the record was resolved by an operator after your lease ran out; look it up to see the resolution, and do not retry", nil)
 	case errors.Is(err, store.ErrNotUnresolved):
 		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_NOT_UNRESOLVED, "the record is not UNRESOLVED, so there is nothing to resolve; look it up to see its state", nil)
+	case errors.Is(err, store.ErrStepFinished):
+		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_STEP_ALREADY_FINISHED, "the step is FINISHED with another result, and a finished step never changes; use the result the record holds (look it up) instead of performing the step's effect again", nil)
 	case errors.Is(err, store.ErrFingerprintMismatch):
 		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, "fingerprint mismatch: this key was claimed for a request with another fingerprint; use a new key for a new request", nil)
 	case errors.Is(err, store.ErrUnavailable):

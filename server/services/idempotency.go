@@ -297,6 +297,8 @@ func recordToProto(r *store.Record) *idemv1.Record {
 		ExpiresAt:      timestamp(r.ExpiresAt),
 		Policy:         r.Policy,
 		Hold:           r.Hold,
+		Steps:          stepsToProto(r.Steps),
+		HoldUnfinished: r.HoldUnfinished,
 	}
 }
 

@@ -64,6 +64,12 @@ type Config struct {
 	// BatchMaxBytes bounds the encoded size of one batch call's request. It
 	// defaults to DefaultBatchMaxBytes.
 	BatchMaxBytes int
+	// MaxSteps bounds the steps of one job (StartStep, CompleteStep). It
+	// defaults to limits.DefaultMaxSteps.
+	MaxSteps int
+	// MaxStepBytes bounds the bytes of one job's steps' names and results
+	// together. It defaults to limits.DefaultMaxStepBytes.
+	MaxStepBytes int
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
@@ -76,6 +82,8 @@ func DefaultConfig() Config {
 		MaxWaitersPerTenant: DefaultMaxWaitersPerTenant,
 		BatchMaxItems:       DefaultBatchMaxItems,
 		BatchMaxBytes:       DefaultBatchMaxBytes,
+		MaxSteps:            limits.DefaultMaxSteps,
+		MaxStepBytes:        limits.DefaultMaxStepBytes,
 	}
 }
 
@@ -89,5 +97,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxWaitersPerTenant = cmp.Or(c.MaxWaitersPerTenant, d.MaxWaitersPerTenant)
 	c.BatchMaxItems = cmp.Or(c.BatchMaxItems, d.BatchMaxItems)
 	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, d.BatchMaxBytes)
+	c.MaxSteps = cmp.Or(c.MaxSteps, d.MaxSteps)
+	c.MaxStepBytes = cmp.Or(c.MaxStepBytes, d.MaxStepBytes)
 	return c
 }

@@ -337,6 +337,9 @@ type policy struct {
 	retention time.Duration
 	// hold: a lease that runs out makes the record UNRESOLVED.
 	hold bool
+	// holdUnfinished: a Claim that would take over a record with a STARTED
+	// step makes it UNRESOLVED (on_unfinished_step: hold).
+	holdUnfinished bool
 }
 
 // newPolicies turns the config file's policies into what a Claim looks up.
@@ -346,7 +349,8 @@ func newPolicies(ps []config.Policy) []*policy {
 		p := &ps[i]
 		out = append(out, &policy{name: p.PolicyName(), globs: p.Namespaces, leaseTTL: p.LeaseTTL,
 			maxLease: p.MaxLeaseTTL, retention: p.Retention,
-			hold: p.OnLeaseExpiry == config.OnLeaseExpiryHold})
+			hold:           p.OnLeaseExpiry == config.OnLeaseExpiryHold,
+			holdUnfinished: p.OnUnfinishedStep == config.OnUnfinishedStepHold})
 	}
 	return out
 }
@@ -409,6 +413,10 @@ func (p *policy) retentionOf(asked bool, retention time.Duration) time.Duration 
 
 // holds reports whether p holds its records for resolution.
 func (p *policy) holds() bool { return p != nil && p.hold }
+
+// holdsUnfinished reports whether p holds its records' STARTED steps for
+// resolution rather than letting a successor run them again.
+func (p *policy) holdsUnfinished() bool { return p != nil && p.holdUnfinished }
 
 // name is the policy's name, "" for none.
 func (p *policy) nameOf() string {

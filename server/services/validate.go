@@ -28,6 +28,7 @@ var textReasons = map[string]idemv1.ErrorReason{
 	"claimant":   idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT,
 	"error":      idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
 	"tenant":     idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
+	"step":       idemv1.ErrorReason_ERROR_REASON_INVALID_STEP_NAME,
 }
 
 // validateText applies the rule every text field of a request meets before

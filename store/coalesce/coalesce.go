@@ -1,8 +1,8 @@
 // Package coalesce is a decorator around any store.Store (New) that
-// gathers concurrent Claims, Completes, Fails and Heartbeats into the
-// inner store's many-row calls: one round trip, one plan, one commit for a
-// whole batch, which a database pays once instead of per call. Every other
-// call passes through. It knows no SQL and no store.
+// gathers concurrent Claims, Completes, Fails, Heartbeats and step calls
+// into the inner store's many-row calls: one round trip, one plan, one
+// commit for a whole batch, which a database pays once instead of per call.
+// Every other call passes through. It knows no SQL and no store.
 //
 // There is no timer. A call that finds a free batch slot of its kind runs
 // at once, with whatever calls are already on their way in this process

@@ -50,13 +50,15 @@ type Options struct {
 
 // Store is a store.Store that gathers concurrent RecordClaim calls into
 // the inner store's RecordClaimMany, and the same for RecordComplete,
-// RecordFail and RecordHeartbeat; every other call passes through.
+// RecordFail, RecordHeartbeat and RecordStep; every other call passes
+// through.
 type Store struct {
 	store.Store
 	claims     *coalescer[*store.ClaimParams, *store.ClaimResult]
 	completes  *coalescer[*store.CompleteParams, *store.Record]
 	fails      *coalescer[*store.FailParams, *store.Record]
 	heartbeats *coalescer[*store.HeartbeatParams, *store.Record]
+	steps      *coalescer[*store.StepParams, *store.Step]
 	// batchCalls counts the calls each batch answered, by kind.
 	batchCalls *prometheus.HistogramVec
 }
@@ -72,6 +74,7 @@ func New(inner store.Store, opts Options) *Store {
 	s.completes = newCoalescer("complete", opts, observer("complete"), batchRun(inner.RecordComplete, inner.RecordCompleteMany), nil)
 	s.fails = newCoalescer("fail", opts, observer("fail"), batchRun(inner.RecordFail, inner.RecordFailMany), nil)
 	s.heartbeats = newCoalescer("heartbeat", opts, observer("heartbeat"), batchRun(inner.RecordHeartbeat, inner.RecordHeartbeatMany), nil)
+	s.steps = newCoalescer("step", opts, observer("step"), batchRun(inner.RecordStep, inner.RecordStepMany), nil)
 	return s
 }
 
@@ -99,7 +102,7 @@ func (o Options) withDefaults() Options {
 func newBatchCalls() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_db_batch_calls",
-		Help:    "Calls answered by one batch of the store's coalescer, by kind (claim, complete, fail, heartbeat): 1 when calls do not overlap, more under load; Claims of a key already in the batch count with it.",
+		Help:    "Calls answered by one batch of the store's coalescer, by kind (claim, complete, fail, heartbeat, step): 1 when calls do not overlap, more under load; Claims of a key already in the batch count with it.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	}, []string{"kind"})
 }
@@ -146,6 +149,16 @@ func (s *Store) RecordHeartbeat(ctx context.Context, p *store.HeartbeatParams) (
 // RecordHeartbeatMany implements store.Store.
 func (s *Store) RecordHeartbeatMany(ctx context.Context, ps []*store.HeartbeatParams) ([]*store.Record, []error) {
 	return doMany(ctx, s.heartbeats, ps, func(p *store.HeartbeatParams) store.RecordID { return p.RecordID })
+}
+
+// RecordStep implements store.Store.
+func (s *Store) RecordStep(ctx context.Context, p *store.StepParams) (*store.Step, error) {
+	return s.steps.Do(ctx, p.RecordID, p)
+}
+
+// RecordStepMany implements store.Store.
+func (s *Store) RecordStepMany(ctx context.Context, ps []*store.StepParams) ([]*store.Step, []error) {
+	return doMany(ctx, s.steps, ps, func(p *store.StepParams) store.RecordID { return p.RecordID })
 }
 
 // doMany queues ps in c together and returns their answers in order.

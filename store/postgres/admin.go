@@ -10,7 +10,7 @@ import (
 
 // The listing is keyset-paginated on the primary key: a page costs an index
 // range scan however deep, and a record is seen once.
-var listSQL = `SELECT ` + recordCols + ` FROM idem_records
+var listSQL = `SELECT ` + recordCols + `, ` + stepsColsOf("idem_records") + ` FROM idem_records
 	WHERE tenant = $1
 		AND ($2 = '' OR namespace = $2)
 		AND ($3 = '' OR state = $3)
@@ -27,7 +27,7 @@ func (d driver) listRecords(ctx context.Context, p *store.ListParams) ([]*store.
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecordAs(row, stepsColumns) })
 	return recs, interpretError(err)
 }
 
@@ -43,13 +43,13 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 var deleteSQL = `
 WITH gone AS (
 	DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3
-	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + `
 )
-SELECT ` + recordNames + ` FROM gone`
+SELECT ` + recordNames + `, steps FROM gone`
 
 // deleteRecord runs deleteSQL.
 func (d driver) deleteRecord(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	rec, err := scanRecord(d.q.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
+	rec, err := scanRecordSteps(d.q.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
 	return rec, interpretError(err)
 }
 
@@ -126,11 +126,11 @@ WITH changed AS (
 		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
 		expires_at = now() + retention, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved'
-	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + `
 )
-SELECT true, ` + recordNames + ` FROM changed
+SELECT true, ` + recordNames + `, steps FROM changed
 UNION ALL
-SELECT false, ` + recordCols + ` FROM idem_records
+SELECT false, ` + recordCols + `, ` + stepsCol + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM changed)`
 
 // resolvedRow is what resolveSQL did: changed rec, or found it so.
@@ -143,7 +143,7 @@ type resolvedRow struct {
 func (d driver) resolve(ctx context.Context, p *store.ResolveParams, target store.ResolveTarget) (resolvedRow, error) {
 	var row resolvedRow
 	var err error
-	row.rec, err = scanRecord(d.q.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key,
+	row.rec, err = scanRecordSteps(d.q.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key,
 		string(target.State), target.Result, target.Error), &row.changed)
 	return row, interpretError(err)
 }
@@ -182,6 +182,11 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 // The sweeper's statements lock their batch with FOR UPDATE SKIP LOCKED, so
 // replicas sweep at once without doing a row twice or blocking a Claim.
 
+// heldSQL says whether a lapsed record r is held for a person rather than
+// open to a takeover: its policy holds it (hold), or holds unfinished steps
+// and one is STARTED (store.DecideClaim decides the same for a Claim).
+const heldSQL = `(r.hold OR coalesce(r.hold_unfinished AND array_position(r.step_finished, NULL) IS NOT NULL, false))`
+
 var sweepExpireSQL = `
 WITH due AS (
 	SELECT tenant, namespace, key FROM idem_records
@@ -191,8 +196,8 @@ WITH due AS (
 	FOR UPDATE SKIP LOCKED
 ),
 expired AS (
-	UPDATE idem_records r SET state = CASE WHEN r.hold THEN 'unresolved' ELSE 'expired' END, updated_at = now(),
-		expires_at = CASE WHEN r.hold THEN NULL ELSE now() + r.retention END
+	UPDATE idem_records r SET state = CASE WHEN ` + heldSQL + ` THEN 'unresolved' ELSE 'expired' END, updated_at = now(),
+		expires_at = CASE WHEN ` + heldSQL + ` THEN NULL ELSE now() + r.retention END
 	FROM due
 	WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key
 	RETURNING r.tenant` + wakeCol("r", true) + `

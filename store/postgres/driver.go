@@ -109,6 +109,26 @@ var recordCols = recordColsOf("idem_records")
 const recordNames = `tenant, namespace, key, state, token, attempt, claimant, fingerprint,
 	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold, resolved`
 
+// stepsCol is the column that carries a record's steps (stepsColOf).
+var stepsCol = stepsColOf("idem_records")
+
+// stepsColOf is a record's steps and hold_unfinished as one value (a
+// record), NULL when it has none, qualified by a table alias: one column
+// more in the answers that read a record, NULL for the many that have no
+// steps. The statements sent as simple queries, whose answers are text,
+// read stepsColsOf instead, since pgx reads a record only in binary.
+func stepsColOf(alias string) string {
+	a := alias + "."
+	return `CASE WHEN ` + a + `step_names IS NOT NULL THEN ROW(` + a + `step_names, ` + a + `step_results, ` +
+		a + `step_tokens, ` + a + `step_started, ` + a + `step_finished, ` + a + `hold_unfinished) END AS steps`
+}
+
+// stepsColsOf is stepsColOf as six columns, for answers in text.
+func stepsColsOf(alias string) string {
+	a := alias + "."
+	return a + `step_names, ` + a + `step_results, ` + a + `step_tokens, ` + a + `step_started, ` + a + `step_finished, ` + a + `hold_unfinished`
+}
+
 // recordColsOf is a record's columns qualified by a table alias; resolved
 // says whether an operator resolved it under its current token.
 func recordColsOf(alias string) string {
@@ -139,13 +159,41 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // maxPrefix). It runs for every row the store reads: its destinations are
 // pgtype types that scan directly, in one allocation with the record.
 func scanRecord(row pgx.Row, prefix ...any) (*store.Record, error) {
+	return scanRecordAs(row, noSteps, prefix...)
+}
+
+// scanRecordSteps is scanRecord of recordCols followed by stepsCol.
+func scanRecordSteps(row pgx.Row, prefix ...any) (*store.Record, error) {
+	return scanRecordAs(row, stepsRecord, prefix...)
+}
+
+// How a row carries a record's steps after its recordCols.
+type stepsForm int
+
+const (
+	noSteps      stepsForm = iota // not at all
+	stepsRecord                   // stepsColOf
+	stepsColumns                  // stepsColsOf
+)
+
+// scanRecordAs reads recordCols, and the steps in form, after prefix.
+func scanRecordAs(row pgx.Row, form stepsForm, prefix ...any) (*store.Record, error) {
 	s := new(recordScan)
 	dest := append(s.dest[:0], prefix...)
 	r := &s.rec
 	dest = append(dest,
 		&r.Tenant, &r.Namespace, &r.Key, &s.state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
 		&s.lease, &s.retentionUS, &r.Result, &s.errText, &s.created, &s.updated, &s.completed, &s.expires, &r.Policy, &r.Hold, &r.ResolvedByOperator)
+	switch form {
+	case stepsRecord:
+		dest = append(dest, &s.steps)
+	case stepsColumns:
+		dest = append(dest, s.steps.fields()...)
+	}
 	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	if err := s.steps.into(r); err != nil {
 		return nil, err
 	}
 	r.State = store.State(s.state)
@@ -172,7 +220,8 @@ type recordScan struct {
 	retentionUS                                 int64
 	errText                                     pgtype.Text
 	created, updated, lease, completed, expires pgtype.Timestamptz
-	dest                                        [maxPrefix + 19]any
+	steps                                       stepsScan
+	dest                                        [maxPrefix + 19 + stepFields]any
 }
 
 // utc is t in UTC, the zero time when t is NULL.
@@ -183,19 +232,19 @@ func utc(t pgtype.Timestamptz) time.Time {
 	return t.Time.UTC()
 }
 
-var getSQL = `SELECT ` + recordCols + ` FROM idem_records
+var getSQL = `SELECT ` + recordCols + `, ` + stepsCol + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3`
 
 // getRecord runs getSQL; a record that is not there is store.ErrNotFound.
 func (d driver) getRecord(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	rec, err := scanRecord(d.q.QueryRow(ctx, getSQL, id.Tenant, id.Namespace, id.Key))
+	rec, err := scanRecordSteps(d.q.QueryRow(ctx, getSQL, id.Tenant, id.Namespace, id.Key))
 	return rec, interpretError(err)
 }
 
 // getManySQL reads the records of many ids; each row's ordinal is the
 // index of its id, from 1, and an id with no record returns no row.
 var getManySQL = `SELECT k.i, r.* FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(t, n, ky, i)
-	CROSS JOIN LATERAL (SELECT ` + recordCols + ` FROM idem_records
+	CROSS JOIN LATERAL (SELECT ` + recordCols + `, ` + stepsCol + ` FROM idem_records
 		WHERE tenant = k.t AND namespace = k.n AND key = k.ky OFFSET 0) r`
 
 // getMany runs getManySQL: the record of each id, nil when it has none.
@@ -208,7 +257,7 @@ func (d driver) getMany(ctx context.Context, ids []store.RecordID) ([]*store.Rec
 	recs := make([]*store.Record, len(ids))
 	for rows.Next() {
 		var i int64
-		rec, err := scanRecord(rows, &i)
+		rec, err := scanRecordSteps(rows, &i)
 		if err != nil {
 			return nil, interpretError(err)
 		}

@@ -33,7 +33,7 @@ type claimRow struct {
 // and the Claim's own values: reading it all back would cost more.
 var claimSQL = `
 WITH cur AS (
-	SELECT xmin AS version, ` + recordCols + ` FROM idem_records
+	SELECT xmin AS version, ` + recordCols + `, ` + stepsCol + ` FROM idem_records
 	WHERE tenant = $1 AND namespace = $2 AND key = $3
 ),
 created AS (
@@ -47,7 +47,7 @@ created AS (
 )
 SELECT true, now(), NULL::xid, $1::text, $2::text, $3::text, 'processing', c.token, 1, $4::text, $5::bytea,
 	c.lease_expires_at, $7::bigint, NULL::bytea, NULL::text, c.created_at, c.created_at, NULL::timestamptz, NULL::timestamptz,
-	$8::text, $9::boolean, false
+	$8::text, $9::boolean, false, NULL::record
 FROM created c
 UNION ALL
 SELECT false, now(), cur.* FROM cur`
@@ -70,7 +70,7 @@ func scanClaimRow(row pgx.Row) (claimRow, error) {
 	var r claimRow
 	var now pgtype.Timestamptz
 	var version pgtype.Uint32
-	rec, err := scanRecord(row, &r.created, &now, &version)
+	rec, err := scanRecordSteps(row, &r.created, &now, &version)
 	if err != nil {
 		return claimRow{}, err
 	}
@@ -88,7 +88,7 @@ WITH looked AS (
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::text[], $9::boolean[])
 		WITH ORDINALITY AS i(in_tenant, in_namespace, in_key, in_claimant, in_fingerprint, in_lease_us, in_retention_us, in_policy, in_hold, ord)
 	LEFT JOIN LATERAL (
-		SELECT r.xmin AS version, ` + recordColsOf("r") + `
+		SELECT r.xmin AS version, ` + recordColsOf("r") + `, ` + stepsColOf("r") + `
 		FROM idem_records r WHERE r.tenant = i.in_tenant AND r.namespace = i.in_namespace AND r.key = i.in_key
 		OFFSET 0
 	) r ON true
@@ -102,11 +102,11 @@ created AS (
 	WHERE l.state IS NULL
 	ORDER BY l.ord
 	ON CONFLICT (tenant, namespace, key) DO NOTHING
-	RETURNING ` + recordCols + `
+	RETURNING ` + recordCols + `, NULL::record
 )
 SELECT true, now(), NULL::xid, created.* FROM created
 UNION ALL
-SELECT false, now(), version, ` + recordNames + ` FROM looked WHERE state IS NOT NULL`
+SELECT false, now(), version, ` + recordNames + `, steps FROM looked WHERE state IS NOT NULL`
 
 // claimMany runs calls (distinct keys in primary-key order) as claimManySQL
 // and returns each call's row.
@@ -157,18 +157,19 @@ UPDATE idem_records SET state = 'processing', token = nextval('idem_token_seq'),
 	retention = $7::bigint * interval '1 microsecond', policy = $8::text, hold = $9::boolean,
 	result = NULL, error = NULL, completed_at = NULL, expires_at = NULL, waiters = false, updated_at = now()
 WHERE tenant = $1 AND namespace = $2 AND key = $3 AND xmin = $4::xid
-RETURNING true, now(), ` + recordCols
+RETURNING true, now(), ` + recordCols + `, ` + stepsCol
 
 // holdSQL makes a held record whose lease ran out UNRESOLVED
 // (store.ClaimMakeUnresolved) if it is still at version $4, and wakes its
-// waiting Claims.
+// waiting Claims. An UNRESOLVED record waits for a resolution however
+// long: one that was EXPIRED or RELEASED loses its expires_at.
 var holdSQL = `
 WITH held AS (
-	UPDATE idem_records SET state = 'unresolved', updated_at = now()
+	UPDATE idem_records SET state = 'unresolved', expires_at = NULL, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND xmin = $4::xid
-	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + `
 )
-SELECT true, now(), ` + recordNames + ` FROM held`
+SELECT true, now(), ` + recordNames + `, steps FROM held`
 
 // claimWrite is a takeover or a lapsed hold that one Claim decided on the
 // record it saw at version.
@@ -200,7 +201,7 @@ func (w claimWrite) statement() (string, []any) {
 func scanWritten(row pgx.Row) (written, error) {
 	var ok bool
 	var now pgtype.Timestamptz
-	rec, err := scanRecord(row, &ok, &now)
+	rec, err := scanRecordSteps(row, &ok, &now)
 	if err = interpretError(err); err != nil {
 		if err == store.ErrNotFound {
 			return written{}, nil

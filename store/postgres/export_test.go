@@ -59,5 +59,8 @@ func HotStatements() []HotStatement {
 		{"a waiting claim's mark", markWaitedSQL, one + `, 1`},
 		{"resolve", resolveSQL, one + `, 'completed', 'result', ''`},
 		{"delete", deleteSQL, one},
+		{"finish a step", stepOneSQL, one + `, 1, 'charge', 'ch_1', false, 64, 65536`},
+		{"start a step", stepOneSQL, one + `, 1, 'charge', NULL, true, 64, 65536`},
+		{"step batch", stepManySQL, two + `, '{1,2}', '{a,b}', '{"\\x01",NULL}', '{f,t}', 64, 65536`},
 	}
 }

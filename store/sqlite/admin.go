@@ -11,7 +11,7 @@ import (
 
 // The listing is keyset-paginated on the primary key: a page costs an index
 // range scan however deep, and a record is seen once.
-const listSQL = `SELECT ` + recordCols + ` FROM idem_records
+const listSQL = `SELECT ` + recordStepCols + ` FROM idem_records
 	WHERE tenant = ?1
 		AND (?2 = '' OR namespace = ?2)
 		AND (?3 = '' OR state = ?3)
@@ -21,14 +21,39 @@ const listSQL = `SELECT ` + recordCols + ` FROM idem_records
 	ORDER BY namespace, key
 	LIMIT ?8`
 
-// RecordList implements store.Store.
+// RecordList implements store.Store: the page and the steps of its records
+// in one read transaction.
 func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	return readRows(ctx, s, listSQL, func(rows *sql.Rows) (*store.Record, error) { return scanRecord(rows) },
-		p.Tenant, p.Namespace, string(p.State), p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key,
-		max(p.Limit, 0), p.KeyPrefix)
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	var recs []*store.Record
+	err := s.inReadTx(ctx, func(q querier) error {
+		recs = nil
+		var counts []int
+		err := q.Query(listSQL, func(rows *sql.Rows) error {
+			rec, count, err := scanRecordSteps(rows)
+			recs, counts = append(recs, rec), append(counts, count)
+			return err
+		}, p.Tenant, p.Namespace, string(p.State), p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key,
+			max(p.Limit, 0), p.KeyPrefix)
+		if err != nil {
+			return err
+		}
+		for i, rec := range recs {
+			if err := readSteps(q, rec, counts[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return recs, nil
 }
 
 // readRows runs query, one of readQueries, and scans each row with scan.
@@ -55,23 +80,33 @@ func readRows[T any](ctx context.Context, s *Store, query string, scan func(*sql
 	return out, nil
 }
 
-const deleteSQL = `DELETE FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 RETURNING ` + recordCols
+const deleteSQL = `DELETE FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`
 
-// RecordDelete implements store.Store.
+// RecordDelete implements store.Store: the record and its steps are read,
+// then deleted (the delete's trigger takes the steps with it), under the
+// same write lock.
 func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	if err := id.CheckText(); err != nil {
 		return nil, err
 	}
 	var rec *store.Record
 	err := s.inWriteTx(ctx, func(tx *writeTx, _ time.Time) error {
-		var err error
-		switch rec, err = scanRecord(tx.QueryRow(deleteSQL, id.Tenant, id.Namespace, id.Key)); {
-		case err == nil:
-			tx.WakeAfterCommit(id)
+		found, steps, err := scanRecordSteps(tx.QueryRow(getSQL, id.Tenant, id.Namespace, id.Key))
+		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return nil // not there: rec stays nil
+		case err != nil:
+			return err
 		}
-		return err
+		if err := readSteps(tx, found, steps); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(deleteSQL, id.Tenant, id.Namespace, id.Key); err != nil {
+			return err
+		}
+		rec = found
+		tx.WakeAfterCommit(id)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -122,8 +157,15 @@ func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error)
 // Each sweeper statement is one write transaction over at most limit rows,
 // which Claims queue behind: keep limit at a few thousand.
 
-const sweepExpireSQL = `UPDATE idem_records SET state = CASE WHEN hold THEN 'unresolved' ELSE 'expired' END, updated_at = ?1,
-		expires_at = CASE WHEN hold THEN NULL ELSE ?1 + retention_us END
+// heldSQL says whether a lapsed record is held for a person rather than
+// open to a takeover: its policy holds it (hold), or holds unfinished steps
+// and one is STARTED (store.DecideClaim decides the same for a Claim).
+const heldSQL = `(hold OR coalesce(hold_unfinished AND EXISTS (SELECT 1 FROM idem_steps s
+	WHERE s.tenant = idem_records.tenant AND s.namespace = idem_records.namespace AND s.key = idem_records.key
+		AND s.finished_at IS NULL), 0))`
+
+const sweepExpireSQL = `UPDATE idem_records SET state = CASE WHEN ` + heldSQL + ` THEN 'unresolved' ELSE 'expired' END, updated_at = ?1,
+		expires_at = CASE WHEN ` + heldSQL + ` THEN NULL ELSE ?1 + retention_us END
 	WHERE rowid IN (
 		SELECT rowid FROM idem_records
 		WHERE state = 'processing' AND lease_expires_at <= ?1

@@ -28,8 +28,10 @@ const (
 	RETURNING ` + recordCols
 
 	// holdSQL makes a held record whose lease ran out UNRESOLVED, for the
-	// Claim that found it so (store.ClaimMakeUnresolved), under the write lock.
-	holdSQL = `UPDATE idem_records SET state = 'unresolved', updated_at = ?4
+	// Claim that found it so (store.ClaimMakeUnresolved), under the write
+	// lock. An UNRESOLVED record waits for a resolution however long: one
+	// that was EXPIRED or RELEASED loses its expires_at.
+	holdSQL = `UPDATE idem_records SET state = 'unresolved', expires_at = NULL, updated_at = ?4
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3
 	RETURNING ` + recordCols
 )
@@ -73,12 +75,22 @@ func claimIn(tx *writeTx, p *store.ClaimParams, now time.Time) (res *store.Claim
 		return nil, nil, err
 	}
 	// The token was not used: it is still the next one to draw.
-	if rec, err = scanRecord(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key)); err != nil {
+	rec, steps, err := scanRecordSteps(tx.QueryRow(getSQL, p.Tenant, p.Namespace, p.Key))
+	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			// Not the key: internal errors are logged, keys never.
 			return nil, nil, fmt.Errorf("sqlite: tenant %s, namespace %s: the insert ran into a row that is not there", p.Tenant, p.Namespace)
 		}
 		return nil, nil, err
+	}
+	if err := readSteps(tx, rec, steps); err != nil {
+		return nil, nil, err
+	}
+	// The writes below change no step: the record keeps those read.
+	read := rec
+	keepSteps := func(written *store.Record) *store.Record {
+		written.Steps, written.HoldUnfinished = read.Steps, read.HoldUnfinished
+		return written
 	}
 	switch d := store.DecideClaim(rec, p, now); d.Action {
 	case store.ClaimAnswer:
@@ -88,18 +100,19 @@ func claimIn(tx *writeTx, p *store.ClaimParams, now time.Time) (res *store.Claim
 			return nil, nil, err
 		}
 		tx.WakeAfterCommit(p.RecordID) // a Claim waiting on the lease sees it ended
-		return store.Unresolved(rec, now), nil, nil
+		return store.Unresolved(keepSteps(rec), now), nil, nil
 	}
 	// A takeover. The counter never goes back, whatever is purged or
 	// deleted, so the token is greater than all earlier ones (writer.go).
 	if token, err = tx.drawToken(); err != nil {
 		return nil, nil, err
 	}
-	if rec, err = scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
-		p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold)); err != nil {
+	written, err := scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
+		p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
+	if err != nil {
 		return nil, nil, err
 	}
-	return store.Acquired(rec, now), nil, nil
+	return store.Acquired(keepSteps(written), now), nil, nil
 }
 
 // RecordClaimMany implements store.Store: the calls run at once, each as

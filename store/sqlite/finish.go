@@ -41,7 +41,7 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 	case store.CallHeartbeat:
 		args = append(args, call.LeaseTTL.Microseconds())
 	}
-	return s.change(ctx, call.RecordID, call.Kind != store.CallHeartbeat, call.Decide, func(tx *writeTx, now time.Time) *sql.Row {
+	return s.change(ctx, call.RecordID, call.Kind != store.CallHeartbeat, false, call.Decide, func(tx *writeTx, now time.Time) *sql.Row {
 		args[4] = now.UnixMicro()
 		return tx.QueryRow(tokenCalls[call.Kind], args...)
 	})
@@ -49,26 +49,35 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 
 // change runs update, which changes the record under a condition (no row
 // when it does not apply), and otherwise answers what decide says of the
-// record, read under the same write lock; wakes wakes waiting Claims.
-func (s *Store) change(ctx context.Context, id store.RecordID, wakes bool, decide func(*store.Record) store.ChangeDecision,
+// record, read under the same write lock; wakes wakes waiting Claims. With
+// steps, update returns recordStepCols and the answer carries the record's
+// steps.
+func (s *Store) change(ctx context.Context, id store.RecordID, wakes, steps bool, decide func(*store.Record) store.ChangeDecision,
 	update func(tx *writeTx, now time.Time) *sql.Row) (*store.Record, error) {
 	var (
 		out     *store.Record
 		refusal error
 	)
 	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
-		rec, err := scanRecord(update(tx, now))
+		var rec *store.Record
+		var count int
+		var err error
+		if steps {
+			rec, count, err = scanRecordSteps(update(tx, now))
+		} else {
+			rec, err = scanRecord(update(tx, now))
+		}
 		if err == nil {
 			if wakes {
 				tx.WakeAfterCommit(id)
 			}
 			out = rec
-			return nil
+			return readSteps(tx, rec, count)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		rec, err = scanRecord(tx.QueryRow(getSQL, id.Tenant, id.Namespace, id.Key))
+		rec, count, err = scanRecordSteps(tx.QueryRow(getSQL, id.Tenant, id.Namespace, id.Key))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			refusal = store.ErrNotFound
@@ -78,8 +87,13 @@ func (s *Store) change(ctx context.Context, id store.RecordID, wakes bool, decid
 		}
 		switch d := decide(rec); d.Action {
 		case store.ChangeRepeat:
+			if !steps {
+				// As the update would have answered it.
+				rec.HoldUnfinished = false
+				count = 0
+			}
 			out = rec
-			return nil
+			return readSteps(tx, rec, count)
 		case store.ChangeRefuse:
 			refusal = d.Err
 			return nil
@@ -100,7 +114,7 @@ const resolveSQL = `UPDATE idem_records SET state = ?4, result = ?6, error = CAS
 		completed_at = CASE WHEN ?4 = 'released' THEN NULL ELSE ?5 END,
 		expires_at = ?5 + retention_us, updated_at = ?5
 	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND state = 'unresolved'
-	RETURNING ` + recordCols
+	RETURNING ` + recordStepCols
 
 // RecordResolve implements store.Store.
 func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
@@ -111,7 +125,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	if err != nil {
 		return nil, err
 	}
-	return s.change(ctx, p.RecordID, true, p.Decide, func(tx *writeTx, now time.Time) *sql.Row {
+	return s.change(ctx, p.RecordID, true, true, p.Decide, func(tx *writeTx, now time.Time) *sql.Row {
 		return tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), now.UnixMicro(), target.Result, target.Error)
 	})
 }

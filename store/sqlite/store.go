@@ -56,7 +56,7 @@ type Store struct {
 }
 
 // readQueries are the statements Open prepares on the read connections.
-var readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL}
+var readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL, stepsSQL}
 
 // errClosed is what every call returns once Close has run.
 var errClosed = fmt.Errorf("%w: the SQLite store is closed", store.ErrUnavailable)
@@ -286,6 +286,10 @@ const recordCols = `tenant, namespace, key, state, token, attempt, claimant, fin
 	lease_expires_at, retention_us, result, error, created_at, updated_at, completed_at, expires_at, policy, hold,
 	coalesce(resolved_token = token, 0) AS resolved`
 
+// recordStepCols is recordCols and what a read of the record's steps
+// needs: their count (NULL for none) and hold_unfinished.
+const recordStepCols = recordCols + `, step_count, coalesce(hold_unfinished, 0)`
+
 // rowScanner is a *sql.Row or *sql.Rows.
 type rowScanner interface {
 	Scan(dest ...any) error
@@ -293,6 +297,23 @@ type rowScanner interface {
 
 // scanRecord reads recordCols.
 func scanRecord(row rowScanner) (*store.Record, error) {
+	return scanRecordWith(row)
+}
+
+// scanRecordSteps reads recordStepCols; stepCount is how many steps the
+// record has, which readSteps reads into its Steps.
+func scanRecordSteps(row rowScanner) (rec *store.Record, stepCount int, err error) {
+	var count sql.NullInt64
+	var hold bool
+	if rec, err = scanRecordWith(row, &count, &hold); err != nil {
+		return nil, 0, err
+	}
+	rec.HoldUnfinished = hold
+	return rec, int(count.Int64), nil
+}
+
+// scanRecordWith reads recordCols followed by the columns extra.
+func scanRecordWith(row rowScanner, extra ...any) (*store.Record, error) {
 	var (
 		r                         store.Record
 		state                     string
@@ -301,8 +322,10 @@ func scanRecord(row rowScanner) (*store.Record, error) {
 		errText                   sql.NullString
 		lease, completed, expires sql.NullInt64
 	)
-	if err := row.Scan(&r.Tenant, &r.Namespace, &r.Key, &state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
-		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy, &r.Hold, &r.ResolvedByOperator); err != nil {
+	dest := append([]any{&r.Tenant, &r.Namespace, &r.Key, &state, &r.Token, &r.Attempt, &r.Claimant, &r.Fingerprint,
+		&lease, &retentionUS, &r.Result, &errText, &createdUS, &updatedUS, &completed, &expires, &r.Policy, &r.Hold, &r.ResolvedByOperator},
+		extra...)
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r.State = store.State(state)
@@ -328,9 +351,10 @@ func fromNullMicros(us sql.NullInt64) time.Time {
 	return fromMicros(us.Int64)
 }
 
-const getSQL = `SELECT ` + recordCols + ` FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`
+const getSQL = `SELECT ` + recordStepCols + ` FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`
 
-// RecordGet implements store.Store.
+// RecordGet implements store.Store. A record with steps is read again with
+// them in one read transaction, so that they are the record's as it stood.
 func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
 	if err := id.CheckText(); err != nil {
 		return nil, err
@@ -338,8 +362,20 @@ func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record
 	if s.closed.Load() {
 		return nil, errClosed
 	}
-	rec, err := scanRecord(s.readStmts[getSQL].QueryRowContext(ctx, id.Tenant, id.Namespace, id.Key))
-	return rec, interpretError(ctx, err)
+	rec, steps, err := scanRecordSteps(s.readStmts[getSQL].QueryRowContext(ctx, id.Tenant, id.Namespace, id.Key))
+	if err != nil || steps == 0 {
+		return rec, interpretError(ctx, err)
+	}
+	err = s.inReadTx(ctx, func(q querier) error {
+		if rec, steps, err = scanRecordSteps(q.QueryRow(getSQL, id.Tenant, id.Namespace, id.Key)); err != nil {
+			return err
+		}
+		return readSteps(q, rec, steps)
+	})
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return rec, nil
 }
 
 // RecordGetMany implements store.Store: the reads one after the other, each

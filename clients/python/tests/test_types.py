@@ -36,13 +36,26 @@ class ProtoTest(unittest.TestCase):
     def test_states_and_outcomes_are_the_protos(self):
         self.assertEqual(proto_enum("idem.proto", "State", "STATE_"), {s.value: s.name for s in idem.State})
         self.assertEqual(proto_enum("idem.proto", "Outcome", "OUTCOME_"), {o.value: o.name for o in idem.Outcome})
+        self.assertEqual(proto_enum("idem.proto", "StepState", "STEP_STATE_"), {s.value: s.name for s in idem.StepState})
+
+    def test_record_reads_its_steps(self):
+        rec = idem.Record.from_wire({"token": "7", "holdUnfinished": True, "steps": [
+            {"name": "charge", "state": "STEP_STATE_FINISHED", "result": "Y2hfMQ==", "token": "6",
+             "startedAt": "2026-12-01T22:00:25Z", "finishedAt": "2026-12-01T22:00:26Z"},
+            {"name": "receipt", "state": "STEP_STATE_STARTED", "token": "7", "startedAt": "2026-12-01T22:00:27Z"}]})
+        self.assertTrue(rec.hold_unfinished)
+        self.assertEqual([(s.name, s.state, s.result, s.token) for s in rec.steps],
+                         [("charge", idem.StepState.FINISHED, b"ch_1", 6), ("receipt", idem.StepState.STARTED, b"", 7)])
+        self.assertIsNone(rec.steps[1].finished_at)
+        self.assertEqual(rec.to_json()["steps"][0]["result"], "ch_1")
+        self.assertEqual(idem.Record.from_wire({}).steps, ())
 
     def test_record_has_every_field_of_the_proto(self):
         with open(os.path.join(PROTO, "idem.proto"), encoding="utf-8") as f:
             text = f.read()
         body = re.search(r"message Record \{(.*?)\n\}", text, re.S).group(1)
         body = re.sub(r"//[^\n]*", "", body)
-        fields = re.findall(r"^\s*[\w.]+\s+(\w+)\s*=\s*\d+\s*;", body, re.M)
+        fields = re.findall(r"^\s*(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+\s*;", body, re.M)
         self.assertGreaterEqual(len(fields), 17)
         self.assertEqual(fields, [f.name for f in __import__("dataclasses").fields(idem.Record)])
 

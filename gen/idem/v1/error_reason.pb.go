@@ -148,6 +148,21 @@ const (
 	// holds no items, or more than the server's --batch-max-items. The
 	// message gives the count and the bound. Nothing was read or written.
 	ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE ErrorReason = 34
+	// INVALID_ARGUMENT: the step's name is empty, over 128 bytes, not UTF-8,
+	// or has a control character.
+	ErrorReason_ERROR_REASON_INVALID_STEP_NAME ErrorReason = 60
+	// FAILED_PRECONDITION: the step is FINISHED with another result than the
+	// CompleteStep's, or a StartStep found it FINISHED. A FINISHED step never
+	// changes: use the result the record holds (Lookup) instead of
+	// performing its effect again.
+	ErrorReason_ERROR_REASON_STEP_ALREADY_FINISHED ErrorReason = 61
+	// RESOURCE_EXHAUSTED: the job has as many steps as the server allows
+	// (--max-steps); the message gives the bound. Retrying is no use.
+	ErrorReason_ERROR_REASON_TOO_MANY_STEPS ErrorReason = 62
+	// RESOURCE_EXHAUSTED: the job's steps would hold more bytes of names and
+	// results than the server allows (--max-step-bytes); the message gives
+	// the bound. Retrying is no use.
+	ErrorReason_ERROR_REASON_STEPS_TOO_LARGE ErrorReason = 63
 )
 
 // Enum value maps for ErrorReason.
@@ -188,6 +203,10 @@ var (
 		32: "ERROR_REASON_REQUEST_TOO_LARGE",
 		33: "ERROR_REASON_RESOLVED_BY_OPERATOR",
 		34: "ERROR_REASON_INVALID_BATCH_SIZE",
+		60: "ERROR_REASON_INVALID_STEP_NAME",
+		61: "ERROR_REASON_STEP_ALREADY_FINISHED",
+		62: "ERROR_REASON_TOO_MANY_STEPS",
+		63: "ERROR_REASON_STEPS_TOO_LARGE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -225,6 +244,10 @@ var (
 		"ERROR_REASON_REQUEST_TOO_LARGE":     32,
 		"ERROR_REASON_RESOLVED_BY_OPERATOR":  33,
 		"ERROR_REASON_INVALID_BATCH_SIZE":    34,
+		"ERROR_REASON_INVALID_STEP_NAME":     60,
+		"ERROR_REASON_STEP_ALREADY_FINISHED": 61,
+		"ERROR_REASON_TOO_MANY_STEPS":        62,
+		"ERROR_REASON_STEPS_TOO_LARGE":       63,
 	}
 )
 
@@ -259,7 +282,8 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xaa\t\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xb9\n" +
+	"\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -296,7 +320,11 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1aERROR_REASON_UNKNOWN_FIELD\x10\x1f\x12\"\n" +
 	"\x1eERROR_REASON_REQUEST_TOO_LARGE\x10 \x12%\n" +
 	"!ERROR_REASON_RESOLVED_BY_OPERATOR\x10!\x12#\n" +
-	"\x1fERROR_REASON_INVALID_BATCH_SIZE\x10\"B\x87\x01\n" +
+	"\x1fERROR_REASON_INVALID_BATCH_SIZE\x10\"\x12\"\n" +
+	"\x1eERROR_REASON_INVALID_STEP_NAME\x10<\x12&\n" +
+	"\"ERROR_REASON_STEP_ALREADY_FINISHED\x10=\x12\x1f\n" +
+	"\x1bERROR_REASON_TOO_MANY_STEPS\x10>\x12 \n" +
+	"\x1cERROR_REASON_STEPS_TOO_LARGE\x10?B\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

@@ -61,6 +61,12 @@
 //     it, each in its own result.
 //   - INVALID_ARGUMENT    / INVALID_BATCH_SIZE (the batch calls): the
 //     request holds no items or more than the server allows.
+//   - The step calls' own (StartStep, CompleteStep): INVALID_ARGUMENT /
+//     INVALID_STEP_NAME; FAILED_PRECONDITION / STEP_ALREADY_FINISHED, the
+//     step is FINISHED with another result, or a StartStep of a FINISHED
+//     step; RESOURCE_EXHAUSTED / TOO_MANY_STEPS or STEPS_TOO_LARGE, the
+//     job's steps would be more than the server allows. Nothing was
+//     written.
 //   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
 //     UNKNOWN_FIELD, a body field or query parameter the request does not
 //     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
@@ -267,6 +273,61 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_idem_v1_idem_proto_rawDescGZIP(), []int{1}
 }
 
+// StepState is where a step is.
+type StepState int32
+
+const (
+	// Never sent by the server.
+	StepState_STEP_STATE_UNSPECIFIED StepState = 0
+	// StartStep said the step's effect was about to happen: it may or may
+	// not have.
+	StepState_STEP_STATE_STARTED StepState = 1
+	// CompleteStep recorded the step's result: its effect happened. A
+	// FINISHED step never changes.
+	StepState_STEP_STATE_FINISHED StepState = 2
+)
+
+// Enum value maps for StepState.
+var (
+	StepState_name = map[int32]string{
+		0: "STEP_STATE_UNSPECIFIED",
+		1: "STEP_STATE_STARTED",
+		2: "STEP_STATE_FINISHED",
+	}
+	StepState_value = map[string]int32{
+		"STEP_STATE_UNSPECIFIED": 0,
+		"STEP_STATE_STARTED":     1,
+		"STEP_STATE_FINISHED":    2,
+	}
+)
+
+func (x StepState) Enum() *StepState {
+	p := new(StepState)
+	*p = x
+	return p
+}
+
+func (x StepState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StepState) Descriptor() protoreflect.EnumDescriptor {
+	return file_idem_v1_idem_proto_enumTypes[2].Descriptor()
+}
+
+func (StepState) Type() protoreflect.EnumType {
+	return &file_idem_v1_idem_proto_enumTypes[2]
+}
+
+func (x StepState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StepState.Descriptor instead.
+func (StepState) EnumDescriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{2}
+}
+
 // Record is the server's state for one (namespace, key).
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -316,9 +377,19 @@ type Record struct {
 	// True when that policy says on_lease_expiry: hold: a lease that runs out
 	// with no Complete or Fail makes the record UNRESOLVED instead of open to
 	// a takeover.
-	Hold          bool `protobuf:"varint,17,opt,name=hold,proto3" json:"hold,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hold bool `protobuf:"varint,17,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The job's steps (StartStep, CompleteStep), in the order they were
+	// first recorded; empty when it has none. Set in the answers of Claim
+	// (whatever the outcome), Lookup, BatchClaim, BatchLookup and
+	// AdminService; the answers of Complete, Fail and Heartbeat leave it
+	// empty.
+	Steps []*Step `protobuf:"bytes,30,rep,name=steps,proto3" json:"steps,omitempty"`
+	// True when the policy of the latest step call said on_unfinished_step:
+	// hold: a Claim that would take the record over while a step is STARTED
+	// makes it UNRESOLVED instead. Set where steps is.
+	HoldUnfinished bool `protobuf:"varint,31,opt,name=hold_unfinished,json=holdUnfinished,proto3" json:"hold_unfinished,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -470,6 +541,113 @@ func (x *Record) GetHold() bool {
 	return false
 }
 
+func (x *Record) GetSteps() []*Step {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *Record) GetHoldUnfinished() bool {
+	if x != nil {
+		return x.HoldUnfinished
+	}
+	return false
+}
+
+// Step is one named step of a job.
+type Step struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step's name, unique in its job.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// STARTED or FINISHED.
+	State StepState `protobuf:"varint,2,opt,name=state,proto3,enum=idem.v1.StepState" json:"state,omitempty"`
+	// The result CompleteStep recorded (FINISHED only; may be empty).
+	Result []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// The token of the holder that last wrote the step: the one that
+	// finished it, or, while it is STARTED, that started it.
+	Token int64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// When the step was started; for a step finished without StartStep, when
+	// it finished.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// When the step finished; unset while it is STARTED.
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Step) Reset() {
+	*x = Step{}
+	mi := &file_idem_v1_idem_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Step) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Step) ProtoMessage() {}
+
+func (x *Step) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Step.ProtoReflect.Descriptor instead.
+func (*Step) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Step) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Step) GetState() StepState {
+	if x != nil {
+		return x.State
+	}
+	return StepState_STEP_STATE_UNSPECIFIED
+}
+
+func (x *Step) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *Step) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Step) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Step) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
 // ClaimRequest asks for the right to perform one job.
 type ClaimRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -522,7 +700,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[1]
+	mi := &file_idem_v1_idem_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +712,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[1]
+	mi := &file_idem_v1_idem_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +725,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{1}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ClaimRequest) GetNamespace() string {
@@ -615,7 +793,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[2]
+	mi := &file_idem_v1_idem_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +805,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[2]
+	mi := &file_idem_v1_idem_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +818,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{2}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClaimResponse) GetOutcome() Outcome {
@@ -684,7 +862,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[3]
+	mi := &file_idem_v1_idem_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +874,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[3]
+	mi := &file_idem_v1_idem_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +887,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{3}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompleteRequest) GetNamespace() string {
@@ -751,7 +929,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[4]
+	mi := &file_idem_v1_idem_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +941,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[4]
+	mi := &file_idem_v1_idem_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +954,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{4}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CompleteResponse) GetRecord() *Record {
@@ -809,7 +987,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[5]
+	mi := &file_idem_v1_idem_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +999,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[5]
+	mi := &file_idem_v1_idem_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1012,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{5}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FailRequest) GetNamespace() string {
@@ -883,7 +1061,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[6]
+	mi := &file_idem_v1_idem_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1073,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[6]
+	mi := &file_idem_v1_idem_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1086,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{6}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FailResponse) GetRecord() *Record {
@@ -937,7 +1115,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[7]
+	mi := &file_idem_v1_idem_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1127,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[7]
+	mi := &file_idem_v1_idem_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1140,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{7}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatRequest) GetNamespace() string {
@@ -1004,7 +1182,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[8]
+	mi := &file_idem_v1_idem_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1194,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[8]
+	mi := &file_idem_v1_idem_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1207,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{8}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatResponse) GetRecord() *Record {
@@ -1052,7 +1230,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[9]
+	mi := &file_idem_v1_idem_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1242,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[9]
+	mi := &file_idem_v1_idem_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1255,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{9}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LookupRequest) GetNamespace() string {
@@ -1105,7 +1283,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[10]
+	mi := &file_idem_v1_idem_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1295,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[10]
+	mi := &file_idem_v1_idem_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1308,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{10}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LookupResponse) GetRecord() *Record {
@@ -1151,7 +1329,7 @@ type BatchClaimRequest struct {
 
 func (x *BatchClaimRequest) Reset() {
 	*x = BatchClaimRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[11]
+	mi := &file_idem_v1_idem_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1341,7 @@ func (x *BatchClaimRequest) String() string {
 func (*BatchClaimRequest) ProtoMessage() {}
 
 func (x *BatchClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[11]
+	mi := &file_idem_v1_idem_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1354,7 @@ func (x *BatchClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchClaimRequest.ProtoReflect.Descriptor instead.
 func (*BatchClaimRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{11}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchClaimRequest) GetRequests() []*ClaimRequest {
@@ -1197,7 +1375,7 @@ type BatchClaimResponse struct {
 
 func (x *BatchClaimResponse) Reset() {
 	*x = BatchClaimResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[12]
+	mi := &file_idem_v1_idem_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1387,7 @@ func (x *BatchClaimResponse) String() string {
 func (*BatchClaimResponse) ProtoMessage() {}
 
 func (x *BatchClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[12]
+	mi := &file_idem_v1_idem_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1400,7 @@ func (x *BatchClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchClaimResponse.ProtoReflect.Descriptor instead.
 func (*BatchClaimResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{12}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchClaimResponse) GetResults() []*BatchClaimResult {
@@ -1248,7 +1426,7 @@ type BatchClaimResult struct {
 
 func (x *BatchClaimResult) Reset() {
 	*x = BatchClaimResult{}
-	mi := &file_idem_v1_idem_proto_msgTypes[13]
+	mi := &file_idem_v1_idem_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1438,7 @@ func (x *BatchClaimResult) String() string {
 func (*BatchClaimResult) ProtoMessage() {}
 
 func (x *BatchClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[13]
+	mi := &file_idem_v1_idem_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1451,7 @@ func (x *BatchClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchClaimResult.ProtoReflect.Descriptor instead.
 func (*BatchClaimResult) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{13}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchClaimResult) GetResult() isBatchClaimResult_Result {
@@ -1330,7 +1508,7 @@ type BatchCompleteRequest struct {
 
 func (x *BatchCompleteRequest) Reset() {
 	*x = BatchCompleteRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[14]
+	mi := &file_idem_v1_idem_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1520,7 @@ func (x *BatchCompleteRequest) String() string {
 func (*BatchCompleteRequest) ProtoMessage() {}
 
 func (x *BatchCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[14]
+	mi := &file_idem_v1_idem_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1533,7 @@ func (x *BatchCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCompleteRequest.ProtoReflect.Descriptor instead.
 func (*BatchCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{14}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchCompleteRequest) GetRequests() []*CompleteRequest {
@@ -1376,7 +1554,7 @@ type BatchCompleteResponse struct {
 
 func (x *BatchCompleteResponse) Reset() {
 	*x = BatchCompleteResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[15]
+	mi := &file_idem_v1_idem_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1566,7 @@ func (x *BatchCompleteResponse) String() string {
 func (*BatchCompleteResponse) ProtoMessage() {}
 
 func (x *BatchCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[15]
+	mi := &file_idem_v1_idem_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1579,7 @@ func (x *BatchCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCompleteResponse.ProtoReflect.Descriptor instead.
 func (*BatchCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{15}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchCompleteResponse) GetResults() []*BatchCompleteResult {
@@ -1427,7 +1605,7 @@ type BatchCompleteResult struct {
 
 func (x *BatchCompleteResult) Reset() {
 	*x = BatchCompleteResult{}
-	mi := &file_idem_v1_idem_proto_msgTypes[16]
+	mi := &file_idem_v1_idem_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1617,7 @@ func (x *BatchCompleteResult) String() string {
 func (*BatchCompleteResult) ProtoMessage() {}
 
 func (x *BatchCompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[16]
+	mi := &file_idem_v1_idem_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1630,7 @@ func (x *BatchCompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCompleteResult.ProtoReflect.Descriptor instead.
 func (*BatchCompleteResult) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{16}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchCompleteResult) GetResult() isBatchCompleteResult_Result {
@@ -1509,7 +1687,7 @@ type BatchFailRequest struct {
 
 func (x *BatchFailRequest) Reset() {
 	*x = BatchFailRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[17]
+	mi := &file_idem_v1_idem_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1699,7 @@ func (x *BatchFailRequest) String() string {
 func (*BatchFailRequest) ProtoMessage() {}
 
 func (x *BatchFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[17]
+	mi := &file_idem_v1_idem_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1712,7 @@ func (x *BatchFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchFailRequest.ProtoReflect.Descriptor instead.
 func (*BatchFailRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{17}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchFailRequest) GetRequests() []*FailRequest {
@@ -1555,7 +1733,7 @@ type BatchFailResponse struct {
 
 func (x *BatchFailResponse) Reset() {
 	*x = BatchFailResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[18]
+	mi := &file_idem_v1_idem_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1745,7 @@ func (x *BatchFailResponse) String() string {
 func (*BatchFailResponse) ProtoMessage() {}
 
 func (x *BatchFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[18]
+	mi := &file_idem_v1_idem_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1758,7 @@ func (x *BatchFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchFailResponse.ProtoReflect.Descriptor instead.
 func (*BatchFailResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{18}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchFailResponse) GetResults() []*BatchFailResult {
@@ -1606,7 +1784,7 @@ type BatchFailResult struct {
 
 func (x *BatchFailResult) Reset() {
 	*x = BatchFailResult{}
-	mi := &file_idem_v1_idem_proto_msgTypes[19]
+	mi := &file_idem_v1_idem_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1796,7 @@ func (x *BatchFailResult) String() string {
 func (*BatchFailResult) ProtoMessage() {}
 
 func (x *BatchFailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[19]
+	mi := &file_idem_v1_idem_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1809,7 @@ func (x *BatchFailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchFailResult.ProtoReflect.Descriptor instead.
 func (*BatchFailResult) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{19}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchFailResult) GetResult() isBatchFailResult_Result {
@@ -1688,7 +1866,7 @@ type BatchHeartbeatRequest struct {
 
 func (x *BatchHeartbeatRequest) Reset() {
 	*x = BatchHeartbeatRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[20]
+	mi := &file_idem_v1_idem_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1878,7 @@ func (x *BatchHeartbeatRequest) String() string {
 func (*BatchHeartbeatRequest) ProtoMessage() {}
 
 func (x *BatchHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[20]
+	mi := &file_idem_v1_idem_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1891,7 @@ func (x *BatchHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BatchHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{20}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchHeartbeatRequest) GetRequests() []*HeartbeatRequest {
@@ -1734,7 +1912,7 @@ type BatchHeartbeatResponse struct {
 
 func (x *BatchHeartbeatResponse) Reset() {
 	*x = BatchHeartbeatResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[21]
+	mi := &file_idem_v1_idem_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1924,7 @@ func (x *BatchHeartbeatResponse) String() string {
 func (*BatchHeartbeatResponse) ProtoMessage() {}
 
 func (x *BatchHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[21]
+	mi := &file_idem_v1_idem_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1937,7 @@ func (x *BatchHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BatchHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{21}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchHeartbeatResponse) GetResults() []*BatchHeartbeatResult {
@@ -1785,7 +1963,7 @@ type BatchHeartbeatResult struct {
 
 func (x *BatchHeartbeatResult) Reset() {
 	*x = BatchHeartbeatResult{}
-	mi := &file_idem_v1_idem_proto_msgTypes[22]
+	mi := &file_idem_v1_idem_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1975,7 @@ func (x *BatchHeartbeatResult) String() string {
 func (*BatchHeartbeatResult) ProtoMessage() {}
 
 func (x *BatchHeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[22]
+	mi := &file_idem_v1_idem_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1988,7 @@ func (x *BatchHeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchHeartbeatResult.ProtoReflect.Descriptor instead.
 func (*BatchHeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{22}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchHeartbeatResult) GetResult() isBatchHeartbeatResult_Result {
@@ -1867,7 +2045,7 @@ type BatchLookupRequest struct {
 
 func (x *BatchLookupRequest) Reset() {
 	*x = BatchLookupRequest{}
-	mi := &file_idem_v1_idem_proto_msgTypes[23]
+	mi := &file_idem_v1_idem_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2057,7 @@ func (x *BatchLookupRequest) String() string {
 func (*BatchLookupRequest) ProtoMessage() {}
 
 func (x *BatchLookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[23]
+	mi := &file_idem_v1_idem_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2070,7 @@ func (x *BatchLookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLookupRequest.ProtoReflect.Descriptor instead.
 func (*BatchLookupRequest) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{23}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchLookupRequest) GetRequests() []*LookupRequest {
@@ -1913,7 +2091,7 @@ type BatchLookupResponse struct {
 
 func (x *BatchLookupResponse) Reset() {
 	*x = BatchLookupResponse{}
-	mi := &file_idem_v1_idem_proto_msgTypes[24]
+	mi := &file_idem_v1_idem_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2103,7 @@ func (x *BatchLookupResponse) String() string {
 func (*BatchLookupResponse) ProtoMessage() {}
 
 func (x *BatchLookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[24]
+	mi := &file_idem_v1_idem_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2116,7 @@ func (x *BatchLookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLookupResponse.ProtoReflect.Descriptor instead.
 func (*BatchLookupResponse) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{24}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BatchLookupResponse) GetResults() []*BatchLookupResult {
@@ -1965,7 +2143,7 @@ type BatchLookupResult struct {
 
 func (x *BatchLookupResult) Reset() {
 	*x = BatchLookupResult{}
-	mi := &file_idem_v1_idem_proto_msgTypes[25]
+	mi := &file_idem_v1_idem_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2155,7 @@ func (x *BatchLookupResult) String() string {
 func (*BatchLookupResult) ProtoMessage() {}
 
 func (x *BatchLookupResult) ProtoReflect() protoreflect.Message {
-	mi := &file_idem_v1_idem_proto_msgTypes[25]
+	mi := &file_idem_v1_idem_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2168,7 @@ func (x *BatchLookupResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLookupResult.ProtoReflect.Descriptor instead.
 func (*BatchLookupResult) Descriptor() ([]byte, []int) {
-	return file_idem_v1_idem_proto_rawDescGZIP(), []int{25}
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchLookupResult) GetResult() isBatchLookupResult_Result {
@@ -2036,11 +2214,264 @@ func (*BatchLookupResult_Response) isBatchLookupResult_Result() {}
 
 func (*BatchLookupResult_Error) isBatchLookupResult_Result() {}
 
+// StartStepRequest marks a step of a held job STARTED.
+type StartStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace of the Claim.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key of the Claim.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The token of the ACQUIRED outcome.
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The step's name: 1 to 128 bytes of UTF-8 without control characters
+	// (INVALID_ARGUMENT / INVALID_STEP_NAME otherwise), unique in the job.
+	// Its bytes count toward the job's --max-step-bytes.
+	Step          string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartStepRequest) Reset() {
+	*x = StartStepRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartStepRequest) ProtoMessage() {}
+
+func (x *StartStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartStepRequest.ProtoReflect.Descriptor instead.
+func (*StartStepRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StartStepRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *StartStepRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StartStepRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *StartStepRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+// StartStepResponse carries the step as stored.
+type StartStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step, STARTED.
+	Step          *Step `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartStepResponse) Reset() {
+	*x = StartStepResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartStepResponse) ProtoMessage() {}
+
+func (x *StartStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartStepResponse.ProtoReflect.Descriptor instead.
+func (*StartStepResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StartStepResponse) GetStep() *Step {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+// CompleteStepRequest records a step of a held job FINISHED.
+type CompleteStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace of the Claim.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key of the Claim.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The token of the ACQUIRED outcome.
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The step's name, as StartStep takes it.
+	Step string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
+	// The step's result: opaque bytes, at most the server's result limit
+	// (INVALID_ARGUMENT / INVALID_RESULT). A job's steps hold at most
+	// --max-step-bytes (64 KiB by default) of names and results together,
+	// and at most --max-steps (64 by default) steps (RESOURCE_EXHAUSTED /
+	// STEPS_TOO_LARGE, TOO_MANY_STEPS).
+	Result        []byte `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteStepRequest) Reset() {
+	*x = CompleteStepRequest{}
+	mi := &file_idem_v1_idem_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteStepRequest) ProtoMessage() {}
+
+func (x *CompleteStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteStepRequest.ProtoReflect.Descriptor instead.
+func (*CompleteStepRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CompleteStepRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *CompleteStepRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// CompleteStepResponse carries the step as stored.
+type CompleteStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step, FINISHED.
+	Step          *Step `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteStepResponse) Reset() {
+	*x = CompleteStepResponse{}
+	mi := &file_idem_v1_idem_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteStepResponse) ProtoMessage() {}
+
+func (x *CompleteStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteStepResponse.ProtoReflect.Descriptor instead.
+func (*CompleteStepResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CompleteStepResponse) GetStep() *Step {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
 var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
 	"\n" +
-	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf4\x04\n" +
+	"\x12idem/v1/idem.proto\x12\aidem.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xc2\x05\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
@@ -2062,7 +2493,18 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"expires_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
 	"\x06policy\x18\x0f \x01(\tR\x06policy\x12\x16\n" +
 	"\x06tenant\x18\x10 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04hold\x18\x11 \x01(\bR\x04hold\"\x9c\x02\n" +
+	"\x04hold\x18\x11 \x01(\bR\x04hold\x12#\n" +
+	"\x05steps\x18\x1e \x03(\v2\r.idem.v1.StepR\x05steps\x12'\n" +
+	"\x0fhold_unfinished\x18\x1f \x01(\bR\x0eholdUnfinished\"\xea\x01\n" +
+	"\x04Step\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x12.idem.v1.StepStateR\x05state\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"\x9c\x02\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -2142,7 +2584,22 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x11BatchLookupResult\x125\n" +
 	"\bresponse\x18\x01 \x01(\v2\x17.idem.v1.LookupResponseH\x00R\bresponse\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
-	"\x06result*\x98\x01\n" +
+	"\x06result\"l\n" +
+	"\x10StartStepRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\tR\x04step\"6\n" +
+	"\x11StartStepResponse\x12!\n" +
+	"\x04step\x18\x01 \x01(\v2\r.idem.v1.StepR\x04step\"\x87\x01\n" +
+	"\x13CompleteStepRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\tR\x04step\x12\x16\n" +
+	"\x06result\x18\x05 \x01(\fR\x06result\"9\n" +
+	"\x14CompleteStepResponse\x12!\n" +
+	"\x04step\x18\x01 \x01(\v2\r.idem.v1.StepR\x04step*\x98\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_PROCESSING\x10\x01\x12\x13\n" +
@@ -2157,7 +2614,11 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_COMPLETED\x10\x03\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x04\x12\x16\n" +
-	"\x12OUTCOME_UNRESOLVED\x10\x052\x94\t\n" +
+	"\x12OUTCOME_UNRESOLVED\x10\x05*X\n" +
+	"\tStepState\x12\x1a\n" +
+	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12STEP_STATE_STARTED\x10\x01\x12\x17\n" +
+	"\x13STEP_STATE_FINISHED\x10\x022\xba\v\n" +
 	"\x12IdempotencyService\x12q\n" +
 	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./v1/namespaces/{namespace}/records/{key}:claim\x12}\n" +
 	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/namespaces/{namespace}/records/{key}:complete\x12m\n" +
@@ -2169,7 +2630,9 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\rBatchComplete\x12\x1d.idem.v1.BatchCompleteRequest\x1a\x1e.idem.v1.BatchCompleteResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/records:batchComplete\x12d\n" +
 	"\tBatchFail\x12\x19.idem.v1.BatchFailRequest\x1a\x1a.idem.v1.BatchFailResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/records:batchFail\x12x\n" +
 	"\x0eBatchHeartbeat\x12\x1e.idem.v1.BatchHeartbeatRequest\x1a\x1f.idem.v1.BatchHeartbeatResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/records:batchHeartbeat\x12l\n" +
-	"\vBatchLookup\x12\x1b.idem.v1.BatchLookupRequest\x1a\x1c.idem.v1.BatchLookupResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/records:batchLookupB\x80\x01\n" +
+	"\vBatchLookup\x12\x1b.idem.v1.BatchLookupRequest\x1a\x1c.idem.v1.BatchLookupResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/records:batchLookup\x12\x8a\x01\n" +
+	"\tStartStep\x12\x19.idem.v1.StartStepRequest\x1a\x1a.idem.v1.StartStepResponse\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/records/{key}/steps/{step}:start\x12\x96\x01\n" +
+	"\fCompleteStep\x12\x1c.idem.v1.CompleteStepRequest\x1a\x1d.idem.v1.CompleteStepResponse\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/namespaces/{namespace}/records/{key}/steps/{step}:completeB\x80\x01\n" +
 	"\vcom.idem.v1B\tIdemProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (
@@ -2184,104 +2647,120 @@ func file_idem_v1_idem_proto_rawDescGZIP() []byte {
 	return file_idem_v1_idem_proto_rawDescData
 }
 
-var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_idem_v1_idem_proto_goTypes = []any{
 	(State)(0),                     // 0: idem.v1.State
 	(Outcome)(0),                   // 1: idem.v1.Outcome
-	(*Record)(nil),                 // 2: idem.v1.Record
-	(*ClaimRequest)(nil),           // 3: idem.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 4: idem.v1.ClaimResponse
-	(*CompleteRequest)(nil),        // 5: idem.v1.CompleteRequest
-	(*CompleteResponse)(nil),       // 6: idem.v1.CompleteResponse
-	(*FailRequest)(nil),            // 7: idem.v1.FailRequest
-	(*FailResponse)(nil),           // 8: idem.v1.FailResponse
-	(*HeartbeatRequest)(nil),       // 9: idem.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 10: idem.v1.HeartbeatResponse
-	(*LookupRequest)(nil),          // 11: idem.v1.LookupRequest
-	(*LookupResponse)(nil),         // 12: idem.v1.LookupResponse
-	(*BatchClaimRequest)(nil),      // 13: idem.v1.BatchClaimRequest
-	(*BatchClaimResponse)(nil),     // 14: idem.v1.BatchClaimResponse
-	(*BatchClaimResult)(nil),       // 15: idem.v1.BatchClaimResult
-	(*BatchCompleteRequest)(nil),   // 16: idem.v1.BatchCompleteRequest
-	(*BatchCompleteResponse)(nil),  // 17: idem.v1.BatchCompleteResponse
-	(*BatchCompleteResult)(nil),    // 18: idem.v1.BatchCompleteResult
-	(*BatchFailRequest)(nil),       // 19: idem.v1.BatchFailRequest
-	(*BatchFailResponse)(nil),      // 20: idem.v1.BatchFailResponse
-	(*BatchFailResult)(nil),        // 21: idem.v1.BatchFailResult
-	(*BatchHeartbeatRequest)(nil),  // 22: idem.v1.BatchHeartbeatRequest
-	(*BatchHeartbeatResponse)(nil), // 23: idem.v1.BatchHeartbeatResponse
-	(*BatchHeartbeatResult)(nil),   // 24: idem.v1.BatchHeartbeatResult
-	(*BatchLookupRequest)(nil),     // 25: idem.v1.BatchLookupRequest
-	(*BatchLookupResponse)(nil),    // 26: idem.v1.BatchLookupResponse
-	(*BatchLookupResult)(nil),      // 27: idem.v1.BatchLookupResult
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
-	(*status.Status)(nil),          // 30: google.rpc.Status
+	(StepState)(0),                 // 2: idem.v1.StepState
+	(*Record)(nil),                 // 3: idem.v1.Record
+	(*Step)(nil),                   // 4: idem.v1.Step
+	(*ClaimRequest)(nil),           // 5: idem.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 6: idem.v1.ClaimResponse
+	(*CompleteRequest)(nil),        // 7: idem.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 8: idem.v1.CompleteResponse
+	(*FailRequest)(nil),            // 9: idem.v1.FailRequest
+	(*FailResponse)(nil),           // 10: idem.v1.FailResponse
+	(*HeartbeatRequest)(nil),       // 11: idem.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 12: idem.v1.HeartbeatResponse
+	(*LookupRequest)(nil),          // 13: idem.v1.LookupRequest
+	(*LookupResponse)(nil),         // 14: idem.v1.LookupResponse
+	(*BatchClaimRequest)(nil),      // 15: idem.v1.BatchClaimRequest
+	(*BatchClaimResponse)(nil),     // 16: idem.v1.BatchClaimResponse
+	(*BatchClaimResult)(nil),       // 17: idem.v1.BatchClaimResult
+	(*BatchCompleteRequest)(nil),   // 18: idem.v1.BatchCompleteRequest
+	(*BatchCompleteResponse)(nil),  // 19: idem.v1.BatchCompleteResponse
+	(*BatchCompleteResult)(nil),    // 20: idem.v1.BatchCompleteResult
+	(*BatchFailRequest)(nil),       // 21: idem.v1.BatchFailRequest
+	(*BatchFailResponse)(nil),      // 22: idem.v1.BatchFailResponse
+	(*BatchFailResult)(nil),        // 23: idem.v1.BatchFailResult
+	(*BatchHeartbeatRequest)(nil),  // 24: idem.v1.BatchHeartbeatRequest
+	(*BatchHeartbeatResponse)(nil), // 25: idem.v1.BatchHeartbeatResponse
+	(*BatchHeartbeatResult)(nil),   // 26: idem.v1.BatchHeartbeatResult
+	(*BatchLookupRequest)(nil),     // 27: idem.v1.BatchLookupRequest
+	(*BatchLookupResponse)(nil),    // 28: idem.v1.BatchLookupResponse
+	(*BatchLookupResult)(nil),      // 29: idem.v1.BatchLookupResult
+	(*StartStepRequest)(nil),       // 30: idem.v1.StartStepRequest
+	(*StartStepResponse)(nil),      // 31: idem.v1.StartStepResponse
+	(*CompleteStepRequest)(nil),    // 32: idem.v1.CompleteStepRequest
+	(*CompleteStepResponse)(nil),   // 33: idem.v1.CompleteStepResponse
+	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 35: google.protobuf.Duration
+	(*status.Status)(nil),          // 36: google.rpc.Status
 }
 var file_idem_v1_idem_proto_depIdxs = []int32{
 	0,  // 0: idem.v1.Record.state:type_name -> idem.v1.State
-	28, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
-	28, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
-	28, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
-	28, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 6: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	29, // 7: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
-	29, // 8: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	1,  // 9: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
-	2,  // 10: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
-	29, // 11: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	2,  // 12: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
-	2,  // 13: idem.v1.FailResponse.record:type_name -> idem.v1.Record
-	29, // 14: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
-	2,  // 15: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
-	2,  // 16: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
-	3,  // 17: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
-	15, // 18: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
-	4,  // 19: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
-	30, // 20: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
-	5,  // 21: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
-	18, // 22: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
-	6,  // 23: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
-	30, // 24: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
-	7,  // 25: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
-	21, // 26: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
-	8,  // 27: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
-	30, // 28: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
-	9,  // 29: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
-	24, // 30: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
-	10, // 31: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
-	30, // 32: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
-	11, // 33: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
-	27, // 34: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
-	12, // 35: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
-	30, // 36: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
-	3,  // 37: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
-	5,  // 38: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
-	7,  // 39: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
-	9,  // 40: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
-	11, // 41: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
-	13, // 42: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
-	16, // 43: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
-	19, // 44: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
-	22, // 45: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
-	25, // 46: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
-	4,  // 47: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
-	6,  // 48: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
-	8,  // 49: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
-	10, // 50: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
-	12, // 51: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
-	14, // 52: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
-	17, // 53: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
-	20, // 54: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
-	23, // 55: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
-	26, // 56: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
-	47, // [47:57] is the sub-list for method output_type
-	37, // [37:47] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	34, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
+	34, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	34, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
+	34, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: idem.v1.Record.steps:type_name -> idem.v1.Step
+	2,  // 7: idem.v1.Step.state:type_name -> idem.v1.StepState
+	34, // 8: idem.v1.Step.started_at:type_name -> google.protobuf.Timestamp
+	34, // 9: idem.v1.Step.finished_at:type_name -> google.protobuf.Timestamp
+	35, // 10: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	35, // 11: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
+	35, // 12: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	1,  // 13: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
+	3,  // 14: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
+	35, // 15: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	3,  // 16: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
+	3,  // 17: idem.v1.FailResponse.record:type_name -> idem.v1.Record
+	35, // 18: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
+	3,  // 19: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
+	3,  // 20: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
+	5,  // 21: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
+	17, // 22: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
+	6,  // 23: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
+	36, // 24: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
+	7,  // 25: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
+	20, // 26: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
+	8,  // 27: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
+	36, // 28: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
+	9,  // 29: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
+	23, // 30: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
+	10, // 31: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
+	36, // 32: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
+	11, // 33: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
+	26, // 34: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
+	12, // 35: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
+	36, // 36: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
+	13, // 37: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
+	29, // 38: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
+	14, // 39: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
+	36, // 40: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
+	4,  // 41: idem.v1.StartStepResponse.step:type_name -> idem.v1.Step
+	4,  // 42: idem.v1.CompleteStepResponse.step:type_name -> idem.v1.Step
+	5,  // 43: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
+	7,  // 44: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
+	9,  // 45: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
+	11, // 46: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
+	13, // 47: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
+	15, // 48: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
+	18, // 49: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
+	21, // 50: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
+	24, // 51: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
+	27, // 52: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
+	30, // 53: idem.v1.IdempotencyService.StartStep:input_type -> idem.v1.StartStepRequest
+	32, // 54: idem.v1.IdempotencyService.CompleteStep:input_type -> idem.v1.CompleteStepRequest
+	6,  // 55: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
+	8,  // 56: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
+	10, // 57: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
+	12, // 58: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
+	14, // 59: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
+	16, // 60: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
+	19, // 61: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
+	22, // 62: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
+	25, // 63: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
+	28, // 64: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
+	31, // 65: idem.v1.IdempotencyService.StartStep:output_type -> idem.v1.StartStepResponse
+	33, // 66: idem.v1.IdempotencyService.CompleteStep:output_type -> idem.v1.CompleteStepResponse
+	55, // [55:67] is the sub-list for method output_type
+	43, // [43:55] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_idem_proto_init() }
@@ -2289,23 +2768,23 @@ func file_idem_v1_idem_proto_init() {
 	if File_idem_v1_idem_proto != nil {
 		return
 	}
-	file_idem_v1_idem_proto_msgTypes[13].OneofWrappers = []any{
+	file_idem_v1_idem_proto_msgTypes[14].OneofWrappers = []any{
 		(*BatchClaimResult_Response)(nil),
 		(*BatchClaimResult_Error)(nil),
 	}
-	file_idem_v1_idem_proto_msgTypes[16].OneofWrappers = []any{
+	file_idem_v1_idem_proto_msgTypes[17].OneofWrappers = []any{
 		(*BatchCompleteResult_Response)(nil),
 		(*BatchCompleteResult_Error)(nil),
 	}
-	file_idem_v1_idem_proto_msgTypes[19].OneofWrappers = []any{
+	file_idem_v1_idem_proto_msgTypes[20].OneofWrappers = []any{
 		(*BatchFailResult_Response)(nil),
 		(*BatchFailResult_Error)(nil),
 	}
-	file_idem_v1_idem_proto_msgTypes[22].OneofWrappers = []any{
+	file_idem_v1_idem_proto_msgTypes[23].OneofWrappers = []any{
 		(*BatchHeartbeatResult_Response)(nil),
 		(*BatchHeartbeatResult_Error)(nil),
 	}
-	file_idem_v1_idem_proto_msgTypes[25].OneofWrappers = []any{
+	file_idem_v1_idem_proto_msgTypes[26].OneofWrappers = []any{
 		(*BatchLookupResult_Response)(nil),
 		(*BatchLookupResult_Error)(nil),
 	}
@@ -2314,8 +2793,8 @@ func file_idem_v1_idem_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idem_v1_idem_proto_rawDesc), len(file_idem_v1_idem_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   26,
+			NumEnums:      3,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

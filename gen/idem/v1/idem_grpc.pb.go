@@ -61,6 +61,12 @@
 //     it, each in its own result.
 //   - INVALID_ARGUMENT    / INVALID_BATCH_SIZE (the batch calls): the
 //     request holds no items or more than the server allows.
+//   - The step calls' own (StartStep, CompleteStep): INVALID_ARGUMENT /
+//     INVALID_STEP_NAME; FAILED_PRECONDITION / STEP_ALREADY_FINISHED, the
+//     step is FINISHED with another result, or a StartStep of a FINISHED
+//     step; RESOURCE_EXHAUSTED / TOO_MANY_STEPS or STEPS_TOO_LARGE, the
+//     job's steps would be more than the server allows. Nothing was
+//     written.
 //   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
 //     UNKNOWN_FIELD, a body field or query parameter the request does not
 //     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
@@ -114,6 +120,8 @@ const (
 	IdempotencyService_BatchFail_FullMethodName      = "/idem.v1.IdempotencyService/BatchFail"
 	IdempotencyService_BatchHeartbeat_FullMethodName = "/idem.v1.IdempotencyService/BatchHeartbeat"
 	IdempotencyService_BatchLookup_FullMethodName    = "/idem.v1.IdempotencyService/BatchLookup"
+	IdempotencyService_StartStep_FullMethodName      = "/idem.v1.IdempotencyService/StartStep"
+	IdempotencyService_CompleteStep_FullMethodName   = "/idem.v1.IdempotencyService/CompleteStep"
 )
 
 // IdempotencyServiceClient is the client API for IdempotencyService service.
@@ -159,6 +167,12 @@ type IdempotencyServiceClient interface {
 	BatchHeartbeat(ctx context.Context, in *BatchHeartbeatRequest, opts ...grpc.CallOption) (*BatchHeartbeatResponse, error)
 	// BatchLookup is Lookup for many records.
 	BatchLookup(ctx context.Context, in *BatchLookupRequest, opts ...grpc.CallOption) (*BatchLookupResponse, error)
+	// StartStep marks a step STARTED before its effect, so that a successor
+	// can tell "finished" from "may have happened".
+	StartStep(ctx context.Context, in *StartStepRequest, opts ...grpc.CallOption) (*StartStepResponse, error)
+	// CompleteStep records a step FINISHED with its result, whether or not
+	// it was started.
+	CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error)
 }
 
 type idempotencyServiceClient struct {
@@ -269,6 +283,26 @@ func (c *idempotencyServiceClient) BatchLookup(ctx context.Context, in *BatchLoo
 	return out, nil
 }
 
+func (c *idempotencyServiceClient) StartStep(ctx context.Context, in *StartStepRequest, opts ...grpc.CallOption) (*StartStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartStepResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_StartStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idempotencyServiceClient) CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteStepResponse)
+	err := c.cc.Invoke(ctx, IdempotencyService_CompleteStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdempotencyServiceServer is the server API for IdempotencyService service.
 // All implementations must embed UnimplementedIdempotencyServiceServer
 // for forward compatibility.
@@ -312,6 +346,12 @@ type IdempotencyServiceServer interface {
 	BatchHeartbeat(context.Context, *BatchHeartbeatRequest) (*BatchHeartbeatResponse, error)
 	// BatchLookup is Lookup for many records.
 	BatchLookup(context.Context, *BatchLookupRequest) (*BatchLookupResponse, error)
+	// StartStep marks a step STARTED before its effect, so that a successor
+	// can tell "finished" from "may have happened".
+	StartStep(context.Context, *StartStepRequest) (*StartStepResponse, error)
+	// CompleteStep records a step FINISHED with its result, whether or not
+	// it was started.
+	CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error)
 	mustEmbedUnimplementedIdempotencyServiceServer()
 }
 
@@ -351,6 +391,12 @@ func (UnimplementedIdempotencyServiceServer) BatchHeartbeat(context.Context, *Ba
 }
 func (UnimplementedIdempotencyServiceServer) BatchLookup(context.Context, *BatchLookupRequest) (*BatchLookupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchLookup not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) StartStep(context.Context, *StartStepRequest) (*StartStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartStep not implemented")
+}
+func (UnimplementedIdempotencyServiceServer) CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteStep not implemented")
 }
 func (UnimplementedIdempotencyServiceServer) mustEmbedUnimplementedIdempotencyServiceServer() {}
 func (UnimplementedIdempotencyServiceServer) testEmbeddedByValue()                            {}
@@ -553,6 +599,42 @@ func _IdempotencyService_BatchLookup_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdempotencyService_StartStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).StartStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_StartStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).StartStep(ctx, req.(*StartStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdempotencyService_CompleteStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdempotencyServiceServer).CompleteStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdempotencyService_CompleteStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdempotencyServiceServer).CompleteStep(ctx, req.(*CompleteStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdempotencyService_ServiceDesc is the grpc.ServiceDesc for IdempotencyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -599,6 +681,14 @@ var IdempotencyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BatchLookup",
 			Handler:    _IdempotencyService_BatchLookup_Handler,
+		},
+		{
+			MethodName: "StartStep",
+			Handler:    _IdempotencyService_StartStep_Handler,
+		},
+		{
+			MethodName: "CompleteStep",
+			Handler:    _IdempotencyService_CompleteStep_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

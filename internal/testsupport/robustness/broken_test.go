@@ -231,6 +231,67 @@ func (s *grantsHeldRecords) RecordClaimMany(ctx context.Context, ps []*store.Cla
 	return res, errs
 }
 
+// forgetsSteps answers one in three Claims that take a record with steps
+// over without its steps: a successor that would run a finished step
+// again.
+type forgetsSteps struct {
+	store.Store
+	calls atomic.Int64
+	lies  *lieLog
+}
+
+func (s *forgetsSteps) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
+	res, err := s.Store.RecordClaim(ctx, p)
+	return s.forget(p, res, err), err
+}
+
+func (s *forgetsSteps) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
+	res, errs := s.Store.RecordClaimMany(ctx, ps)
+	for i := range res {
+		res[i] = s.forget(ps[i], res[i], errs[i])
+	}
+	return res, errs
+}
+
+func (s *forgetsSteps) forget(p *store.ClaimParams, res *store.ClaimResult, err error) *store.ClaimResult {
+	if err != nil || res.Outcome != store.OutcomeAcquired || !res.Takeover || len(res.Record.Steps) == 0 || s.calls.Add(1)%3 != 0 {
+		return res
+	}
+	s.lies.add(p.Key)
+	lie := *res.Record
+	lie.Steps = nil
+	return &store.ClaimResult{Outcome: res.Outcome, Record: &lie, Takeover: true, Now: res.Now}
+}
+
+// acknowledgesFencedSteps answers a step call with a superseded token as
+// if it were recorded, and records nothing: a fenced holder told its step
+// counts.
+type acknowledgesFencedSteps struct {
+	store.Store
+	lies *lieLog
+}
+
+func (s *acknowledgesFencedSteps) RecordStep(ctx context.Context, p *store.StepParams) (*store.Step, error) {
+	step, err := s.Store.RecordStep(ctx, p)
+	if !errors.Is(err, store.ErrLeaseLost) {
+		return step, err
+	}
+	s.lies.add(p.Key)
+	lie := &store.Step{Name: p.Name, State: store.StepStarted, Token: p.Token, StartedAt: time.Now().UTC()}
+	if p.Finish {
+		lie.State, lie.Result, lie.FinishedAt = store.StepFinished, p.StepResult(), lie.StartedAt
+	}
+	return lie, nil
+}
+
+func (s *acknowledgesFencedSteps) RecordStepMany(ctx context.Context, ps []*store.StepParams) ([]*store.Step, []error) {
+	steps, errs := make([]*store.Step, len(ps)), make([]error, len(ps))
+	for i, p := range ps {
+		steps[i], errs[i] = s.RecordStep(ctx, p)
+	}
+	return steps, errs
+}
+
 // TestCheckerCatchesBrokenStores runs the workload against the real service
 // over stores broken on purpose and expects the checker to find the
 // violation, and only on keys the store lied about: a checker that passes
@@ -257,6 +318,10 @@ func TestCheckerCatchesBrokenStores(t *testing.T) {
 			}, true},
 		{"grants a batch item's Claim of a record held under a live lease",
 			func(s store.Store, l *lieLog) store.Store { return &grantsHeldRecords{Store: s, lies: l} }, true},
+		{"forgets a job's steps at a takeover",
+			func(s store.Store, l *lieLog) store.Store { return &forgetsSteps{Store: s, lies: l} }, false},
+		{"acknowledges a fenced holder's step",
+			func(s store.Store, l *lieLog) store.Store { return &acknowledgesFencedSteps{Store: s, lies: l} }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

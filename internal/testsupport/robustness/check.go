@@ -84,10 +84,18 @@ func describe(in Input, out Output) string {
 		fmt.Fprintf(&b, "Heartbeat(tok %d, ttl %s)", in.Token, in.TTL)
 	case OpLookup:
 		b.WriteString("Lookup()")
+	case OpStartStep:
+		fmt.Fprintf(&b, "StartStep(tok %d, %s)", in.Token, StepNames[in.Step])
+	case OpCompleteStep:
+		fmt.Fprintf(&b, "CompleteStep(tok %d, %s, %q)", in.Token, StepNames[in.Step], in.Value)
 	}
 	b.WriteString(" → ")
 	if out.Code != CodeOK {
 		b.WriteString(out.Code.String())
+		return b.String()
+	}
+	if in.Kind == OpStartStep || in.Kind == OpCompleteStep {
+		b.WriteString(out.Step.String())
 		return b.String()
 	}
 	if in.Kind == OpClaim {
@@ -99,6 +107,16 @@ func describe(in Input, out Output) string {
 		fmt.Fprintf(&b, " by %s until %s", short(r.Claimant), time.Unix(0, r.Lease).UTC().Format("15:04:05.000"))
 	} else {
 		fmt.Fprintf(&b, " %q", r.Value)
+	}
+	if in.Kind == OpClaim || in.Kind == OpLookup {
+		for i, st := range r.Steps {
+			if st.Phase != StepNone {
+				fmt.Fprintf(&b, " %s=%s", StepNames[i], st)
+			}
+		}
+		if r.UnknownSteps {
+			b.WriteString(" (a step of another name)")
+		}
 	}
 	return b.String()
 }

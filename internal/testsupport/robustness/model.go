@@ -36,6 +36,8 @@ const (
 	OpFail
 	OpHeartbeat
 	OpLookup
+	OpStartStep
+	OpCompleteStep
 )
 
 func (k OpKind) String() string {
@@ -50,8 +52,50 @@ func (k OpKind) String() string {
 		return "Heartbeat"
 	case OpLookup:
 		return "Lookup"
+	case OpStartStep:
+		return "StartStep"
+	case OpCompleteStep:
+		return "CompleteStep"
 	}
 	return "?"
+}
+
+// The steps of every job of the workloads, by index: a step call names one
+// (Input.Step), and a record's steps are kept in this order, whatever order
+// they were recorded in, so that states compare equal.
+var StepNames = [NumSteps]string{"charge", "receipt"}
+
+// NumSteps is how many steps a job of the workloads has.
+const NumSteps = 2
+
+// StepPhase is where a step is.
+type StepPhase uint8
+
+// The phases of a step.
+const (
+	StepNone StepPhase = iota
+	StepStarted
+	StepFinished
+)
+
+func (p StepPhase) String() string { return [...]string{"none", "started", "finished"}[p] }
+
+// StepObs is a step as an answer reports it, or as the model holds it:
+// its phase, its result when FINISHED, and the token that last wrote it.
+type StepObs struct {
+	Phase StepPhase
+	Value string
+	Token int64
+}
+
+func (o StepObs) String() string {
+	switch o.Phase {
+	case StepStarted:
+		return fmt.Sprintf("started by %d", o.Token)
+	case StepFinished:
+		return fmt.Sprintf("%q by %d", o.Value, o.Token)
+	}
+	return "-"
 }
 
 // Input is one call as a worker made it.
@@ -61,10 +105,12 @@ type Input struct {
 	Claimant string        // Claim
 	Token    int64         // Complete, Fail, Heartbeat
 	TTL      time.Duration // Claim, Heartbeat
-	// Value is Complete's result or Fail's error; each call sends its own, so
-	// that a record's value names the call that wrote it.
+	// Value is Complete's result, Fail's error or CompleteStep's result;
+	// each call sends its own, so that a record's value names the call that
+	// wrote it.
 	Value     string
 	Retryable bool // Fail
+	Step      int  // StartStep, CompleteStep: the index in StepNames
 	// Start and End are the harness's wall clock, in Unix nanoseconds, just
 	// before the call was sent and just after its answer arrived; End is
 	// Never when the answer was lost.
@@ -83,6 +129,7 @@ const (
 	CodeNotFound
 	CodeLeaseLost
 	CodeAlreadyTerminal
+	CodeStepFinished
 )
 
 func (c Code) String() string {
@@ -97,6 +144,8 @@ func (c Code) String() string {
 		return "LEASE_LOST"
 	case CodeAlreadyTerminal:
 		return "ALREADY_TERMINAL"
+	case CodeStepFinished:
+		return "STEP_ALREADY_FINISHED"
 	}
 	return "?"
 }
@@ -141,13 +190,18 @@ type Rec struct {
 	Claimant string
 	Lease    int64  // lease_expires_at in Unix nanoseconds; 0 when unset
 	Value    string // result when COMPLETED, error when FAILED or RELEASED
+	// Steps are the record's steps (Claim, Lookup); Unknown is true when
+	// the answer had a step the workload does not name.
+	Steps        [NumSteps]StepObs
+	UnknownSteps bool
 }
 
 // Output is a call's answer.
 type Output struct {
 	Code    Code
 	Outcome Outcome // Claim
-	Rec     Rec     // when Code is CodeOK
+	Rec     Rec     // when Code is CodeOK, but for a step call
+	Step    StepObs // a step call's, when Code is CodeOK
 }
 
 // phase is where the model holds a record. PROCESSING and EXPIRED are one
@@ -182,9 +236,22 @@ type keyState struct {
 	// nanoseconds) while held; LeaseMax is Never when unbounded.
 	LeaseMin, LeaseMax int64
 	Value              string
+	// Steps are the record's steps: a takeover keeps them, and every
+	// Claim's and Lookup's answer shows them.
+	Steps [NumSteps]StepObs
 }
 
 func (s keyState) String() string {
+	desc := s.describe()
+	if s.Steps != ([NumSteps]StepObs{}) {
+		for i, st := range s.Steps {
+			desc += fmt.Sprintf(" %s=%s", StepNames[i], st)
+		}
+	}
+	return desc
+}
+
+func (s keyState) describe() string {
 	tok := fmt.Sprint(s.Token)
 	if !s.TokenKnown {
 		tok = fmt.Sprintf("≥%d", s.Token)
@@ -261,9 +328,10 @@ func newLeaseFits(in Input, x int64) bool {
 	return in.End == Never || x <= in.End+ttl+ClockSlack
 }
 
-// terminal makes the record finished by token t with value v.
-func terminal(p phase, t int64, v string) keyState {
-	return keyState{Phase: p, Token: t, TokenKnown: true, Value: v}
+// terminal makes the record s finished by token t with value v; its steps
+// stay.
+func (s keyState) terminal(p phase, t int64, v string) keyState {
+	return keyState{Phase: p, Token: t, TokenKnown: true, Value: v, Steps: s.Steps}
 }
 
 func (s keyState) canTakeOver(end int64) bool {
@@ -288,6 +356,8 @@ func step(s keyState, in Input, out Output) []keyState {
 		return stepHeartbeat(s, in, out)
 	case OpLookup:
 		return stepLookup(s, in, out)
+	case OpStartStep, OpCompleteStep:
+		return stepStep(s, in, out)
 	}
 	return nil
 }
@@ -298,7 +368,7 @@ func stepClaim(s keyState, in Input, out Output) []keyState {
 		next := []keyState{s} // not applied, or an answer that writes nothing
 		if s.canTakeOver(Never) {
 			next = append(next, keyState{Phase: held, Token: s.Token + 1, Claimant: in.Claimant,
-				LeaseMin: in.Start + int64(in.TTL) - ClockSlack, LeaseMax: Never})
+				LeaseMin: in.Start + int64(in.TTL) - ClockSlack, LeaseMax: Never, Steps: s.Steps})
 		}
 		return next
 	}
@@ -306,6 +376,11 @@ func stepClaim(s keyState, in Input, out Output) []keyState {
 		return nil // a Claim of the workload has no definite error
 	}
 	r := out.Rec
+	// Every answer shows the record's steps: a step recorded is never lost,
+	// and a takeover hands over every step recorded before it.
+	if !s.stepsAre(r) {
+		return nil
+	}
 	var next []keyState
 	switch out.Outcome {
 	case OutcomeAcquired:
@@ -319,7 +394,7 @@ func stepClaim(s keyState, in Input, out Output) []keyState {
 		// A new grant: a token above every earlier one, a fresh lease.
 		if s.canTakeOver(in.End) && r.Token > s.Token && newLeaseFits(in, r.Lease) {
 			next = append(next, keyState{Phase: held, Token: r.Token, TokenKnown: true, Claimant: in.Claimant,
-				LeaseMin: r.Lease, LeaseMax: r.Lease})
+				LeaseMin: r.Lease, LeaseMax: r.Lease, Steps: s.Steps})
 		}
 	case OutcomeInProgress:
 		if s.Phase == held && !reentrant && r.State == RecProcessing && r.Claimant == s.Claimant &&
@@ -346,7 +421,7 @@ func stepFinish(s keyState, in Input, out Output, to phase) []keyState {
 	case CodeMaybe:
 		next := []keyState{s}
 		if canApply {
-			next = append(next, terminal(to, t, in.Value))
+			next = append(next, s.terminal(to, t, in.Value))
 		}
 		return next
 	case CodeNotFound:
@@ -371,7 +446,7 @@ func stepFinish(s keyState, in Input, out Output, to phase) []keyState {
 		rp := recPhase(r.State)
 		var next []keyState
 		if canApply && rp == to && r.Value == in.Value {
-			next = append(next, terminal(to, t, in.Value))
+			next = append(next, s.terminal(to, t, in.Value))
 		}
 		// A repeat of the call that finished the record, with its value,
 		// answers the stored record unchanged.
@@ -447,7 +522,7 @@ func stepLookup(s keyState, in Input, out Output) []keyState {
 		}
 	case CodeOK:
 		r := out.Rec
-		if s.Phase == absent || !s.tokenMay(r.Token) {
+		if s.Phase == absent || !s.tokenMay(r.Token) || !s.stepsAre(r) {
 			return nil
 		}
 		if s.Phase == held {
@@ -460,6 +535,66 @@ func stepLookup(s keyState, in Input, out Output) []keyState {
 		if recPhase(r.State) == s.Phase && r.Value == s.Value {
 			return []keyState{s.reveal(r.Token)}
 		}
+	}
+	return nil
+}
+
+// stepsAre reports whether an answer's record shows s's steps.
+func (s keyState) stepsAre(r Rec) bool { return !r.UnknownSteps && r.Steps == s.Steps }
+
+// stepStep is StartStep and CompleteStep: under the record's current token
+// while it is held, a step that is new or STARTED becomes STARTED or
+// FINISHED by that token; a FINISHED one never changes. A repeat (a finish
+// with the value the step holds; a start of the step the token started) is
+// answered with the stored step.
+func stepStep(s keyState, in Input, out Output) []keyState {
+	t, i := in.Token, in.Step
+	cur := s.Steps[i]
+	finish := in.Kind == OpCompleteStep
+	want := StepObs{Phase: StepStarted, Token: t}
+	if finish {
+		want = StepObs{Phase: StepFinished, Value: in.Value, Token: t}
+	}
+	repeat := cur.Phase == StepFinished && finish && cur.Value == in.Value ||
+		cur.Phase == StepStarted && !finish && cur.Token == t
+	canApply := s.Phase == held && s.tokenMay(t) && cur.Phase != StepFinished && !repeat
+	applied := func() keyState {
+		n := s.reveal(t)
+		n.Steps[i] = want
+		return n
+	}
+	switch out.Code {
+	case CodeMaybe:
+		next := []keyState{s}
+		if canApply {
+			next = append(next, applied())
+		}
+		return next
+	case CodeNotFound:
+		if s.Phase == absent {
+			return []keyState{s}
+		}
+	case CodeLeaseLost:
+		if s.Phase != absent && s.tokenMayNot(t) {
+			return []keyState{s}
+		}
+	case CodeAlreadyTerminal:
+		if s.Phase != absent && s.Phase != held && !repeat && s.tokenMay(t) {
+			return []keyState{s.reveal(t)}
+		}
+	case CodeStepFinished:
+		if s.Phase == held && cur.Phase == StepFinished && !repeat && s.tokenMay(t) {
+			return []keyState{s.reveal(t)}
+		}
+	case CodeOK:
+		var next []keyState
+		if canApply && out.Step == want {
+			next = append(next, applied())
+		}
+		if repeat && s.Phase != absent && s.tokenMay(t) && out.Step == cur {
+			next = append(next, s.reveal(t))
+		}
+		return next
 	}
 	return nil
 }

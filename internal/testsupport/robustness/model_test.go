@@ -44,6 +44,26 @@ func complete(tok int64, v string) Input {
 	return Input{Kind: OpComplete, Token: tok, Value: v}
 }
 func lookup() Input { return Input{Kind: OpLookup} }
+func startStep(tok int64, i int) Input {
+	return Input{Kind: OpStartStep, Token: tok, Step: i}
+}
+func completeStep(tok int64, i int, v string) Input {
+	return Input{Kind: OpCompleteStep, Token: tok, Step: i, Value: v}
+}
+
+func stepOK(phase StepPhase, v string, tok int64) Output {
+	return Output{Step: StepObs{Phase: phase, Value: v, Token: tok}}
+}
+func finishedBy(v string, tok int64) StepObs {
+	return StepObs{Phase: StepFinished, Value: v, Token: tok}
+}
+func startedBy(tok int64) StepObs { return StepObs{Phase: StepStarted, Token: tok} }
+
+// withSteps is out with the record's steps, in the order of StepNames.
+func withSteps(out Output, steps ...StepObs) Output {
+	copy(out.Rec.Steps[:], steps)
+	return out
+}
 
 func (s *script) acquired(tok int64, by string, leaseMS int64) Output {
 	return Output{Outcome: OutcomeAcquired, Rec: Rec{State: RecProcessing, Token: tok, Claimant: by, Lease: s.at(leaseMS)}}
@@ -203,6 +223,44 @@ func TestModel(t *testing.T) {
 			s.item(1, 0, 10, -1, Input{Kind: OpComplete, Key: "k2", Token: 3, Value: "r2"}, maybe)
 			s.call(1, 2000, 2005, Input{Kind: OpLookup, Key: "k1"}, done(5, "r1"))
 			s.call(1, 2000, 2005, Input{Kind: OpLookup, Key: "k2"}, Output{Rec: Rec{State: RecExpired, Token: 3, Claimant: "b", Lease: s.at(1002)}})
+		}},
+		{"a step recorded, handed over by the takeover, the other finished by the successor", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 10, 15, startStep(5, 0), stepOK(StepStarted, "", 5))
+			s.call(0, 20, 25, completeStep(5, 0, "ch_1"), stepOK(StepFinished, "ch_1", 5))
+			s.call(0, 30, 35, startStep(5, 1), stepOK(StepStarted, "", 5))
+			s.call(1, 1100, 1105, claim("b"), withSteps(s.acquired(6, "b", 2100), finishedBy("ch_1", 5), startedBy(5)))
+			s.call(0, 1200, 1205, completeStep(5, 1, "late"), leaseLost)
+			s.call(1, 1300, 1305, completeStep(6, 1, "sent"), stepOK(StepFinished, "sent", 6))
+			s.call(1, 1400, 1405, complete(6, "r"), done(6, "r"))
+			s.call(2, 1500, 1505, lookup(), withSteps(done(6, "r"), finishedBy("ch_1", 5), finishedBy("sent", 6)))
+		}},
+		{"an acknowledged step lost by the takeover", false, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 20, 25, completeStep(5, 0, "ch_1"), stepOK(StepFinished, "ch_1", 5))
+			s.call(1, 1100, 1105, claim("b"), s.acquired(6, "b", 2100))
+		}},
+		{"a fenced holder's step acknowledged", false, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(1, 1100, 1105, claim("b"), s.acquired(6, "b", 2100))
+			s.call(0, 1200, 1205, completeStep(5, 0, "late"), stepOK(StepFinished, "late", 5))
+		}},
+		{"a step's repeat answered, another value refused", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 20, -1, completeStep(5, 0, "ch_1"), maybe)
+			s.call(0, 30, 35, completeStep(5, 0, "ch_1"), stepOK(StepFinished, "ch_1", 5))
+			s.call(0, 40, 45, completeStep(5, 0, "ch_2"), Output{Code: CodeStepFinished})
+			s.call(0, 50, 55, startStep(5, 0), Output{Code: CodeStepFinished})
+		}},
+		{"a finished step overwritten", false, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 20, 25, completeStep(5, 0, "ch_1"), stepOK(StepFinished, "ch_1", 5))
+			s.call(0, 30, 35, completeStep(5, 0, "ch_2"), stepOK(StepFinished, "ch_2", 5))
+		}},
+		{"a step whose answer was lost, seen by the next Claim", true, func(s *script) {
+			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))
+			s.call(0, 20, -1, completeStep(5, 0, "ch_1"), maybe)
+			s.call(1, 1100, 1105, claim("b"), withSteps(s.acquired(6, "b", 2100), finishedBy("ch_1", 5)))
 		}},
 		{"released record taken over at once", true, func(s *script) {
 			s.call(0, 0, 5, claim("a"), s.acquired(5, "a", 1002))

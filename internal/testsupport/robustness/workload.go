@@ -287,6 +287,13 @@ func (c *caller) send(ctx context.Context, call func(ctx context.Context, cl ide
 // call that failed before its request was sent is only counted. batch is
 // the batch RPC the call was an item of, 0 for a unary call.
 func (c *caller) record(batch int64, in Input, start, end int64, sent bool, rec *idemv1.Record, outcome idemv1.Outcome, err error) Output {
+	return c.recordAnswer(batch, in, start, end, sent, rec, outcome, nil, err)
+}
+
+// recordAnswer is record of any call's answer: a record and a Claim's
+// outcome, or a step call's step.
+func (c *caller) recordAnswer(batch int64, in Input, start, end int64, sent bool, rec *idemv1.Record, outcome idemv1.Outcome,
+	step *idemv1.Step, err error) Output {
 	out := classify(err)
 	in.Start, in.End = start, end
 	if out.Code == CodeMaybe {
@@ -295,6 +302,9 @@ func (c *caller) record(batch int64, in Input, start, end int64, sent bool, rec 
 	if out.Code == CodeOK {
 		out.Rec = recFromProto(rec)
 		out.Outcome = outcomeFromProto(outcome)
+		if step != nil {
+			out.Step = stepFromProto(step)
+		}
 	}
 	if out.Code == CodeMaybe && !sent {
 		c.stats.notSent(in)
@@ -323,6 +333,8 @@ func classify(err error) Output {
 		return Output{Code: CodeLeaseLost}
 	case st.Code() == codes.FailedPrecondition && reason == "ALREADY_TERMINAL":
 		return Output{Code: CodeAlreadyTerminal}
+	case st.Code() == codes.FailedPrecondition && reason == "STEP_ALREADY_FINISHED":
+		return Output{Code: CodeStepFinished}
 	}
 	return Output{Code: CodeMaybe}
 }
@@ -347,7 +359,35 @@ func recFromProto(r *idemv1.Record) Rec {
 	case idemv1.State_STATE_EXPIRED:
 		out.State = RecExpired
 	}
+	for _, st := range r.GetSteps() {
+		i := stepIndex(st.GetName())
+		if i < 0 {
+			out.UnknownSteps = true
+			continue
+		}
+		out.Steps[i] = stepFromProto(st)
+	}
 	return out
+}
+
+// stepIndex is the index in StepNames of name, -1 for none.
+func stepIndex(name string) int {
+	for i, n := range StepNames {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func stepFromProto(st *idemv1.Step) StepObs {
+	switch st.GetState() {
+	case idemv1.StepState_STEP_STATE_STARTED:
+		return StepObs{Phase: StepStarted, Token: st.GetToken()}
+	case idemv1.StepState_STEP_STATE_FINISHED:
+		return StepObs{Phase: StepFinished, Value: string(st.GetResult()), Token: st.GetToken()}
+	}
+	return StepObs{}
 }
 
 func outcomeFromProto(o idemv1.Outcome) Outcome {
@@ -405,6 +445,34 @@ func (c *caller) lookup(ctx context.Context, key string) Output {
 			resp, err := cl.Lookup(ctx, &idemv1.LookupRequest{Namespace: Namespace, Key: key})
 			return resp.GetRecord(), 0, err
 		})
+}
+
+// startStep and completeStep make the step calls of step i of StepNames.
+func (c *caller) startStep(ctx context.Context, key string, token int64, i int) Output {
+	return c.stepCall(ctx, Input{Kind: OpStartStep, Key: key, Token: token, Step: i},
+		func(ctx context.Context, cl idemv1.IdempotencyServiceClient) (*idemv1.Step, error) {
+			resp, err := cl.StartStep(ctx, &idemv1.StartStepRequest{Namespace: Namespace, Key: key, Token: token, Step: StepNames[i]})
+			return resp.GetStep(), err
+		})
+}
+
+func (c *caller) completeStep(ctx context.Context, key string, token int64, i int, result string) Output {
+	return c.stepCall(ctx, Input{Kind: OpCompleteStep, Key: key, Token: token, Step: i, Value: result},
+		func(ctx context.Context, cl idemv1.IdempotencyServiceClient) (*idemv1.Step, error) {
+			resp, err := cl.CompleteStep(ctx, &idemv1.CompleteStepRequest{Namespace: Namespace, Key: key, Token: token,
+				Step: StepNames[i], Result: []byte(result)})
+			return resp.GetStep(), err
+		})
+}
+
+func (c *caller) stepCall(ctx context.Context, in Input, call func(ctx context.Context, cl idemv1.IdempotencyServiceClient) (*idemv1.Step, error)) Output {
+	c.calls++
+	var step *idemv1.Step
+	var err error
+	start, end, sent := c.send(ctx, func(ctx context.Context, cl idemv1.IdempotencyServiceClient) {
+		step, err = call(ctx, cl)
+	})
+	return c.recordAnswer(0, in, start, end, sent, nil, 0, step, err)
 }
 
 // keySpace is the set of live keys; a finished key is replaced by a new one.
@@ -644,6 +712,10 @@ func (wk *worker) job(ctx context.Context) {
 			return
 		case r < 0.12 && len(wk.old) > 0:
 			h := wk.old[rng.IntN(len(wk.old))]
+			if rng.IntN(2) == 0 {
+				wk.completeStep(ctx, h.key, h.token, rng.IntN(NumSteps), wk.value("stale"))
+				return
+			}
 			wk.complete(ctx, h.key, h.token, wk.value("stale"))
 			return
 		}
@@ -705,7 +777,18 @@ func (wk *worker) job(ctx context.Context) {
 			}
 			sleep(ctx, ttl+time.Duration(rng.IntN(120)-60)*time.Millisecond)
 		}
+		// A step recorded at the lease's end races the takeover too.
+		if i := rng.IntN(NumSteps + 1); i < NumSteps && out.Rec.Steps[i].Phase != StepFinished {
+			if wk.completeStep(ctx, key, tok, i, wk.value("step")).Code != CodeOK {
+				return
+			}
+		}
 		complete()
+		return
+	}
+	// Half the jobs have two effects, recorded as steps before the job's
+	// end, as a worker of a two-effect job would.
+	if rng.IntN(2) == 0 && !wk.steps(ctx, key, tok, out.Rec.Steps) {
 		return
 	}
 	switch r := rng.Float64(); {
@@ -731,4 +814,30 @@ func (wk *worker) job(ctx context.Context) {
 		retry(ctx, func() Output { return wk.heartbeat(ctx, key, tok, ttl) })
 		complete()
 	}
+}
+
+// steps runs the job's steps as a worker of a two-effect job does: a step
+// the Claim's answer shows FINISHED is skipped (its effect happened);
+// another is started half the time, and finished. It returns false when
+// the worker stops: a call refused or lost, or (now and then) a worker that
+// dies inside a step, leaving it STARTED.
+func (wk *worker) steps(ctx context.Context, key string, tok int64, seen [NumSteps]StepObs) bool {
+	for i := range NumSteps {
+		if seen[i].Phase == StepFinished {
+			continue
+		}
+		if wk.rng.IntN(2) == 0 {
+			if retry(ctx, func() Output { return wk.startStep(ctx, key, tok, i) }).Code != CodeOK {
+				return false
+			}
+			if wk.rng.IntN(10) == 0 {
+				return false
+			}
+		}
+		v := wk.value("step")
+		if retry(ctx, func() Output { return wk.completeStep(ctx, key, tok, i, v) }).Code != CodeOK {
+			return false
+		}
+	}
+	return true
 }

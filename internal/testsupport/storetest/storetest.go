@@ -53,7 +53,7 @@ type Harness interface {
 
 // Run runs the whole suite against h, each test in parallel with the others.
 func Run(t *testing.T, h Harness) {
-	for _, tc := range tests {
+	for _, tc := range append(tests, stepTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, h)

@@ -41,7 +41,7 @@ from ._errors import (REASON_ERRORS, AlreadyTerminalError, CompletionUnknownErro
 from ._fingerprint import canonical_json, fingerprint, fingerprint_json
 from ._retry import RetryPolicy
 from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
-                     LookupRequest, Outcome, Record, RecordPage, State, StatsRow)
+                     LookupRequest, Outcome, Record, RecordPage, State, StatsRow, Step, StepState)
 from ._version import __version__
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
     "Job", "Attempt", "Result", "Once", "do", "do_batch", "idempotent", "current_attempt", "Permanent", "Replayed",
     "storable_text", "MAX_ERROR_BYTES",
     # records
-    "Record", "State", "Outcome", "ClaimResult", "RecordPage", "StatsRow",
+    "Record", "State", "Outcome", "ClaimResult", "RecordPage", "StatsRow", "Step", "StepState",
     # the items of the batch calls
     "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest",
     # errors

@@ -64,6 +64,10 @@ class ErrorReason(str, enum.Enum):
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     RESOLVED_BY_OPERATOR = "RESOLVED_BY_OPERATOR"
     INVALID_BATCH_SIZE = "INVALID_BATCH_SIZE"
+    INVALID_STEP_NAME = "INVALID_STEP_NAME"
+    STEP_ALREADY_FINISHED = "STEP_ALREADY_FINISHED"
+    TOO_MANY_STEPS = "TOO_MANY_STEPS"
+    STEPS_TOO_LARGE = "STEPS_TOO_LARGE"
 
     def __str__(self) -> str:
         return self.value
@@ -246,6 +250,10 @@ REASON_ERRORS: Dict[str, type] = {
     "REQUEST_TOO_LARGE": IdemError,
     "RESOLVED_BY_OPERATOR": ResolvedByOperatorError,
     "INVALID_BATCH_SIZE": InvalidArgumentError,
+    "INVALID_STEP_NAME": InvalidArgumentError,
+    "STEP_ALREADY_FINISHED": IdemError,
+    "TOO_MANY_STEPS": IdemError,
+    "STEPS_TOO_LARGE": IdemError,
 }
 
 # The class of an error whose reason is missing or unknown, by its code.

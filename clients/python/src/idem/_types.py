@@ -14,7 +14,7 @@ import dataclasses
 import datetime
 import enum
 import re
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["MAX_WAIT", "State", "Outcome", "Record", "ClaimResult", "RecordPage", "StatsRow", "Seconds",
            "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest"]
@@ -85,6 +85,55 @@ class Outcome(enum.IntEnum):
         return _enum_from_wire(cls, "OUTCOME_", v)
 
 
+class StepState(enum.IntEnum):
+    """Where a step of a job is; the values of idem.v1.StepState."""
+
+    UNSPECIFIED = 0
+    #: StartStep said its effect was about to happen: it may or may not have.
+    STARTED = 1
+    #: CompleteStep recorded its result: its effect happened.
+    FINISHED = 2
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def wire(self) -> str:
+        return "STEP_STATE_" + self.name
+
+    @classmethod
+    def from_wire(cls, v: Any) -> "StepState":
+        return _enum_from_wire(cls, "STEP_STATE_", v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One named step of a job (StartStep, CompleteStep), as a record
+    carries it."""
+
+    name: str = ""
+    state: StepState = StepState.UNSPECIFIED
+    #: The result CompleteStep recorded (FINISHED only).
+    result: bytes = b""
+    #: The token of the holder that last wrote the step.
+    token: int = 0
+    started_at: Optional[datetime.datetime] = None
+    #: Unset while STARTED.
+    finished_at: Optional[datetime.datetime] = None
+
+    @classmethod
+    def from_wire(cls, m: Optional[Mapping[str, Any]]) -> "Step":
+        m = m or {}
+        return cls(
+            name=m.get("name") or "",
+            state=StepState.from_wire(m.get("state")),
+            result=bytes_from_wire(m.get("result")),
+            token=int_from_wire(m.get("token")),
+            started_at=time_from_wire(m.get("startedAt")),
+            finished_at=time_from_wire(m.get("finishedAt")),
+        )
+
+
 def _enum_from_wire(cls: Any, prefix: str, v: Any) -> Any:
     # A value this package does not know yet (a newer server) reads as
     # UNSPECIFIED rather than failing the whole answer.
@@ -134,6 +183,12 @@ class Record:
     #: True when that policy holds a lapsed lease for resolution
     #: (UNRESOLVED) instead of letting a Claim take it over.
     hold: bool = False
+    #: The job's steps, in the order they were first recorded; empty in the
+    #: answers of Complete, Fail and Heartbeat.
+    steps: Tuple[Step, ...] = ()
+    #: True when the policy of the latest step call holds a record with a
+    #: STARTED step for resolution instead of letting a Claim take it over.
+    hold_unfinished: bool = False
 
     @classmethod
     def from_wire(cls, m: Optional[Mapping[str, Any]]) -> "Record":
@@ -156,26 +211,35 @@ class Record:
             policy=m.get("policy") or "",
             tenant=m.get("tenant") or "",
             hold=bool(m.get("hold")),
+            steps=tuple(Step.from_wire(st) for st in m.get("steps") or ()),
+            hold_unfinished=bool(m.get("holdUnfinished")),
         )
 
     def to_json(self) -> dict:
         """The record as plain JSON values (for logs and ``python -m idem``):
         bytes as text when they are UTF-8, base64 otherwise."""
-        out: dict = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, State):
-                v = v.name
-            elif isinstance(v, bytes):
-                try:
-                    v = v.decode("utf-8")
-                except UnicodeDecodeError:
-                    v = {"base64": base64.b64encode(v).decode("ascii")}
-            elif isinstance(v, datetime.datetime):
-                v = v.isoformat().replace("+00:00", "Z")
-            out[f.name] = v
-        out["token"] = str(self.token)  # int64: exact in every JSON reader
+        out = _json_fields(self)
+        out["steps"] = [_json_fields(st) for st in self.steps]
         return out
+
+
+def _json_fields(obj: Any) -> dict:
+    # Plain JSON values of a record's or step's fields.
+    out: dict = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, (State, StepState)):
+            v = v.name
+        elif isinstance(v, bytes):
+            try:
+                v = v.decode("utf-8")
+            except UnicodeDecodeError:
+                v = {"base64": base64.b64encode(v).decode("ascii")}
+        elif isinstance(v, datetime.datetime):
+            v = v.isoformat().replace("+00:00", "Z")
+        out[f.name] = v
+    out["token"] = str(obj.token)  # int64: exact in every JSON reader
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,6 +61,12 @@
 //     it, each in its own result.
 //   - INVALID_ARGUMENT    / INVALID_BATCH_SIZE (the batch calls): the
 //     request holds no items or more than the server allows.
+//   - The step calls' own (StartStep, CompleteStep): INVALID_ARGUMENT /
+//     INVALID_STEP_NAME; FAILED_PRECONDITION / STEP_ALREADY_FINISHED, the
+//     step is FINISHED with another result, or a StartStep of a FINISHED
+//     step; RESOURCE_EXHAUSTED / TOO_MANY_STEPS or STEPS_TOO_LARGE, the
+//     job's steps would be more than the server allows. Nothing was
+//     written.
 //   - The HTTP/JSON API's own (docs/http-api.md): INVALID_ARGUMENT /
 //     UNKNOWN_FIELD, a body field or query parameter the request does not
 //     have; INVALID_ARGUMENT / MALFORMED_REQUEST, a body that is not one
@@ -100,7 +106,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idem/v1/idem.proto.
  */
 export const file_idem_v1_idem: GenFile = /*@__PURE__*/
-  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEi0wMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCCLaAQoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSEwoLZmluZ2VycHJpbnQYAyABKAwSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGNsYWltYW50GAUgASgJEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoMBCg1DbGFpbVJlc3BvbnNlEiEKB291dGNvbWUYASABKA4yEC5pZGVtLnYxLk91dGNvbWUSHwoGcmVjb3JkGAIgASgLMg8uaWRlbS52MS5SZWNvcmQSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUAoPQ29tcGxldGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDgoGcmVzdWx0GAQgASgMIjMKEENvbXBsZXRlUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiXgoLRmFpbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxINCgVlcnJvchgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiLwoMRmFpbFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIm8KEEhlYXJ0YmVhdFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxIsCglsZWFzZV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRSGVhcnRiZWF0UmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiLwoNTG9va3VwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJIjEKDkxvb2t1cFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIjwKEUJhdGNoQ2xhaW1SZXF1ZXN0EicKCHJlcXVlc3RzGAEgAygLMhUuaWRlbS52MS5DbGFpbVJlcXVlc3QiQAoSQmF0Y2hDbGFpbVJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5pZGVtLnYxLkJhdGNoQ2xhaW1SZXN1bHQibQoQQmF0Y2hDbGFpbVJlc3VsdBIqCghyZXNwb25zZRgBIAEoCzIWLmlkZW0udjEuQ2xhaW1SZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiQgoUQmF0Y2hDb21wbGV0ZVJlcXVlc3QSKgoIcmVxdWVzdHMYASADKAsyGC5pZGVtLnYxLkNvbXBsZXRlUmVxdWVzdCJGChVCYXRjaENvbXBsZXRlUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3VsdCJzChNCYXRjaENvbXBsZXRlUmVzdWx0Ei0KCHJlc3BvbnNlGAEgASgLMhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCI6ChBCYXRjaEZhaWxSZXF1ZXN0EiYKCHJlcXVlc3RzGAEgAygLMhQuaWRlbS52MS5GYWlsUmVxdWVzdCI+ChFCYXRjaEZhaWxSZXNwb25zZRIpCgdyZXN1bHRzGAEgAygLMhguaWRlbS52MS5CYXRjaEZhaWxSZXN1bHQiawoPQmF0Y2hGYWlsUmVzdWx0EikKCHJlc3BvbnNlGAEgASgLMhUuaWRlbS52MS5GYWlsUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkQKFUJhdGNoSGVhcnRiZWF0UmVxdWVzdBIrCghyZXF1ZXN0cxgBIAMoCzIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdCJIChZCYXRjaEhlYXJ0YmVhdFJlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVzdWx0InUKFEJhdGNoSGVhcnRiZWF0UmVzdWx0Ei4KCHJlc3BvbnNlGAEgASgLMhouaWRlbS52MS5IZWFydGJlYXRSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiPgoSQmF0Y2hMb29rdXBSZXF1ZXN0EigKCHJlcXVlc3RzGAEgAygLMhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0IkIKE0JhdGNoTG9va3VwUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLmlkZW0udjEuQmF0Y2hMb29rdXBSZXN1bHQibwoRQmF0Y2hMb29rdXBSZXN1bHQSKwoIcmVzcG9uc2UYASABKAsyFy5pZGVtLnYxLkxvb2t1cFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBTKUCQoSSWRlbXBvdGVuY3lTZXJ2aWNlEnEKBUNsYWltEhUuaWRlbS52MS5DbGFpbVJlcXVlc3QaFi5pZGVtLnYxLkNsYWltUmVzcG9uc2UiOYLT5JMCMzoBKiIuL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjbGFpbRJ9CghDb21wbGV0ZRIYLmlkZW0udjEuQ29tcGxldGVSZXF1ZXN0GhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlIjyC0+STAjY6ASoiMS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y29tcGxldGUSbQoERmFpbBIULmlkZW0udjEuRmFpbFJlcXVlc3QaFS5pZGVtLnYxLkZhaWxSZXNwb25zZSI4gtPkkwIyOgEqIi0vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmZhaWwSgQEKCUhlYXJ0YmVhdBIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdBoaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2UiPYLT5JMCNzoBKiIyL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpoZWFydGJlYXQSawoGTG9va3VwEhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0GhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZSIwgtPkkwIqEigvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9EmgKCkJhdGNoQ2xhaW0SGi5pZGVtLnYxLkJhdGNoQ2xhaW1SZXF1ZXN0GhsuaWRlbS52MS5CYXRjaENsYWltUmVzcG9uc2UiIYLT5JMCGzoBKiIWL3YxL3JlY29yZHM6YmF0Y2hDbGFpbRJ0Cg1CYXRjaENvbXBsZXRlEh0uaWRlbS52MS5CYXRjaENvbXBsZXRlUmVxdWVzdBoeLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3BvbnNlIiSC0+STAh46ASoiGS92MS9yZWNvcmRzOmJhdGNoQ29tcGxldGUSZAoJQmF0Y2hGYWlsEhkuaWRlbS52MS5CYXRjaEZhaWxSZXF1ZXN0GhouaWRlbS52MS5CYXRjaEZhaWxSZXNwb25zZSIggtPkkwIaOgEqIhUvdjEvcmVjb3JkczpiYXRjaEZhaWwSeAoOQmF0Y2hIZWFydGJlYXQSHi5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVxdWVzdBofLmlkZW0udjEuQmF0Y2hIZWFydGJlYXRSZXNwb25zZSIlgtPkkwIfOgEqIhovdjEvcmVjb3JkczpiYXRjaEhlYXJ0YmVhdBJsCgtCYXRjaExvb2t1cBIbLmlkZW0udjEuQmF0Y2hMb29rdXBSZXF1ZXN0GhwuaWRlbS52MS5CYXRjaExvb2t1cFJlc3BvbnNlIiKC0+STAhw6ASoiFy92MS9yZWNvcmRzOmJhdGNoTG9va3VwYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEiigQKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCBIcCgVzdGVwcxgeIAMoCzINLmlkZW0udjEuU3RlcBIXCg9ob2xkX3VuZmluaXNoZWQYHyABKAgitwEKBFN0ZXASDAoEbmFtZRgBIAEoCRIhCgVzdGF0ZRgCIAEoDjISLmlkZW0udjEuU3RlcFN0YXRlEg4KBnJlc3VsdBgDIAEoDBINCgV0b2tlbhgEIAEoAxIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2gEKDENsYWltUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEhMKC2ZpbmdlcnByaW50GAMgASgMEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIQCghjbGFpbWFudBgFIAEoCRIsCglyZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKDAQoNQ2xhaW1SZXNwb25zZRIhCgdvdXRjb21lGAEgASgOMhAuaWRlbS52MS5PdXRjb21lEh8KBnJlY29yZBgCIAEoCzIPLmlkZW0udjEuUmVjb3JkEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIlAKD0NvbXBsZXRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgDEg4KBnJlc3VsdBgEIAEoDCIzChBDb21wbGV0ZVJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIl4KC0ZhaWxSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDQoFZXJyb3IYBCABKAkSEQoJcmV0cnlhYmxlGAUgASgIIi8KDEZhaWxSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZCJvChBIZWFydGJlYXRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjQKEUhlYXJ0YmVhdFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIi8KDUxvb2t1cFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCSIxCg5Mb29rdXBSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZCI8ChFCYXRjaENsYWltUmVxdWVzdBInCghyZXF1ZXN0cxgBIAMoCzIVLmlkZW0udjEuQ2xhaW1SZXF1ZXN0IkAKEkJhdGNoQ2xhaW1SZXNwb25zZRIqCgdyZXN1bHRzGAEgAygLMhkuaWRlbS52MS5CYXRjaENsYWltUmVzdWx0Im0KEEJhdGNoQ2xhaW1SZXN1bHQSKgoIcmVzcG9uc2UYASABKAsyFi5pZGVtLnYxLkNsYWltUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkIKFEJhdGNoQ29tcGxldGVSZXF1ZXN0EioKCHJlcXVlc3RzGAEgAygLMhguaWRlbS52MS5Db21wbGV0ZVJlcXVlc3QiRgoVQmF0Y2hDb21wbGV0ZVJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5pZGVtLnYxLkJhdGNoQ29tcGxldGVSZXN1bHQicwoTQmF0Y2hDb21wbGV0ZVJlc3VsdBItCghyZXNwb25zZRgBIAEoCzIZLmlkZW0udjEuQ29tcGxldGVSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiOgoQQmF0Y2hGYWlsUmVxdWVzdBImCghyZXF1ZXN0cxgBIAMoCzIULmlkZW0udjEuRmFpbFJlcXVlc3QiPgoRQmF0Y2hGYWlsUmVzcG9uc2USKQoHcmVzdWx0cxgBIAMoCzIYLmlkZW0udjEuQmF0Y2hGYWlsUmVzdWx0ImsKD0JhdGNoRmFpbFJlc3VsdBIpCghyZXNwb25zZRgBIAEoCzIVLmlkZW0udjEuRmFpbFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCJEChVCYXRjaEhlYXJ0YmVhdFJlcXVlc3QSKwoIcmVxdWVzdHMYASADKAsyGS5pZGVtLnYxLkhlYXJ0YmVhdFJlcXVlc3QiSAoWQmF0Y2hIZWFydGJlYXRSZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0uaWRlbS52MS5CYXRjaEhlYXJ0YmVhdFJlc3VsdCJ1ChRCYXRjaEhlYXJ0YmVhdFJlc3VsdBIuCghyZXNwb25zZRgBIAEoCzIaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0Ij4KEkJhdGNoTG9va3VwUmVxdWVzdBIoCghyZXF1ZXN0cxgBIAMoCzIWLmlkZW0udjEuTG9va3VwUmVxdWVzdCJCChNCYXRjaExvb2t1cFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5pZGVtLnYxLkJhdGNoTG9va3VwUmVzdWx0Im8KEUJhdGNoTG9va3VwUmVzdWx0EisKCHJlc3BvbnNlGAEgASgLMhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiTwoQU3RhcnRTdGVwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgDEgwKBHN0ZXAYBCABKAkiMAoRU3RhcnRTdGVwUmVzcG9uc2USGwoEc3RlcBgBIAEoCzINLmlkZW0udjEuU3RlcCJiChNDb21wbGV0ZVN0ZXBSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDAoEc3RlcBgEIAEoCRIOCgZyZXN1bHQYBSABKAwiMwoUQ29tcGxldGVTdGVwUmVzcG9uc2USGwoEc3RlcBgBIAEoCzINLmlkZW0udjEuU3RlcCqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBSpYCglTdGVwU3RhdGUSGgoWU1RFUF9TVEFURV9VTlNQRUNJRklFRBAAEhYKElNURVBfU1RBVEVfU1RBUlRFRBABEhcKE1NURVBfU1RBVEVfRklOSVNIRUQQAjK6CwoSSWRlbXBvdGVuY3lTZXJ2aWNlEnEKBUNsYWltEhUuaWRlbS52MS5DbGFpbVJlcXVlc3QaFi5pZGVtLnYxLkNsYWltUmVzcG9uc2UiOYLT5JMCMzoBKiIuL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjbGFpbRJ9CghDb21wbGV0ZRIYLmlkZW0udjEuQ29tcGxldGVSZXF1ZXN0GhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlIjyC0+STAjY6ASoiMS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y29tcGxldGUSbQoERmFpbBIULmlkZW0udjEuRmFpbFJlcXVlc3QaFS5pZGVtLnYxLkZhaWxSZXNwb25zZSI4gtPkkwIyOgEqIi0vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmZhaWwSgQEKCUhlYXJ0YmVhdBIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdBoaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2UiPYLT5JMCNzoBKiIyL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpoZWFydGJlYXQSawoGTG9va3VwEhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0GhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZSIwgtPkkwIqEigvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9EmgKCkJhdGNoQ2xhaW0SGi5pZGVtLnYxLkJhdGNoQ2xhaW1SZXF1ZXN0GhsuaWRlbS52MS5CYXRjaENsYWltUmVzcG9uc2UiIYLT5JMCGzoBKiIWL3YxL3JlY29yZHM6YmF0Y2hDbGFpbRJ0Cg1CYXRjaENvbXBsZXRlEh0uaWRlbS52MS5CYXRjaENvbXBsZXRlUmVxdWVzdBoeLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3BvbnNlIiSC0+STAh46ASoiGS92MS9yZWNvcmRzOmJhdGNoQ29tcGxldGUSZAoJQmF0Y2hGYWlsEhkuaWRlbS52MS5CYXRjaEZhaWxSZXF1ZXN0GhouaWRlbS52MS5CYXRjaEZhaWxSZXNwb25zZSIggtPkkwIaOgEqIhUvdjEvcmVjb3JkczpiYXRjaEZhaWwSeAoOQmF0Y2hIZWFydGJlYXQSHi5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVxdWVzdBofLmlkZW0udjEuQmF0Y2hIZWFydGJlYXRSZXNwb25zZSIlgtPkkwIfOgEqIhovdjEvcmVjb3JkczpiYXRjaEhlYXJ0YmVhdBJsCgtCYXRjaExvb2t1cBIbLmlkZW0udjEuQmF0Y2hMb29rdXBSZXF1ZXN0GhwuaWRlbS52MS5CYXRjaExvb2t1cFJlc3BvbnNlIiKC0+STAhw6ASoiFy92MS9yZWNvcmRzOmJhdGNoTG9va3VwEooBCglTdGFydFN0ZXASGS5pZGVtLnYxLlN0YXJ0U3RlcFJlcXVlc3QaGi5pZGVtLnYxLlN0YXJ0U3RlcFJlc3BvbnNlIkaC0+STAkA6ASoiOy92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX0vc3RlcHMve3N0ZXB9OnN0YXJ0EpYBCgxDb21wbGV0ZVN0ZXASHC5pZGVtLnYxLkNvbXBsZXRlU3RlcFJlcXVlc3QaHS5pZGVtLnYxLkNvbXBsZXRlU3RlcFJlc3BvbnNlIkmC0+STAkM6ASoiPi92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX0vc3RlcHMve3N0ZXB9OmNvbXBsZXRlYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Record is the server's state for one (namespace, key).
@@ -239,6 +245,26 @@ export type Record = Message<"idem.v1.Record"> & {
    * @generated from field: bool hold = 17;
    */
   hold: boolean;
+
+  /**
+   * The job's steps (StartStep, CompleteStep), in the order they were
+   * first recorded; empty when it has none. Set in the answers of Claim
+   * (whatever the outcome), Lookup, BatchClaim, BatchLookup and
+   * AdminService; the answers of Complete, Fail and Heartbeat leave it
+   * empty.
+   *
+   * @generated from field: repeated idem.v1.Step steps = 30;
+   */
+  steps: Step[];
+
+  /**
+   * True when the policy of the latest step call said on_unfinished_step:
+   * hold: a Claim that would take the record over while a step is STARTED
+   * makes it UNRESOLVED instead. Set where steps is.
+   *
+   * @generated from field: bool hold_unfinished = 31;
+   */
+  holdUnfinished: boolean;
 };
 
 /**
@@ -247,6 +273,64 @@ export type Record = Message<"idem.v1.Record"> & {
  */
 export const RecordSchema: GenMessage<Record> = /*@__PURE__*/
   messageDesc(file_idem_v1_idem, 0);
+
+/**
+ * Step is one named step of a job.
+ *
+ * @generated from message idem.v1.Step
+ */
+export type Step = Message<"idem.v1.Step"> & {
+  /**
+   * The step's name, unique in its job.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * STARTED or FINISHED.
+   *
+   * @generated from field: idem.v1.StepState state = 2;
+   */
+  state: StepState;
+
+  /**
+   * The result CompleteStep recorded (FINISHED only; may be empty).
+   *
+   * @generated from field: bytes result = 3;
+   */
+  result: Uint8Array;
+
+  /**
+   * The token of the holder that last wrote the step: the one that
+   * finished it, or, while it is STARTED, that started it.
+   *
+   * @generated from field: int64 token = 4;
+   */
+  token: bigint;
+
+  /**
+   * When the step was started; for a step finished without StartStep, when
+   * it finished.
+   *
+   * @generated from field: google.protobuf.Timestamp started_at = 5;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * When the step finished; unset while it is STARTED.
+   *
+   * @generated from field: google.protobuf.Timestamp finished_at = 6;
+   */
+  finishedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message idem.v1.Step.
+ * Use `create(StepSchema)` to create a new message.
+ */
+export const StepSchema: GenMessage<Step> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 1);
 
 /**
  * ClaimRequest asks for the right to perform one job.
@@ -338,7 +422,7 @@ export type ClaimRequest = Message<"idem.v1.ClaimRequest"> & {
  * Use `create(ClaimRequestSchema)` to create a new message.
  */
 export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 1);
+  messageDesc(file_idem_v1_idem, 2);
 
 /**
  * ClaimResponse tells the caller what to do.
@@ -374,7 +458,7 @@ export type ClaimResponse = Message<"idem.v1.ClaimResponse"> & {
  * Use `create(ClaimResponseSchema)` to create a new message.
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 2);
+  messageDesc(file_idem_v1_idem, 3);
 
 /**
  * CompleteRequest records a job's success.
@@ -419,7 +503,7 @@ export type CompleteRequest = Message<"idem.v1.CompleteRequest"> & {
  * Use `create(CompleteRequestSchema)` to create a new message.
  */
 export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 3);
+  messageDesc(file_idem_v1_idem, 4);
 
 /**
  * CompleteResponse carries the COMPLETED record.
@@ -440,7 +524,7 @@ export type CompleteResponse = Message<"idem.v1.CompleteResponse"> & {
  * Use `create(CompleteResponseSchema)` to create a new message.
  */
 export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 4);
+  messageDesc(file_idem_v1_idem, 5);
 
 /**
  * FailRequest records a job's failure.
@@ -493,7 +577,7 @@ export type FailRequest = Message<"idem.v1.FailRequest"> & {
  * Use `create(FailRequestSchema)` to create a new message.
  */
 export const FailRequestSchema: GenMessage<FailRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 5);
+  messageDesc(file_idem_v1_idem, 6);
 
 /**
  * FailResponse carries the FAILED or RELEASED record.
@@ -514,7 +598,7 @@ export type FailResponse = Message<"idem.v1.FailResponse"> & {
  * Use `create(FailResponseSchema)` to create a new message.
  */
 export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 6);
+  messageDesc(file_idem_v1_idem, 7);
 
 /**
  * HeartbeatRequest extends a lease.
@@ -558,7 +642,7 @@ export type HeartbeatRequest = Message<"idem.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 7);
+  messageDesc(file_idem_v1_idem, 8);
 
 /**
  * HeartbeatResponse carries the record with its new lease.
@@ -579,7 +663,7 @@ export type HeartbeatResponse = Message<"idem.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 8);
+  messageDesc(file_idem_v1_idem, 9);
 
 /**
  * LookupRequest reads one record.
@@ -607,7 +691,7 @@ export type LookupRequest = Message<"idem.v1.LookupRequest"> & {
  * Use `create(LookupRequestSchema)` to create a new message.
  */
 export const LookupRequestSchema: GenMessage<LookupRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 9);
+  messageDesc(file_idem_v1_idem, 10);
 
 /**
  * LookupResponse carries the record.
@@ -628,7 +712,7 @@ export type LookupResponse = Message<"idem.v1.LookupResponse"> & {
  * Use `create(LookupResponseSchema)` to create a new message.
  */
 export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 10);
+  messageDesc(file_idem_v1_idem, 11);
 
 /**
  * BatchClaimRequest claims many jobs (IdempotencyService.BatchClaim).
@@ -649,7 +733,7 @@ export type BatchClaimRequest = Message<"idem.v1.BatchClaimRequest"> & {
  * Use `create(BatchClaimRequestSchema)` to create a new message.
  */
 export const BatchClaimRequestSchema: GenMessage<BatchClaimRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 11);
+  messageDesc(file_idem_v1_idem, 12);
 
 /**
  * BatchClaimResponse answers each Claim of a BatchClaimRequest.
@@ -670,7 +754,7 @@ export type BatchClaimResponse = Message<"idem.v1.BatchClaimResponse"> & {
  * Use `create(BatchClaimResponseSchema)` to create a new message.
  */
 export const BatchClaimResponseSchema: GenMessage<BatchClaimResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 12);
+  messageDesc(file_idem_v1_idem, 13);
 
 /**
  * BatchClaimResult is one Claim's answer in a batch.
@@ -707,7 +791,7 @@ export type BatchClaimResult = Message<"idem.v1.BatchClaimResult"> & {
  * Use `create(BatchClaimResultSchema)` to create a new message.
  */
 export const BatchClaimResultSchema: GenMessage<BatchClaimResult> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 13);
+  messageDesc(file_idem_v1_idem, 14);
 
 /**
  * BatchCompleteRequest completes many jobs (IdempotencyService.BatchComplete).
@@ -728,7 +812,7 @@ export type BatchCompleteRequest = Message<"idem.v1.BatchCompleteRequest"> & {
  * Use `create(BatchCompleteRequestSchema)` to create a new message.
  */
 export const BatchCompleteRequestSchema: GenMessage<BatchCompleteRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 14);
+  messageDesc(file_idem_v1_idem, 15);
 
 /**
  * BatchCompleteResponse answers each Complete of a BatchCompleteRequest.
@@ -749,7 +833,7 @@ export type BatchCompleteResponse = Message<"idem.v1.BatchCompleteResponse"> & {
  * Use `create(BatchCompleteResponseSchema)` to create a new message.
  */
 export const BatchCompleteResponseSchema: GenMessage<BatchCompleteResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 15);
+  messageDesc(file_idem_v1_idem, 16);
 
 /**
  * BatchCompleteResult is one Complete's answer in a batch.
@@ -786,7 +870,7 @@ export type BatchCompleteResult = Message<"idem.v1.BatchCompleteResult"> & {
  * Use `create(BatchCompleteResultSchema)` to create a new message.
  */
 export const BatchCompleteResultSchema: GenMessage<BatchCompleteResult> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 16);
+  messageDesc(file_idem_v1_idem, 17);
 
 /**
  * BatchFailRequest fails many jobs (IdempotencyService.BatchFail).
@@ -807,7 +891,7 @@ export type BatchFailRequest = Message<"idem.v1.BatchFailRequest"> & {
  * Use `create(BatchFailRequestSchema)` to create a new message.
  */
 export const BatchFailRequestSchema: GenMessage<BatchFailRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 17);
+  messageDesc(file_idem_v1_idem, 18);
 
 /**
  * BatchFailResponse answers each Fail of a BatchFailRequest.
@@ -828,7 +912,7 @@ export type BatchFailResponse = Message<"idem.v1.BatchFailResponse"> & {
  * Use `create(BatchFailResponseSchema)` to create a new message.
  */
 export const BatchFailResponseSchema: GenMessage<BatchFailResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 18);
+  messageDesc(file_idem_v1_idem, 19);
 
 /**
  * BatchFailResult is one Fail's answer in a batch.
@@ -865,7 +949,7 @@ export type BatchFailResult = Message<"idem.v1.BatchFailResult"> & {
  * Use `create(BatchFailResultSchema)` to create a new message.
  */
 export const BatchFailResultSchema: GenMessage<BatchFailResult> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 19);
+  messageDesc(file_idem_v1_idem, 20);
 
 /**
  * BatchHeartbeatRequest extends many leases (IdempotencyService.BatchHeartbeat).
@@ -886,7 +970,7 @@ export type BatchHeartbeatRequest = Message<"idem.v1.BatchHeartbeatRequest"> & {
  * Use `create(BatchHeartbeatRequestSchema)` to create a new message.
  */
 export const BatchHeartbeatRequestSchema: GenMessage<BatchHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 20);
+  messageDesc(file_idem_v1_idem, 21);
 
 /**
  * BatchHeartbeatResponse answers each Heartbeat of a BatchHeartbeatRequest.
@@ -907,7 +991,7 @@ export type BatchHeartbeatResponse = Message<"idem.v1.BatchHeartbeatResponse"> &
  * Use `create(BatchHeartbeatResponseSchema)` to create a new message.
  */
 export const BatchHeartbeatResponseSchema: GenMessage<BatchHeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 21);
+  messageDesc(file_idem_v1_idem, 22);
 
 /**
  * BatchHeartbeatResult is one Heartbeat's answer in a batch.
@@ -944,7 +1028,7 @@ export type BatchHeartbeatResult = Message<"idem.v1.BatchHeartbeatResult"> & {
  * Use `create(BatchHeartbeatResultSchema)` to create a new message.
  */
 export const BatchHeartbeatResultSchema: GenMessage<BatchHeartbeatResult> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 22);
+  messageDesc(file_idem_v1_idem, 23);
 
 /**
  * BatchLookupRequest reads many records (IdempotencyService.BatchLookup).
@@ -965,7 +1049,7 @@ export type BatchLookupRequest = Message<"idem.v1.BatchLookupRequest"> & {
  * Use `create(BatchLookupRequestSchema)` to create a new message.
  */
 export const BatchLookupRequestSchema: GenMessage<BatchLookupRequest> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 23);
+  messageDesc(file_idem_v1_idem, 24);
 
 /**
  * BatchLookupResponse answers each Lookup of a BatchLookupRequest.
@@ -986,7 +1070,7 @@ export type BatchLookupResponse = Message<"idem.v1.BatchLookupResponse"> & {
  * Use `create(BatchLookupResponseSchema)` to create a new message.
  */
 export const BatchLookupResponseSchema: GenMessage<BatchLookupResponse> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 24);
+  messageDesc(file_idem_v1_idem, 25);
 
 /**
  * BatchLookupResult is one Lookup's answer in a batch.
@@ -1024,7 +1108,146 @@ export type BatchLookupResult = Message<"idem.v1.BatchLookupResult"> & {
  * Use `create(BatchLookupResultSchema)` to create a new message.
  */
 export const BatchLookupResultSchema: GenMessage<BatchLookupResult> = /*@__PURE__*/
-  messageDesc(file_idem_v1_idem, 25);
+  messageDesc(file_idem_v1_idem, 26);
+
+/**
+ * StartStepRequest marks a step of a held job STARTED.
+ *
+ * @generated from message idem.v1.StartStepRequest
+ */
+export type StartStepRequest = Message<"idem.v1.StartStepRequest"> & {
+  /**
+   * The namespace of the Claim.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key of the Claim.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The token of the ACQUIRED outcome.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * The step's name: 1 to 128 bytes of UTF-8 without control characters
+   * (INVALID_ARGUMENT / INVALID_STEP_NAME otherwise), unique in the job.
+   * Its bytes count toward the job's --max-step-bytes.
+   *
+   * @generated from field: string step = 4;
+   */
+  step: string;
+};
+
+/**
+ * Describes the message idem.v1.StartStepRequest.
+ * Use `create(StartStepRequestSchema)` to create a new message.
+ */
+export const StartStepRequestSchema: GenMessage<StartStepRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 27);
+
+/**
+ * StartStepResponse carries the step as stored.
+ *
+ * @generated from message idem.v1.StartStepResponse
+ */
+export type StartStepResponse = Message<"idem.v1.StartStepResponse"> & {
+  /**
+   * The step, STARTED.
+   *
+   * @generated from field: idem.v1.Step step = 1;
+   */
+  step?: Step | undefined;
+};
+
+/**
+ * Describes the message idem.v1.StartStepResponse.
+ * Use `create(StartStepResponseSchema)` to create a new message.
+ */
+export const StartStepResponseSchema: GenMessage<StartStepResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 28);
+
+/**
+ * CompleteStepRequest records a step of a held job FINISHED.
+ *
+ * @generated from message idem.v1.CompleteStepRequest
+ */
+export type CompleteStepRequest = Message<"idem.v1.CompleteStepRequest"> & {
+  /**
+   * The namespace of the Claim.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key of the Claim.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The token of the ACQUIRED outcome.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * The step's name, as StartStep takes it.
+   *
+   * @generated from field: string step = 4;
+   */
+  step: string;
+
+  /**
+   * The step's result: opaque bytes, at most the server's result limit
+   * (INVALID_ARGUMENT / INVALID_RESULT). A job's steps hold at most
+   * --max-step-bytes (64 KiB by default) of names and results together,
+   * and at most --max-steps (64 by default) steps (RESOURCE_EXHAUSTED /
+   * STEPS_TOO_LARGE, TOO_MANY_STEPS).
+   *
+   * @generated from field: bytes result = 5;
+   */
+  result: Uint8Array;
+};
+
+/**
+ * Describes the message idem.v1.CompleteStepRequest.
+ * Use `create(CompleteStepRequestSchema)` to create a new message.
+ */
+export const CompleteStepRequestSchema: GenMessage<CompleteStepRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 29);
+
+/**
+ * CompleteStepResponse carries the step as stored.
+ *
+ * @generated from message idem.v1.CompleteStepResponse
+ */
+export type CompleteStepResponse = Message<"idem.v1.CompleteStepResponse"> & {
+  /**
+   * The step, FINISHED.
+   *
+   * @generated from field: idem.v1.Step step = 1;
+   */
+  step?: Step | undefined;
+};
+
+/**
+ * Describes the message idem.v1.CompleteStepResponse.
+ * Use `create(CompleteStepResponseSchema)` to create a new message.
+ */
+export const CompleteStepResponseSchema: GenMessage<CompleteStepResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 30);
 
 /**
  * State is where a record is in its life.
@@ -1167,6 +1390,42 @@ export const OutcomeSchema: GenEnum<Outcome> = /*@__PURE__*/
   enumDesc(file_idem_v1_idem, 1);
 
 /**
+ * StepState is where a step is.
+ *
+ * @generated from enum idem.v1.StepState
+ */
+export enum StepState {
+  /**
+   * Never sent by the server.
+   *
+   * @generated from enum value: STEP_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * StartStep said the step's effect was about to happen: it may or may
+   * not have.
+   *
+   * @generated from enum value: STEP_STATE_STARTED = 1;
+   */
+  STARTED = 1,
+
+  /**
+   * CompleteStep recorded the step's result: its effect happened. A
+   * FINISHED step never changes.
+   *
+   * @generated from enum value: STEP_STATE_FINISHED = 2;
+   */
+  FINISHED = 2,
+}
+
+/**
+ * Describes the enum idem.v1.StepState.
+ */
+export const StepStateSchema: GenEnum<StepState> = /*@__PURE__*/
+  enumDesc(file_idem_v1_idem, 2);
+
+/**
  * IdempotencyService coordinates workers so that each job's side effect
  * happens once.
  *
@@ -1288,6 +1547,28 @@ export const IdempotencyService: GenService<{
     methodKind: "unary";
     input: typeof BatchLookupRequestSchema;
     output: typeof BatchLookupResponseSchema;
+  },
+  /**
+   * StartStep marks a step STARTED before its effect, so that a successor
+   * can tell "finished" from "may have happened".
+   *
+   * @generated from rpc idem.v1.IdempotencyService.StartStep
+   */
+  startStep: {
+    methodKind: "unary";
+    input: typeof StartStepRequestSchema;
+    output: typeof StartStepResponseSchema;
+  },
+  /**
+   * CompleteStep records a step FINISHED with its result, whether or not
+   * it was started.
+   *
+   * @generated from rpc idem.v1.IdempotencyService.CompleteStep
+   */
+  completeStep: {
+    methodKind: "unary";
+    input: typeof CompleteStepRequestSchema;
+    output: typeof CompleteStepResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_idem_v1_idem, 0);
