@@ -56,7 +56,16 @@ type ResolveRecordRequest struct {
 	Resolution isResolveRecordRequest_Resolution `protobuf_oneof:"resolution"`
 	// The tenant that owns the record; empty for the caller's own. Only an
 	// operator may name another tenant.
-	Tenant        string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Why: free text kept on the record's timeline and in idemd's audit
+	// log line (at most 1024 bytes of UTF-8 without NUL). The API accepts an
+	// empty one; the console asks for one.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When set, the token the caller saw the record held with: a record that
+	// holds another token now (taken over and held again since) is ABORTED /
+	// LEASE_LOST, so that a decision about one lease is never applied to
+	// another. 0 resolves whatever lease is held.
+	Token         int64 `protobuf:"varint,8,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -144,6 +153,20 @@ func (x *ResolveRecordRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *ResolveRecordRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResolveRecordRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
 }
 
 type isResolveRecordRequest_Resolution interface {
@@ -533,7 +556,10 @@ type DeleteRecordRequest struct {
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The tenant that owns the record; empty for the caller's own. Only an
 	// operator may name another tenant.
-	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Why: free text kept on the key's timeline with the deletion (at most
+	// 1024 bytes of UTF-8 without NUL).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +611,13 @@ func (x *DeleteRecordRequest) GetKey() string {
 func (x *DeleteRecordRequest) GetTenant() string {
 	if x != nil {
 		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DeleteRecordRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -833,18 +866,151 @@ func (x *StatsRow) GetOldestUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// GetRecordRequest names one record (AdminService.GetRecord).
+type GetRecordRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The record's key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The tenant that owns the record; empty for the caller's own. Only an
+	// operator may name another tenant.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Also read the key's timeline (GetRecordResponse.history).
+	IncludeHistory bool `protobuf:"varint,4,opt,name=include_history,json=includeHistory,proto3" json:"include_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GetRecordRequest) Reset() {
+	*x = GetRecordRequest{}
+	mi := &file_idem_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordRequest) ProtoMessage() {}
+
+func (x *GetRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordRequest.ProtoReflect.Descriptor instead.
+func (*GetRecordRequest) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetRecordRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetRecordRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetRecordRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GetRecordRequest) GetIncludeHistory() bool {
+	if x != nil {
+		return x.IncludeHistory
+	}
+	return false
+}
+
+// GetRecordResponse is the record and, when asked, its timeline.
+type GetRecordResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record, with its tenant; unset when the key has no record but has
+	// the timeline of a deleted one.
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// With include_history: the key's timeline, oldest first, at most the
+	// latest 1000 entries.
+	History       []*TimelineEntry `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordResponse) Reset() {
+	*x = GetRecordResponse{}
+	mi := &file_idem_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordResponse) ProtoMessage() {}
+
+func (x *GetRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordResponse.ProtoReflect.Descriptor instead.
+func (*GetRecordResponse) Descriptor() ([]byte, []int) {
+	return file_idem_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetRecordResponse) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *GetRecordResponse) GetHistory() []*TimelineEntry {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 var File_idem_v1_admin_proto protoreflect.FileDescriptor
 
 const file_idem_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x13idem/v1/admin.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12idem/v1/idem.proto\"\x91\x02\n" +
+	"\x13idem/v1/admin.proto\x12\aidem.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12idem/v1/idem.proto\"\xbf\x02\n" +
 	"\x14ResolveRecordRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x129\n" +
 	"\tcompleted\x18\x03 \x01(\v2\x19.idem.v1.ResolveCompletedH\x00R\tcompleted\x120\n" +
 	"\x06failed\x18\x04 \x01(\v2\x16.idem.v1.ResolveFailedH\x00R\x06failed\x126\n" +
 	"\breleased\x18\x05 \x01(\v2\x18.idem.v1.ResolveReleasedH\x00R\breleased\x12\x16\n" +
-	"\x06tenant\x18\x06 \x01(\tR\x06tenantB\f\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
+	"\x05token\x18\b \x01(\x03R\x05tokenB\f\n" +
 	"\n" +
 	"resolution\"*\n" +
 	"\x10ResolveCompleted\x12\x16\n" +
@@ -869,11 +1035,12 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"key_prefix\x18\b \x01(\tR\tkeyPrefix\"h\n" +
 	"\x13ListRecordsResponse\x12)\n" +
 	"\arecords\x18\x01 \x03(\v2\x0f.idem.v1.RecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"]\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"u\n" +
 	"\x13DeleteRecordRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"?\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"?\n" +
 	"\x14DeleteRecordResponse\x12'\n" +
 	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"e\n" +
 	"\fStatsRequest\x12\x1c\n" +
@@ -888,12 +1055,21 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x03R\x05count\x12\x16\n" +
 	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12F\n" +
-	"\x11oldest_updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestUpdatedAt2\xad\x02\n" +
+	"\x11oldest_updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestUpdatedAt\"\x83\x01\n" +
+	"\x10GetRecordRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12'\n" +
+	"\x0finclude_history\x18\x04 \x01(\bR\x0eincludeHistory\"n\n" +
+	"\x11GetRecordResponse\x12'\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\x120\n" +
+	"\ahistory\x18\x02 \x03(\v2\x16.idem.v1.TimelineEntryR\ahistory2\xf1\x02\n" +
 	"\fAdminService\x12H\n" +
 	"\vListRecords\x12\x1b.idem.v1.ListRecordsRequest\x1a\x1c.idem.v1.ListRecordsResponse\x12K\n" +
 	"\fDeleteRecord\x12\x1c.idem.v1.DeleteRecordRequest\x1a\x1d.idem.v1.DeleteRecordResponse\x126\n" +
 	"\x05Stats\x12\x15.idem.v1.StatsRequest\x1a\x16.idem.v1.StatsResponse\x12N\n" +
-	"\rResolveRecord\x12\x1d.idem.v1.ResolveRecordRequest\x1a\x1e.idem.v1.ResolveRecordResponseB\x81\x01\n" +
+	"\rResolveRecord\x12\x1d.idem.v1.ResolveRecordRequest\x1a\x1e.idem.v1.ResolveRecordResponse\x12B\n" +
+	"\tGetRecord\x12\x19.idem.v1.GetRecordRequest\x1a\x1a.idem.v1.GetRecordResponseB\x81\x01\n" +
 	"\vcom.idem.v1B\n" +
 	"AdminProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
@@ -909,7 +1085,7 @@ func file_idem_v1_admin_proto_rawDescGZIP() []byte {
 	return file_idem_v1_admin_proto_rawDescData
 }
 
-var file_idem_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_idem_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_idem_v1_admin_proto_goTypes = []any{
 	(*ResolveRecordRequest)(nil),  // 0: idem.v1.ResolveRecordRequest
 	(*ResolveCompleted)(nil),      // 1: idem.v1.ResolveCompleted
@@ -923,36 +1099,43 @@ var file_idem_v1_admin_proto_goTypes = []any{
 	(*StatsRequest)(nil),          // 9: idem.v1.StatsRequest
 	(*StatsResponse)(nil),         // 10: idem.v1.StatsResponse
 	(*StatsRow)(nil),              // 11: idem.v1.StatsRow
-	(*Record)(nil),                // 12: idem.v1.Record
-	(State)(0),                    // 13: idem.v1.State
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*GetRecordRequest)(nil),      // 12: idem.v1.GetRecordRequest
+	(*GetRecordResponse)(nil),     // 13: idem.v1.GetRecordResponse
+	(*Record)(nil),                // 14: idem.v1.Record
+	(State)(0),                    // 15: idem.v1.State
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*TimelineEntry)(nil),         // 18: idem.v1.TimelineEntry
 }
 var file_idem_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: idem.v1.ResolveRecordRequest.completed:type_name -> idem.v1.ResolveCompleted
 	2,  // 1: idem.v1.ResolveRecordRequest.failed:type_name -> idem.v1.ResolveFailed
 	3,  // 2: idem.v1.ResolveRecordRequest.released:type_name -> idem.v1.ResolveReleased
-	12, // 3: idem.v1.ResolveRecordResponse.record:type_name -> idem.v1.Record
-	13, // 4: idem.v1.ListRecordsRequest.state:type_name -> idem.v1.State
-	14, // 5: idem.v1.ListRecordsRequest.older_than:type_name -> google.protobuf.Duration
-	12, // 6: idem.v1.ListRecordsResponse.records:type_name -> idem.v1.Record
-	12, // 7: idem.v1.DeleteRecordResponse.record:type_name -> idem.v1.Record
+	14, // 3: idem.v1.ResolveRecordResponse.record:type_name -> idem.v1.Record
+	15, // 4: idem.v1.ListRecordsRequest.state:type_name -> idem.v1.State
+	16, // 5: idem.v1.ListRecordsRequest.older_than:type_name -> google.protobuf.Duration
+	14, // 6: idem.v1.ListRecordsResponse.records:type_name -> idem.v1.Record
+	14, // 7: idem.v1.DeleteRecordResponse.record:type_name -> idem.v1.Record
 	11, // 8: idem.v1.StatsResponse.rows:type_name -> idem.v1.StatsRow
-	13, // 9: idem.v1.StatsRow.state:type_name -> idem.v1.State
-	15, // 10: idem.v1.StatsRow.oldest_updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: idem.v1.AdminService.ListRecords:input_type -> idem.v1.ListRecordsRequest
-	7,  // 12: idem.v1.AdminService.DeleteRecord:input_type -> idem.v1.DeleteRecordRequest
-	9,  // 13: idem.v1.AdminService.Stats:input_type -> idem.v1.StatsRequest
-	0,  // 14: idem.v1.AdminService.ResolveRecord:input_type -> idem.v1.ResolveRecordRequest
-	6,  // 15: idem.v1.AdminService.ListRecords:output_type -> idem.v1.ListRecordsResponse
-	8,  // 16: idem.v1.AdminService.DeleteRecord:output_type -> idem.v1.DeleteRecordResponse
-	10, // 17: idem.v1.AdminService.Stats:output_type -> idem.v1.StatsResponse
-	4,  // 18: idem.v1.AdminService.ResolveRecord:output_type -> idem.v1.ResolveRecordResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 9: idem.v1.StatsRow.state:type_name -> idem.v1.State
+	17, // 10: idem.v1.StatsRow.oldest_updated_at:type_name -> google.protobuf.Timestamp
+	14, // 11: idem.v1.GetRecordResponse.record:type_name -> idem.v1.Record
+	18, // 12: idem.v1.GetRecordResponse.history:type_name -> idem.v1.TimelineEntry
+	5,  // 13: idem.v1.AdminService.ListRecords:input_type -> idem.v1.ListRecordsRequest
+	7,  // 14: idem.v1.AdminService.DeleteRecord:input_type -> idem.v1.DeleteRecordRequest
+	9,  // 15: idem.v1.AdminService.Stats:input_type -> idem.v1.StatsRequest
+	0,  // 16: idem.v1.AdminService.ResolveRecord:input_type -> idem.v1.ResolveRecordRequest
+	12, // 17: idem.v1.AdminService.GetRecord:input_type -> idem.v1.GetRecordRequest
+	6,  // 18: idem.v1.AdminService.ListRecords:output_type -> idem.v1.ListRecordsResponse
+	8,  // 19: idem.v1.AdminService.DeleteRecord:output_type -> idem.v1.DeleteRecordResponse
+	10, // 20: idem.v1.AdminService.Stats:output_type -> idem.v1.StatsResponse
+	4,  // 21: idem.v1.AdminService.ResolveRecord:output_type -> idem.v1.ResolveRecordResponse
+	13, // 22: idem.v1.AdminService.GetRecord:output_type -> idem.v1.GetRecordResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_admin_proto_init() }
@@ -972,7 +1155,7 @@ func file_idem_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idem_v1_admin_proto_rawDesc), len(file_idem_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,7 @@ const (
 	AdminService_DeleteRecord_FullMethodName  = "/idem.v1.AdminService/DeleteRecord"
 	AdminService_Stats_FullMethodName         = "/idem.v1.AdminService/Stats"
 	AdminService_ResolveRecord_FullMethodName = "/idem.v1.AdminService/ResolveRecord"
+	AdminService_GetRecord_FullMethodName     = "/idem.v1.AdminService/GetRecord"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -66,6 +67,12 @@ type AdminServiceClient interface {
 	// answered with the record; any other is FAILED_PRECONDITION /
 	// NOT_UNRESOLVED; no record is NOT_FOUND.
 	ResolveRecord(ctx context.Context, in *ResolveRecordRequest, opts ...grpc.CallOption) (*ResolveRecordResponse, error)
+	// GetRecord reads one record of the caller's tenant, or, for an
+	// operator, of the tenant it names, with its timeline when asked. A key
+	// without a record but with the entries of a deleted record's life
+	// (TimelineEntry) answers them with no record; a key with neither is
+	// NOT_FOUND.
+	GetRecord(ctx context.Context, in *GetRecordRequest, opts ...grpc.CallOption) (*GetRecordResponse, error)
 }
 
 type adminServiceClient struct {
@@ -116,6 +123,16 @@ func (c *adminServiceClient) ResolveRecord(ctx context.Context, in *ResolveRecor
 	return out, nil
 }
 
+func (c *adminServiceClient) GetRecord(ctx context.Context, in *GetRecordRequest, opts ...grpc.CallOption) (*GetRecordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRecordResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -141,6 +158,12 @@ type AdminServiceServer interface {
 	// answered with the record; any other is FAILED_PRECONDITION /
 	// NOT_UNRESOLVED; no record is NOT_FOUND.
 	ResolveRecord(context.Context, *ResolveRecordRequest) (*ResolveRecordResponse, error)
+	// GetRecord reads one record of the caller's tenant, or, for an
+	// operator, of the tenant it names, with its timeline when asked. A key
+	// without a record but with the entries of a deleted record's life
+	// (TimelineEntry) answers them with no record; a key with neither is
+	// NOT_FOUND.
+	GetRecord(context.Context, *GetRecordRequest) (*GetRecordResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -162,6 +185,9 @@ func (UnimplementedAdminServiceServer) Stats(context.Context, *StatsRequest) (*S
 }
 func (UnimplementedAdminServiceServer) ResolveRecord(context.Context, *ResolveRecordRequest) (*ResolveRecordResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveRecord not implemented")
+}
+func (UnimplementedAdminServiceServer) GetRecord(context.Context, *GetRecordRequest) (*GetRecordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRecord not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -256,6 +282,24 @@ func _AdminService_ResolveRecord_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetRecord(ctx, req.(*GetRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -278,6 +322,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveRecord",
 			Handler:    _AdminService_ResolveRecord_Handler,
+		},
+		{
+			MethodName: "GetRecord",
+			Handler:    _AdminService_GetRecord_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

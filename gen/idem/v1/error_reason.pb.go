@@ -148,6 +148,14 @@ const (
 	// holds no items, or more than the server's --batch-max-items. The
 	// message gives the count and the bound. Nothing was read or written.
 	ErrorReason_ERROR_REASON_INVALID_BATCH_SIZE ErrorReason = 34
+	// INVALID_ARGUMENT (IdempotencyService.Resolve): resolver is empty, longer
+	// than 128 bytes, or holds a control character. A resolver names itself
+	// on every decision, so that the record's timeline and idemd's log say
+	// which one decided.
+	ErrorReason_ERROR_REASON_INVALID_RESOLVER ErrorReason = 70
+	// INVALID_ARGUMENT (Resolve, AdminService.ResolveRecord and DeleteRecord):
+	// the reason is longer than 1024 bytes.
+	ErrorReason_ERROR_REASON_INVALID_REASON ErrorReason = 71
 )
 
 // Enum value maps for ErrorReason.
@@ -188,6 +196,8 @@ var (
 		32: "ERROR_REASON_REQUEST_TOO_LARGE",
 		33: "ERROR_REASON_RESOLVED_BY_OPERATOR",
 		34: "ERROR_REASON_INVALID_BATCH_SIZE",
+		70: "ERROR_REASON_INVALID_RESOLVER",
+		71: "ERROR_REASON_INVALID_REASON",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -225,6 +235,8 @@ var (
 		"ERROR_REASON_REQUEST_TOO_LARGE":     32,
 		"ERROR_REASON_RESOLVED_BY_OPERATOR":  33,
 		"ERROR_REASON_INVALID_BATCH_SIZE":    34,
+		"ERROR_REASON_INVALID_RESOLVER":      70,
+		"ERROR_REASON_INVALID_REASON":        71,
 	}
 )
 
@@ -259,7 +271,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xaa\t\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xee\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_INVALID_NAMESPACE\x10\x01\x12\x1c\n" +
@@ -296,7 +308,9 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1aERROR_REASON_UNKNOWN_FIELD\x10\x1f\x12\"\n" +
 	"\x1eERROR_REASON_REQUEST_TOO_LARGE\x10 \x12%\n" +
 	"!ERROR_REASON_RESOLVED_BY_OPERATOR\x10!\x12#\n" +
-	"\x1fERROR_REASON_INVALID_BATCH_SIZE\x10\"B\x87\x01\n" +
+	"\x1fERROR_REASON_INVALID_BATCH_SIZE\x10\"\x12!\n" +
+	"\x1dERROR_REASON_INVALID_RESOLVER\x10F\x12\x1f\n" +
+	"\x1bERROR_REASON_INVALID_REASON\x10GB\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

@@ -267,6 +267,84 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_idem_v1_idem_proto_rawDescGZIP(), []int{1}
 }
 
+// TimelineEntryKind is what a TimelineEntry records.
+type TimelineEntryKind int32
+
+const (
+	// Never sent by the server.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_UNSPECIFIED TimelineEntryKind = 0
+	// A Claim acquired the record from an earlier attempt: its lease had run
+	// out (the holder stalled or died), it was EXPIRED, or RELEASED.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_TAKEN_OVER TimelineEntryKind = 1
+	// The holder's Fail with retryable=false: the record is FAILED.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_FAILED TimelineEntryKind = 2
+	// The holder's Fail with retryable=true: the record is RELEASED.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_RELEASED TimelineEntryKind = 3
+	// The lease ran out under a hold policy: the record is UNRESOLVED (by
+	// the sweeper, or by the Claim that found it so).
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_HELD TimelineEntryKind = 4
+	// A person (AdminService.ResolveRecord) or a resolver
+	// (ResolverService.Resolve) resolved the UNRESOLVED record.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_RESOLVED TimelineEntryKind = 5
+	// AdminService.DeleteRecord deleted the record.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_DELETED TimelineEntryKind = 6
+	// A Claim with another fingerprint was refused (FINGERPRINT_MISMATCH).
+	// One entry per lease and refused fingerprint, however often the Claim
+	// comes back.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH TimelineEntryKind = 7
+)
+
+// Enum value maps for TimelineEntryKind.
+var (
+	TimelineEntryKind_name = map[int32]string{
+		0: "TIMELINE_ENTRY_KIND_UNSPECIFIED",
+		1: "TIMELINE_ENTRY_KIND_TAKEN_OVER",
+		2: "TIMELINE_ENTRY_KIND_FAILED",
+		3: "TIMELINE_ENTRY_KIND_RELEASED",
+		4: "TIMELINE_ENTRY_KIND_HELD",
+		5: "TIMELINE_ENTRY_KIND_RESOLVED",
+		6: "TIMELINE_ENTRY_KIND_DELETED",
+		7: "TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH",
+	}
+	TimelineEntryKind_value = map[string]int32{
+		"TIMELINE_ENTRY_KIND_UNSPECIFIED":          0,
+		"TIMELINE_ENTRY_KIND_TAKEN_OVER":           1,
+		"TIMELINE_ENTRY_KIND_FAILED":               2,
+		"TIMELINE_ENTRY_KIND_RELEASED":             3,
+		"TIMELINE_ENTRY_KIND_HELD":                 4,
+		"TIMELINE_ENTRY_KIND_RESOLVED":             5,
+		"TIMELINE_ENTRY_KIND_DELETED":              6,
+		"TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH": 7,
+	}
+)
+
+func (x TimelineEntryKind) Enum() *TimelineEntryKind {
+	p := new(TimelineEntryKind)
+	*p = x
+	return p
+}
+
+func (x TimelineEntryKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TimelineEntryKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_idem_v1_idem_proto_enumTypes[2].Descriptor()
+}
+
+func (TimelineEntryKind) Type() protoreflect.EnumType {
+	return &file_idem_v1_idem_proto_enumTypes[2]
+}
+
+func (x TimelineEntryKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TimelineEntryKind.Descriptor instead.
+func (TimelineEntryKind) EnumDescriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{2}
+}
+
 // Record is the server's state for one (namespace, key).
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1045,9 +1123,12 @@ type LookupRequest struct {
 	// The namespace of the record.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// The key of the record.
-	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Also read the record's timeline (LookupResponse.history). A record
+	// that does not exist is NOT_FOUND all the same.
+	IncludeHistory bool `protobuf:"varint,3,opt,name=include_history,json=includeHistory,proto3" json:"include_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LookupRequest) Reset() {
@@ -1094,11 +1175,22 @@ func (x *LookupRequest) GetKey() string {
 	return ""
 }
 
+func (x *LookupRequest) GetIncludeHistory() bool {
+	if x != nil {
+		return x.IncludeHistory
+	}
+	return false
+}
+
 // LookupResponse carries the record.
 type LookupResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The record.
-	Record        *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// With include_history: the exceptions in the life of the record's key,
+	// oldest first (see TimelineEntry); empty for a record whose life had
+	// none. At most the latest 1000.
+	History       []*TimelineEntry `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1136,6 +1228,13 @@ func (*LookupResponse) Descriptor() ([]byte, []int) {
 func (x *LookupResponse) GetRecord() *Record {
 	if x != nil {
 		return x.Record
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetHistory() []*TimelineEntry {
+	if x != nil {
+		return x.History
 	}
 	return nil
 }
@@ -2036,6 +2135,229 @@ func (*BatchLookupResult_Response) isBatchLookupResult_Result() {}
 
 func (*BatchLookupResult_Error) isBatchLookupResult_Result() {}
 
+// TimelineEntry is one exception in the life of a record's key: what
+// happened, when, and who did it. The ordinary path (a Claim that creates
+// the record, a Complete by its holder, a Heartbeat, a Claim answered from
+// the record) leaves no entry. Entries live as long as their record and are
+// purged with it. A deleted record's entries, its DELETED entry last, stay
+// under the key: they are shown with the next record of the key and purged
+// with it, or, when no record of the key follows, dropped once the deleted
+// record's retention has passed since the deletion.
+type TimelineEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Kind TimelineEntryKind `protobuf:"varint,1,opt,name=kind,proto3,enum=idem.v1.TimelineEntryKind" json:"kind,omitempty"`
+	// When, by the store's clock.
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The record's token when it happened; for TAKEN_OVER, the new one.
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The state it left the record in; STATE_UNSPECIFIED for DELETED.
+	State State `protobuf:"varint,4,opt,name=state,proto3,enum=idem.v1.State" json:"state,omitempty"`
+	// TAKEN_OVER: the token taken over.
+	PreviousToken int64 `protobuf:"varint,5,opt,name=previous_token,json=previousToken,proto3" json:"previous_token,omitempty"`
+	// TAKEN_OVER: the state the record was taken over from (PROCESSING: its
+	// lease had run out; EXPIRED; RELEASED). RESOLVED: UNRESOLVED. DELETED:
+	// the state it was deleted in. HELD: PROCESSING.
+	PreviousState State `protobuf:"varint,6,opt,name=previous_state,json=previousState,proto3,enum=idem.v1.State" json:"previous_state,omitempty"`
+	// TAKEN_OVER: the new holder's claimant. FAILED, RELEASED, HELD: the
+	// holder's. FINGERPRINT_MISMATCH: the refused Claim's.
+	Claimant string `protobuf:"bytes,7,opt,name=claimant,proto3" json:"claimant,omitempty"`
+	// TAKEN_OVER: the claimant of the lease taken over.
+	PreviousClaimant string `protobuf:"bytes,8,opt,name=previous_claimant,json=previousClaimant,proto3" json:"previous_claimant,omitempty"`
+	// FAILED, RELEASED: the holder's error. RESOLVED as FAILED: the
+	// resolution's error.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// RESOLVED, DELETED: who made the call.
+	Actor *Actor `protobuf:"bytes,10,opt,name=actor,proto3" json:"actor,omitempty"`
+	// RESOLVED, DELETED: the free-text reason the call gave; may be empty.
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// FINGERPRINT_MISMATCH: the fingerprint the refused Claim carried (the
+	// record keeps its own).
+	Fingerprint   []byte `protobuf:"bytes,12,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimelineEntry) Reset() {
+	*x = TimelineEntry{}
+	mi := &file_idem_v1_idem_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimelineEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimelineEntry) ProtoMessage() {}
+
+func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
+func (*TimelineEntry) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TimelineEntry) GetKind() TimelineEntryKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TimelineEntryKind_TIMELINE_ENTRY_KIND_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetPreviousToken() int64 {
+	if x != nil {
+		return x.PreviousToken
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetPreviousState() State {
+	if x != nil {
+		return x.PreviousState
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetClaimant() string {
+	if x != nil {
+		return x.Claimant
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetPreviousClaimant() string {
+	if x != nil {
+		return x.PreviousClaimant
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetActor() *Actor {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+// Actor is who made a call that a timeline entry records.
+type Actor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's tenant.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The name idemd's config gives the caller's token (named_tokens); empty
+	// for a token without one, or a client certificate.
+	Operator string `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	// The name the resolver gave (ResolverService.Resolve); empty for a
+	// person's call.
+	Resolver      string `protobuf:"bytes,3,opt,name=resolver,proto3" json:"resolver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Actor) Reset() {
+	*x = Actor{}
+	mi := &file_idem_v1_idem_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Actor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Actor) ProtoMessage() {}
+
+func (x *Actor) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Actor.ProtoReflect.Descriptor instead.
+func (*Actor) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Actor) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Actor) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *Actor) GetResolver() string {
+	if x != nil {
+		return x.Resolver
+	}
+	return ""
+}
+
 var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
@@ -2097,12 +2419,14 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x126\n" +
 	"\tlease_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"<\n" +
 	"\x11HeartbeatResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"?\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"h\n" +
 	"\rLookupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"9\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12'\n" +
+	"\x0finclude_history\x18\x03 \x01(\bR\x0eincludeHistory\"k\n" +
 	"\x0eLookupResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"F\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\x120\n" +
+	"\ahistory\x18\x02 \x03(\v2\x16.idem.v1.TimelineEntryR\ahistory\"F\n" +
 	"\x11BatchClaimRequest\x121\n" +
 	"\brequests\x18\x01 \x03(\v2\x15.idem.v1.ClaimRequestR\brequests\"I\n" +
 	"\x12BatchClaimResponse\x123\n" +
@@ -2142,7 +2466,25 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x11BatchLookupResult\x125\n" +
 	"\bresponse\x18\x01 \x01(\v2\x17.idem.v1.LookupResponseH\x00R\bresponse\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
-	"\x06result*\x98\x01\n" +
+	"\x06result\"\xc4\x03\n" +
+	"\rTimelineEntry\x12.\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.idem.v1.TimelineEntryKindR\x04kind\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12$\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x12%\n" +
+	"\x0eprevious_token\x18\x05 \x01(\x03R\rpreviousToken\x125\n" +
+	"\x0eprevious_state\x18\x06 \x01(\x0e2\x0e.idem.v1.StateR\rpreviousState\x12\x1a\n" +
+	"\bclaimant\x18\a \x01(\tR\bclaimant\x12+\n" +
+	"\x11previous_claimant\x18\b \x01(\tR\x10previousClaimant\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12$\n" +
+	"\x05actor\x18\n" +
+	" \x01(\v2\x0e.idem.v1.ActorR\x05actor\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12 \n" +
+	"\vfingerprint\x18\f \x01(\fR\vfingerprint\"W\n" +
+	"\x05Actor\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x1a\n" +
+	"\bresolver\x18\x03 \x01(\tR\bresolver*\x98\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_PROCESSING\x10\x01\x12\x13\n" +
@@ -2157,7 +2499,16 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_COMPLETED\x10\x03\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x04\x12\x16\n" +
-	"\x12OUTCOME_UNRESOLVED\x10\x052\x94\t\n" +
+	"\x12OUTCOME_UNRESOLVED\x10\x05*\xad\x02\n" +
+	"\x11TimelineEntryKind\x12#\n" +
+	"\x1fTIMELINE_ENTRY_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eTIMELINE_ENTRY_KIND_TAKEN_OVER\x10\x01\x12\x1e\n" +
+	"\x1aTIMELINE_ENTRY_KIND_FAILED\x10\x02\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_RELEASED\x10\x03\x12\x1c\n" +
+	"\x18TIMELINE_ENTRY_KIND_HELD\x10\x04\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_RESOLVED\x10\x05\x12\x1f\n" +
+	"\x1bTIMELINE_ENTRY_KIND_DELETED\x10\x06\x12,\n" +
+	"(TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH\x10\a2\x94\t\n" +
 	"\x12IdempotencyService\x12q\n" +
 	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./v1/namespaces/{namespace}/records/{key}:claim\x12}\n" +
 	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/namespaces/{namespace}/records/{key}:complete\x12m\n" +
@@ -2184,104 +2535,113 @@ func file_idem_v1_idem_proto_rawDescGZIP() []byte {
 	return file_idem_v1_idem_proto_rawDescData
 }
 
-var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_idem_v1_idem_proto_goTypes = []any{
 	(State)(0),                     // 0: idem.v1.State
 	(Outcome)(0),                   // 1: idem.v1.Outcome
-	(*Record)(nil),                 // 2: idem.v1.Record
-	(*ClaimRequest)(nil),           // 3: idem.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 4: idem.v1.ClaimResponse
-	(*CompleteRequest)(nil),        // 5: idem.v1.CompleteRequest
-	(*CompleteResponse)(nil),       // 6: idem.v1.CompleteResponse
-	(*FailRequest)(nil),            // 7: idem.v1.FailRequest
-	(*FailResponse)(nil),           // 8: idem.v1.FailResponse
-	(*HeartbeatRequest)(nil),       // 9: idem.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 10: idem.v1.HeartbeatResponse
-	(*LookupRequest)(nil),          // 11: idem.v1.LookupRequest
-	(*LookupResponse)(nil),         // 12: idem.v1.LookupResponse
-	(*BatchClaimRequest)(nil),      // 13: idem.v1.BatchClaimRequest
-	(*BatchClaimResponse)(nil),     // 14: idem.v1.BatchClaimResponse
-	(*BatchClaimResult)(nil),       // 15: idem.v1.BatchClaimResult
-	(*BatchCompleteRequest)(nil),   // 16: idem.v1.BatchCompleteRequest
-	(*BatchCompleteResponse)(nil),  // 17: idem.v1.BatchCompleteResponse
-	(*BatchCompleteResult)(nil),    // 18: idem.v1.BatchCompleteResult
-	(*BatchFailRequest)(nil),       // 19: idem.v1.BatchFailRequest
-	(*BatchFailResponse)(nil),      // 20: idem.v1.BatchFailResponse
-	(*BatchFailResult)(nil),        // 21: idem.v1.BatchFailResult
-	(*BatchHeartbeatRequest)(nil),  // 22: idem.v1.BatchHeartbeatRequest
-	(*BatchHeartbeatResponse)(nil), // 23: idem.v1.BatchHeartbeatResponse
-	(*BatchHeartbeatResult)(nil),   // 24: idem.v1.BatchHeartbeatResult
-	(*BatchLookupRequest)(nil),     // 25: idem.v1.BatchLookupRequest
-	(*BatchLookupResponse)(nil),    // 26: idem.v1.BatchLookupResponse
-	(*BatchLookupResult)(nil),      // 27: idem.v1.BatchLookupResult
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
-	(*status.Status)(nil),          // 30: google.rpc.Status
+	(TimelineEntryKind)(0),         // 2: idem.v1.TimelineEntryKind
+	(*Record)(nil),                 // 3: idem.v1.Record
+	(*ClaimRequest)(nil),           // 4: idem.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 5: idem.v1.ClaimResponse
+	(*CompleteRequest)(nil),        // 6: idem.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 7: idem.v1.CompleteResponse
+	(*FailRequest)(nil),            // 8: idem.v1.FailRequest
+	(*FailResponse)(nil),           // 9: idem.v1.FailResponse
+	(*HeartbeatRequest)(nil),       // 10: idem.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 11: idem.v1.HeartbeatResponse
+	(*LookupRequest)(nil),          // 12: idem.v1.LookupRequest
+	(*LookupResponse)(nil),         // 13: idem.v1.LookupResponse
+	(*BatchClaimRequest)(nil),      // 14: idem.v1.BatchClaimRequest
+	(*BatchClaimResponse)(nil),     // 15: idem.v1.BatchClaimResponse
+	(*BatchClaimResult)(nil),       // 16: idem.v1.BatchClaimResult
+	(*BatchCompleteRequest)(nil),   // 17: idem.v1.BatchCompleteRequest
+	(*BatchCompleteResponse)(nil),  // 18: idem.v1.BatchCompleteResponse
+	(*BatchCompleteResult)(nil),    // 19: idem.v1.BatchCompleteResult
+	(*BatchFailRequest)(nil),       // 20: idem.v1.BatchFailRequest
+	(*BatchFailResponse)(nil),      // 21: idem.v1.BatchFailResponse
+	(*BatchFailResult)(nil),        // 22: idem.v1.BatchFailResult
+	(*BatchHeartbeatRequest)(nil),  // 23: idem.v1.BatchHeartbeatRequest
+	(*BatchHeartbeatResponse)(nil), // 24: idem.v1.BatchHeartbeatResponse
+	(*BatchHeartbeatResult)(nil),   // 25: idem.v1.BatchHeartbeatResult
+	(*BatchLookupRequest)(nil),     // 26: idem.v1.BatchLookupRequest
+	(*BatchLookupResponse)(nil),    // 27: idem.v1.BatchLookupResponse
+	(*BatchLookupResult)(nil),      // 28: idem.v1.BatchLookupResult
+	(*TimelineEntry)(nil),          // 29: idem.v1.TimelineEntry
+	(*Actor)(nil),                  // 30: idem.v1.Actor
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
+	(*status.Status)(nil),          // 33: google.rpc.Status
 }
 var file_idem_v1_idem_proto_depIdxs = []int32{
 	0,  // 0: idem.v1.Record.state:type_name -> idem.v1.State
-	28, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
-	28, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
-	28, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
-	28, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 6: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	29, // 7: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
-	29, // 8: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	31, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
+	31, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	31, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
+	31, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
+	31, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 6: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	32, // 7: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
+	32, // 8: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 9: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
-	2,  // 10: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
-	29, // 11: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	2,  // 12: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
-	2,  // 13: idem.v1.FailResponse.record:type_name -> idem.v1.Record
-	29, // 14: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
-	2,  // 15: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
-	2,  // 16: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
-	3,  // 17: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
-	15, // 18: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
-	4,  // 19: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
-	30, // 20: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
-	5,  // 21: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
-	18, // 22: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
-	6,  // 23: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
-	30, // 24: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
-	7,  // 25: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
-	21, // 26: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
-	8,  // 27: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
-	30, // 28: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
-	9,  // 29: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
-	24, // 30: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
-	10, // 31: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
-	30, // 32: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
-	11, // 33: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
-	27, // 34: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
-	12, // 35: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
-	30, // 36: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
-	3,  // 37: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
-	5,  // 38: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
-	7,  // 39: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
-	9,  // 40: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
-	11, // 41: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
-	13, // 42: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
-	16, // 43: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
-	19, // 44: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
-	22, // 45: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
-	25, // 46: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
-	4,  // 47: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
-	6,  // 48: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
-	8,  // 49: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
-	10, // 50: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
-	12, // 51: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
-	14, // 52: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
-	17, // 53: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
-	20, // 54: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
-	23, // 55: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
-	26, // 56: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
-	47, // [47:57] is the sub-list for method output_type
-	37, // [37:47] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	3,  // 10: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
+	32, // 11: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	3,  // 12: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
+	3,  // 13: idem.v1.FailResponse.record:type_name -> idem.v1.Record
+	32, // 14: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
+	3,  // 15: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
+	3,  // 16: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
+	29, // 17: idem.v1.LookupResponse.history:type_name -> idem.v1.TimelineEntry
+	4,  // 18: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
+	16, // 19: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
+	5,  // 20: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
+	33, // 21: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
+	6,  // 22: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
+	19, // 23: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
+	7,  // 24: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
+	33, // 25: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
+	8,  // 26: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
+	22, // 27: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
+	9,  // 28: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
+	33, // 29: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
+	10, // 30: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
+	25, // 31: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
+	11, // 32: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
+	33, // 33: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
+	12, // 34: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
+	28, // 35: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
+	13, // 36: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
+	33, // 37: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
+	2,  // 38: idem.v1.TimelineEntry.kind:type_name -> idem.v1.TimelineEntryKind
+	31, // 39: idem.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	0,  // 40: idem.v1.TimelineEntry.state:type_name -> idem.v1.State
+	0,  // 41: idem.v1.TimelineEntry.previous_state:type_name -> idem.v1.State
+	30, // 42: idem.v1.TimelineEntry.actor:type_name -> idem.v1.Actor
+	4,  // 43: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
+	6,  // 44: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
+	8,  // 45: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
+	10, // 46: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
+	12, // 47: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
+	14, // 48: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
+	17, // 49: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
+	20, // 50: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
+	23, // 51: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
+	26, // 52: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
+	5,  // 53: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
+	7,  // 54: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
+	9,  // 55: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
+	11, // 56: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
+	13, // 57: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
+	15, // 58: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
+	18, // 59: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
+	21, // 60: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
+	24, // 61: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
+	27, // 62: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
+	53, // [53:63] is the sub-list for method output_type
+	43, // [43:53] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_idem_proto_init() }
@@ -2314,8 +2674,8 @@ func file_idem_v1_idem_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idem_v1_idem_proto_rawDesc), len(file_idem_v1_idem_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   26,
+			NumEnums:      3,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
