@@ -312,7 +312,7 @@ func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecor
 		return nil, err
 	}
 	id := store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()}
-	rec, err := a.store.RecordDelete(ctx, id)
+	rec, err := a.store.RecordDelete(ctx, &store.DeleteParams{RecordID: id})
 	if err != nil {
 		return nil, rewriteError(ctx, a.logger, err)
 	}

@@ -252,14 +252,26 @@ func (s healthStore) RecordList(ctx context.Context, p *store.ListParams) ([]*st
 	return res, err
 }
 
-func (s healthStore) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	res, err := s.Store.RecordDelete(ctx, id)
+func (s healthStore) RecordDelete(ctx context.Context, p *store.DeleteParams) (*store.Record, error) {
+	res, err := s.Store.RecordDelete(ctx, p)
 	s.health.saw(err)
 	return res, err
 }
 
 func (s healthStore) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
 	res, err := s.Store.RecordResolve(ctx, p)
+	s.health.saw(err)
+	return res, err
+}
+
+func (s healthStore) RecordTimeline(ctx context.Context, p *store.TimelineParams) ([]store.TimelineEntry, error) {
+	res, err := s.Store.RecordTimeline(ctx, p)
+	s.health.saw(err)
+	return res, err
+}
+
+func (s healthStore) RecordListHeld(ctx context.Context, p *store.ListHeldParams) ([]*store.Record, error) {
+	res, err := s.Store.RecordListHeld(ctx, p)
 	s.health.saw(err)
 	return res, err
 }
