@@ -22,7 +22,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Record, State } from "./idem_pb.js";
+import type { Record, State, TimelineEntry } from "./idem_pb.js";
 import { file_idem_v1_idem } from "./idem_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -30,7 +30,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idem/v1/admin.proto.
  */
 export const file_idem_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChNpZGVtL3YxL2FkbWluLnByb3RvEgdpZGVtLnYxItwBChRSZXNvbHZlUmVjb3JkUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEi4KCWNvbXBsZXRlZBgDIAEoCzIZLmlkZW0udjEuUmVzb2x2ZUNvbXBsZXRlZEgAEigKBmZhaWxlZBgEIAEoCzIWLmlkZW0udjEuUmVzb2x2ZUZhaWxlZEgAEiwKCHJlbGVhc2VkGAUgASgLMhguaWRlbS52MS5SZXNvbHZlUmVsZWFzZWRIABIOCgZ0ZW5hbnQYBiABKAlCDAoKcmVzb2x1dGlvbiIiChBSZXNvbHZlQ29tcGxldGVkEg4KBnJlc3VsdBgBIAEoDCIeCg1SZXNvbHZlRmFpbGVkEg0KBWVycm9yGAEgASgJIhEKD1Jlc29sdmVSZWxlYXNlZCI4ChVSZXNvbHZlUmVjb3JkUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQi1QEKEkxpc3RSZWNvcmRzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSHQoFc3RhdGUYAiABKA4yDi5pZGVtLnYxLlN0YXRlEi0KCm9sZGVyX3RoYW4YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkSDgoGdGVuYW50GAYgASgJEhMKC2FsbF90ZW5hbnRzGAcgASgIEhIKCmtleV9wcmVmaXgYCCABKAkiUAoTTGlzdFJlY29yZHNSZXNwb25zZRIgCgdyZWNvcmRzGAEgAygLMg8uaWRlbS52MS5SZWNvcmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkUKE0RlbGV0ZVJlY29yZFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiNwoURGVsZXRlUmVjb3JkUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiRgoMU3RhdHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEwoLYWxsX3RlbmFudHMYAyABKAgiMAoNU3RhdHNSZXNwb25zZRIfCgRyb3dzGAEgAygLMhEuaWRlbS52MS5TdGF0c1JvdyKSAQoIU3RhdHNSb3cSEQoJbmFtZXNwYWNlGAEgASgJEh0KBXN0YXRlGAIgASgOMg4uaWRlbS52MS5TdGF0ZRINCgVjb3VudBgDIAEoAxIOCgZ0ZW5hbnQYBCABKAkSNQoRb2xkZXN0X3VwZGF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMq0CCgxBZG1pblNlcnZpY2USSAoLTGlzdFJlY29yZHMSGy5pZGVtLnYxLkxpc3RSZWNvcmRzUmVxdWVzdBocLmlkZW0udjEuTGlzdFJlY29yZHNSZXNwb25zZRJLCgxEZWxldGVSZWNvcmQSHC5pZGVtLnYxLkRlbGV0ZVJlY29yZFJlcXVlc3QaHS5pZGVtLnYxLkRlbGV0ZVJlY29yZFJlc3BvbnNlEjYKBVN0YXRzEhUuaWRlbS52MS5TdGF0c1JlcXVlc3QaFi5pZGVtLnYxLlN0YXRzUmVzcG9uc2USTgoNUmVzb2x2ZVJlY29yZBIdLmlkZW0udjEuUmVzb2x2ZVJlY29yZFJlcXVlc3QaHi5pZGVtLnYxLlJlc29sdmVSZWNvcmRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_idem_v1_idem]);
+  fileDesc("ChNpZGVtL3YxL2FkbWluLnByb3RvEgdpZGVtLnYxIvsBChRSZXNvbHZlUmVjb3JkUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEi4KCWNvbXBsZXRlZBgDIAEoCzIZLmlkZW0udjEuUmVzb2x2ZUNvbXBsZXRlZEgAEigKBmZhaWxlZBgEIAEoCzIWLmlkZW0udjEuUmVzb2x2ZUZhaWxlZEgAEiwKCHJlbGVhc2VkGAUgASgLMhguaWRlbS52MS5SZXNvbHZlUmVsZWFzZWRIABIOCgZ0ZW5hbnQYBiABKAkSDgoGcmVhc29uGAcgASgJEg0KBXRva2VuGAggASgDQgwKCnJlc29sdXRpb24iIgoQUmVzb2x2ZUNvbXBsZXRlZBIOCgZyZXN1bHQYASABKAwiHgoNUmVzb2x2ZUZhaWxlZBINCgVlcnJvchgBIAEoCSIRCg9SZXNvbHZlUmVsZWFzZWQiOAoVUmVzb2x2ZVJlY29yZFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkItUBChJMaXN0UmVjb3Jkc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEh0KBXN0YXRlGAIgASgOMg4uaWRlbS52MS5TdGF0ZRItCgpvbGRlcl90aGFuGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJEg4KBnRlbmFudBgGIAEoCRITCgthbGxfdGVuYW50cxgHIAEoCBISCgprZXlfcHJlZml4GAggASgJIlAKE0xpc3RSZWNvcmRzUmVzcG9uc2USIAoHcmVjb3JkcxgBIAMoCzIPLmlkZW0udjEuUmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChNEZWxldGVSZWNvcmRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDgoGdGVuYW50GAMgASgJEg4KBnJlYXNvbhgEIAEoCSI3ChREZWxldGVSZWNvcmRSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZCJGCgxTdGF0c1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEg4KBnRlbmFudBgCIAEoCRITCgthbGxfdGVuYW50cxgDIAEoCCIwCg1TdGF0c1Jlc3BvbnNlEh8KBHJvd3MYASADKAsyES5pZGVtLnYxLlN0YXRzUm93IpIBCghTdGF0c1JvdxIRCgluYW1lc3BhY2UYASABKAkSHQoFc3RhdGUYAiABKA4yDi5pZGVtLnYxLlN0YXRlEg0KBWNvdW50GAMgASgDEg4KBnRlbmFudBgEIAEoCRI1ChFvbGRlc3RfdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWwoQR2V0UmVjb3JkUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg4KBnRlbmFudBgDIAEoCRIXCg9pbmNsdWRlX2hpc3RvcnkYBCABKAgiXQoRR2V0UmVjb3JkUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQSJwoHaGlzdG9yeRgCIAMoCzIWLmlkZW0udjEuVGltZWxpbmVFbnRyeTLxAgoMQWRtaW5TZXJ2aWNlEkgKC0xpc3RSZWNvcmRzEhsuaWRlbS52MS5MaXN0UmVjb3Jkc1JlcXVlc3QaHC5pZGVtLnYxLkxpc3RSZWNvcmRzUmVzcG9uc2USSwoMRGVsZXRlUmVjb3JkEhwuaWRlbS52MS5EZWxldGVSZWNvcmRSZXF1ZXN0Gh0uaWRlbS52MS5EZWxldGVSZWNvcmRSZXNwb25zZRI2CgVTdGF0cxIVLmlkZW0udjEuU3RhdHNSZXF1ZXN0GhYuaWRlbS52MS5TdGF0c1Jlc3BvbnNlEk4KDVJlc29sdmVSZWNvcmQSHS5pZGVtLnYxLlJlc29sdmVSZWNvcmRSZXF1ZXN0Gh4uaWRlbS52MS5SZXNvbHZlUmVjb3JkUmVzcG9uc2USQgoJR2V0UmVjb3JkEhkuaWRlbS52MS5HZXRSZWNvcmRSZXF1ZXN0GhouaWRlbS52MS5HZXRSZWNvcmRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_idem_v1_idem]);
 
 /**
  * ResolveRecordRequest names an UNRESOLVED record and how to resolve it.
@@ -91,6 +91,25 @@ export type ResolveRecordRequest = Message<"idem.v1.ResolveRecordRequest"> & {
    * @generated from field: string tenant = 6;
    */
   tenant: string;
+
+  /**
+   * Why: free text kept on the record's timeline and in idemd's audit
+   * log line (at most 1024 bytes of UTF-8 without NUL). The API accepts an
+   * empty one; the console asks for one.
+   *
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+
+  /**
+   * When set, the token the caller saw the record held with: a record that
+   * holds another token now (taken over and held again since) is ABORTED /
+   * LEASE_LOST, so that a decision about one lease is never applied to
+   * another. 0 resolves whatever lease is held.
+   *
+   * @generated from field: int64 token = 8;
+   */
+  token: bigint;
 };
 
 /**
@@ -316,6 +335,14 @@ export type DeleteRecordRequest = Message<"idem.v1.DeleteRecordRequest"> & {
    * @generated from field: string tenant = 3;
    */
   tenant: string;
+
+  /**
+   * Why: free text kept on the key's timeline with the deletion (at most
+   * 1024 bytes of UTF-8 without NUL).
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
 };
 
 /**
@@ -458,6 +485,79 @@ export const StatsRowSchema: GenMessage<StatsRow> = /*@__PURE__*/
   messageDesc(file_idem_v1_admin, 11);
 
 /**
+ * GetRecordRequest names one record (AdminService.GetRecord).
+ *
+ * @generated from message idem.v1.GetRecordRequest
+ */
+export type GetRecordRequest = Message<"idem.v1.GetRecordRequest"> & {
+  /**
+   * The record's namespace.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The record's key.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The tenant that owns the record; empty for the caller's own. Only an
+   * operator may name another tenant.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
+
+  /**
+   * Also read the key's timeline (GetRecordResponse.history).
+   *
+   * @generated from field: bool include_history = 4;
+   */
+  includeHistory: boolean;
+};
+
+/**
+ * Describes the message idem.v1.GetRecordRequest.
+ * Use `create(GetRecordRequestSchema)` to create a new message.
+ */
+export const GetRecordRequestSchema: GenMessage<GetRecordRequest> = /*@__PURE__*/
+  messageDesc(file_idem_v1_admin, 12);
+
+/**
+ * GetRecordResponse is the record and, when asked, its timeline.
+ *
+ * @generated from message idem.v1.GetRecordResponse
+ */
+export type GetRecordResponse = Message<"idem.v1.GetRecordResponse"> & {
+  /**
+   * The record, with its tenant; unset when the key has no record but has
+   * the timeline of a deleted one.
+   *
+   * @generated from field: idem.v1.Record record = 1;
+   */
+  record?: Record | undefined;
+
+  /**
+   * With include_history: the key's timeline, oldest first, at most the
+   * latest 1000 entries.
+   *
+   * @generated from field: repeated idem.v1.TimelineEntry history = 2;
+   */
+  history: TimelineEntry[];
+};
+
+/**
+ * Describes the message idem.v1.GetRecordResponse.
+ * Use `create(GetRecordResponseSchema)` to create a new message.
+ */
+export const GetRecordResponseSchema: GenMessage<GetRecordResponse> = /*@__PURE__*/
+  messageDesc(file_idem_v1_admin, 13);
+
+/**
  * AdminService lists, evicts and counts records of the caller's tenant.
  *
  * @generated from service idem.v1.AdminService
@@ -513,6 +613,20 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ResolveRecordRequestSchema;
     output: typeof ResolveRecordResponseSchema;
+  },
+  /**
+   * GetRecord reads one record of the caller's tenant, or, for an
+   * operator, of the tenant it names, with its timeline when asked. A key
+   * without a record but with the entries of a deleted record's life
+   * (TimelineEntry) answers them with no record; a key with neither is
+   * NOT_FOUND.
+   *
+   * @generated from rpc idem.v1.AdminService.GetRecord
+   */
+  getRecord: {
+    methodKind: "unary";
+    input: typeof GetRecordRequestSchema;
+    output: typeof GetRecordResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_idem_v1_admin, 0);

@@ -100,7 +100,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idem/v1/idem.proto.
  */
 export const file_idem_v1_idem: GenFile = /*@__PURE__*/
-  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEi0wMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCCLaAQoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSEwoLZmluZ2VycHJpbnQYAyABKAwSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGNsYWltYW50GAUgASgJEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoMBCg1DbGFpbVJlc3BvbnNlEiEKB291dGNvbWUYASABKA4yEC5pZGVtLnYxLk91dGNvbWUSHwoGcmVjb3JkGAIgASgLMg8uaWRlbS52MS5SZWNvcmQSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUAoPQ29tcGxldGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDgoGcmVzdWx0GAQgASgMIjMKEENvbXBsZXRlUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiXgoLRmFpbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxINCgVlcnJvchgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiLwoMRmFpbFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIm8KEEhlYXJ0YmVhdFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxIsCglsZWFzZV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRSGVhcnRiZWF0UmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiLwoNTG9va3VwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJIjEKDkxvb2t1cFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIjwKEUJhdGNoQ2xhaW1SZXF1ZXN0EicKCHJlcXVlc3RzGAEgAygLMhUuaWRlbS52MS5DbGFpbVJlcXVlc3QiQAoSQmF0Y2hDbGFpbVJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5pZGVtLnYxLkJhdGNoQ2xhaW1SZXN1bHQibQoQQmF0Y2hDbGFpbVJlc3VsdBIqCghyZXNwb25zZRgBIAEoCzIWLmlkZW0udjEuQ2xhaW1SZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiQgoUQmF0Y2hDb21wbGV0ZVJlcXVlc3QSKgoIcmVxdWVzdHMYASADKAsyGC5pZGVtLnYxLkNvbXBsZXRlUmVxdWVzdCJGChVCYXRjaENvbXBsZXRlUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3VsdCJzChNCYXRjaENvbXBsZXRlUmVzdWx0Ei0KCHJlc3BvbnNlGAEgASgLMhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCI6ChBCYXRjaEZhaWxSZXF1ZXN0EiYKCHJlcXVlc3RzGAEgAygLMhQuaWRlbS52MS5GYWlsUmVxdWVzdCI+ChFCYXRjaEZhaWxSZXNwb25zZRIpCgdyZXN1bHRzGAEgAygLMhguaWRlbS52MS5CYXRjaEZhaWxSZXN1bHQiawoPQmF0Y2hGYWlsUmVzdWx0EikKCHJlc3BvbnNlGAEgASgLMhUuaWRlbS52MS5GYWlsUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkQKFUJhdGNoSGVhcnRiZWF0UmVxdWVzdBIrCghyZXF1ZXN0cxgBIAMoCzIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdCJIChZCYXRjaEhlYXJ0YmVhdFJlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVzdWx0InUKFEJhdGNoSGVhcnRiZWF0UmVzdWx0Ei4KCHJlc3BvbnNlGAEgASgLMhouaWRlbS52MS5IZWFydGJlYXRSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiPgoSQmF0Y2hMb29rdXBSZXF1ZXN0EigKCHJlcXVlc3RzGAEgAygLMhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0IkIKE0JhdGNoTG9va3VwUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLmlkZW0udjEuQmF0Y2hMb29rdXBSZXN1bHQibwoRQmF0Y2hMb29rdXBSZXN1bHQSKwoIcmVzcG9uc2UYASABKAsyFy5pZGVtLnYxLkxvb2t1cFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBTKUCQoSSWRlbXBvdGVuY3lTZXJ2aWNlEnEKBUNsYWltEhUuaWRlbS52MS5DbGFpbVJlcXVlc3QaFi5pZGVtLnYxLkNsYWltUmVzcG9uc2UiOYLT5JMCMzoBKiIuL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjbGFpbRJ9CghDb21wbGV0ZRIYLmlkZW0udjEuQ29tcGxldGVSZXF1ZXN0GhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlIjyC0+STAjY6ASoiMS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y29tcGxldGUSbQoERmFpbBIULmlkZW0udjEuRmFpbFJlcXVlc3QaFS5pZGVtLnYxLkZhaWxSZXNwb25zZSI4gtPkkwIyOgEqIi0vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmZhaWwSgQEKCUhlYXJ0YmVhdBIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdBoaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2UiPYLT5JMCNzoBKiIyL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpoZWFydGJlYXQSawoGTG9va3VwEhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0GhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZSIwgtPkkwIqEigvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9EmgKCkJhdGNoQ2xhaW0SGi5pZGVtLnYxLkJhdGNoQ2xhaW1SZXF1ZXN0GhsuaWRlbS52MS5CYXRjaENsYWltUmVzcG9uc2UiIYLT5JMCGzoBKiIWL3YxL3JlY29yZHM6YmF0Y2hDbGFpbRJ0Cg1CYXRjaENvbXBsZXRlEh0uaWRlbS52MS5CYXRjaENvbXBsZXRlUmVxdWVzdBoeLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3BvbnNlIiSC0+STAh46ASoiGS92MS9yZWNvcmRzOmJhdGNoQ29tcGxldGUSZAoJQmF0Y2hGYWlsEhkuaWRlbS52MS5CYXRjaEZhaWxSZXF1ZXN0GhouaWRlbS52MS5CYXRjaEZhaWxSZXNwb25zZSIggtPkkwIaOgEqIhUvdjEvcmVjb3JkczpiYXRjaEZhaWwSeAoOQmF0Y2hIZWFydGJlYXQSHi5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVxdWVzdBofLmlkZW0udjEuQmF0Y2hIZWFydGJlYXRSZXNwb25zZSIlgtPkkwIfOgEqIhovdjEvcmVjb3JkczpiYXRjaEhlYXJ0YmVhdBJsCgtCYXRjaExvb2t1cBIbLmlkZW0udjEuQmF0Y2hMb29rdXBSZXF1ZXN0GhwuaWRlbS52MS5CYXRjaExvb2t1cFJlc3BvbnNlIiKC0+STAhw6ASoiFy92MS9yZWNvcmRzOmJhdGNoTG9va3VwYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEi0wMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCCLaAQoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSEwoLZmluZ2VycHJpbnQYAyABKAwSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGNsYWltYW50GAUgASgJEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoMBCg1DbGFpbVJlc3BvbnNlEiEKB291dGNvbWUYASABKA4yEC5pZGVtLnYxLk91dGNvbWUSHwoGcmVjb3JkGAIgASgLMg8uaWRlbS52MS5SZWNvcmQSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUAoPQ29tcGxldGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDgoGcmVzdWx0GAQgASgMIjMKEENvbXBsZXRlUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiXgoLRmFpbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxINCgVlcnJvchgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiLwoMRmFpbFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIm8KEEhlYXJ0YmVhdFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoAxIsCglsZWFzZV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRSGVhcnRiZWF0UmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQiSAoNTG9va3VwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEhcKD2luY2x1ZGVfaGlzdG9yeRgDIAEoCCJaCg5Mb29rdXBSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZBInCgdoaXN0b3J5GAIgAygLMhYuaWRlbS52MS5UaW1lbGluZUVudHJ5IjwKEUJhdGNoQ2xhaW1SZXF1ZXN0EicKCHJlcXVlc3RzGAEgAygLMhUuaWRlbS52MS5DbGFpbVJlcXVlc3QiQAoSQmF0Y2hDbGFpbVJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5pZGVtLnYxLkJhdGNoQ2xhaW1SZXN1bHQibQoQQmF0Y2hDbGFpbVJlc3VsdBIqCghyZXNwb25zZRgBIAEoCzIWLmlkZW0udjEuQ2xhaW1SZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiQgoUQmF0Y2hDb21wbGV0ZVJlcXVlc3QSKgoIcmVxdWVzdHMYASADKAsyGC5pZGVtLnYxLkNvbXBsZXRlUmVxdWVzdCJGChVCYXRjaENvbXBsZXRlUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3VsdCJzChNCYXRjaENvbXBsZXRlUmVzdWx0Ei0KCHJlc3BvbnNlGAEgASgLMhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCI6ChBCYXRjaEZhaWxSZXF1ZXN0EiYKCHJlcXVlc3RzGAEgAygLMhQuaWRlbS52MS5GYWlsUmVxdWVzdCI+ChFCYXRjaEZhaWxSZXNwb25zZRIpCgdyZXN1bHRzGAEgAygLMhguaWRlbS52MS5CYXRjaEZhaWxSZXN1bHQiawoPQmF0Y2hGYWlsUmVzdWx0EikKCHJlc3BvbnNlGAEgASgLMhUuaWRlbS52MS5GYWlsUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkQKFUJhdGNoSGVhcnRiZWF0UmVxdWVzdBIrCghyZXF1ZXN0cxgBIAMoCzIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdCJIChZCYXRjaEhlYXJ0YmVhdFJlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVzdWx0InUKFEJhdGNoSGVhcnRiZWF0UmVzdWx0Ei4KCHJlc3BvbnNlGAEgASgLMhouaWRlbS52MS5IZWFydGJlYXRSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiPgoSQmF0Y2hMb29rdXBSZXF1ZXN0EigKCHJlcXVlc3RzGAEgAygLMhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0IkIKE0JhdGNoTG9va3VwUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLmlkZW0udjEuQmF0Y2hMb29rdXBSZXN1bHQibwoRQmF0Y2hMb29rdXBSZXN1bHQSKwoIcmVzcG9uc2UYASABKAsyFy5pZGVtLnYxLkxvb2t1cFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCLPAgoNVGltZWxpbmVFbnRyeRIoCgRraW5kGAEgASgOMhouaWRlbS52MS5UaW1lbGluZUVudHJ5S2luZBImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFdG9rZW4YAyABKAMSHQoFc3RhdGUYBCABKA4yDi5pZGVtLnYxLlN0YXRlEhYKDnByZXZpb3VzX3Rva2VuGAUgASgDEiYKDnByZXZpb3VzX3N0YXRlGAYgASgOMg4uaWRlbS52MS5TdGF0ZRIQCghjbGFpbWFudBgHIAEoCRIZChFwcmV2aW91c19jbGFpbWFudBgIIAEoCRINCgVlcnJvchgJIAEoCRIdCgVhY3RvchgKIAEoCzIOLmlkZW0udjEuQWN0b3ISDgoGcmVhc29uGAsgASgJEhMKC2ZpbmdlcnByaW50GAwgASgMIjsKBUFjdG9yEg4KBnRlbmFudBgBIAEoCRIQCghvcGVyYXRvchgCIAEoCRIQCghyZXNvbHZlchgDIAEoCSqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBSqtAgoRVGltZWxpbmVFbnRyeUtpbmQSIwofVElNRUxJTkVfRU5UUllfS0lORF9VTlNQRUNJRklFRBAAEiIKHlRJTUVMSU5FX0VOVFJZX0tJTkRfVEFLRU5fT1ZFUhABEh4KGlRJTUVMSU5FX0VOVFJZX0tJTkRfRkFJTEVEEAISIAocVElNRUxJTkVfRU5UUllfS0lORF9SRUxFQVNFRBADEhwKGFRJTUVMSU5FX0VOVFJZX0tJTkRfSEVMRBAEEiAKHFRJTUVMSU5FX0VOVFJZX0tJTkRfUkVTT0xWRUQQBRIfChtUSU1FTElORV9FTlRSWV9LSU5EX0RFTEVURUQQBhIsCihUSU1FTElORV9FTlRSWV9LSU5EX0ZJTkdFUlBSSU5UX01JU01BVENIEAcylAkKEklkZW1wb3RlbmN5U2VydmljZRJxCgVDbGFpbRIVLmlkZW0udjEuQ2xhaW1SZXF1ZXN0GhYuaWRlbS52MS5DbGFpbVJlc3BvbnNlIjmC0+STAjM6ASoiLi92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y2xhaW0SfQoIQ29tcGxldGUSGC5pZGVtLnYxLkNvbXBsZXRlUmVxdWVzdBoZLmlkZW0udjEuQ29tcGxldGVSZXNwb25zZSI8gtPkkwI2OgEqIjEvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmNvbXBsZXRlEm0KBEZhaWwSFC5pZGVtLnYxLkZhaWxSZXF1ZXN0GhUuaWRlbS52MS5GYWlsUmVzcG9uc2UiOILT5JMCMjoBKiItL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpmYWlsEoEBCglIZWFydGJlYXQSGS5pZGVtLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGi5pZGVtLnYxLkhlYXJ0YmVhdFJlc3BvbnNlIj2C0+STAjc6ASoiMi92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06aGVhcnRiZWF0EmsKBkxvb2t1cBIWLmlkZW0udjEuTG9va3VwUmVxdWVzdBoXLmlkZW0udjEuTG9va3VwUmVzcG9uc2UiMILT5JMCKhIoL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fRJoCgpCYXRjaENsYWltEhouaWRlbS52MS5CYXRjaENsYWltUmVxdWVzdBobLmlkZW0udjEuQmF0Y2hDbGFpbVJlc3BvbnNlIiGC0+STAhs6ASoiFi92MS9yZWNvcmRzOmJhdGNoQ2xhaW0SdAoNQmF0Y2hDb21wbGV0ZRIdLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlcXVlc3QaHi5pZGVtLnYxLkJhdGNoQ29tcGxldGVSZXNwb25zZSIkgtPkkwIeOgEqIhkvdjEvcmVjb3JkczpiYXRjaENvbXBsZXRlEmQKCUJhdGNoRmFpbBIZLmlkZW0udjEuQmF0Y2hGYWlsUmVxdWVzdBoaLmlkZW0udjEuQmF0Y2hGYWlsUmVzcG9uc2UiIILT5JMCGjoBKiIVL3YxL3JlY29yZHM6YmF0Y2hGYWlsEngKDkJhdGNoSGVhcnRiZWF0Eh4uaWRlbS52MS5CYXRjaEhlYXJ0YmVhdFJlcXVlc3QaHy5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVzcG9uc2UiJYLT5JMCHzoBKiIaL3YxL3JlY29yZHM6YmF0Y2hIZWFydGJlYXQSbAoLQmF0Y2hMb29rdXASGy5pZGVtLnYxLkJhdGNoTG9va3VwUmVxdWVzdBocLmlkZW0udjEuQmF0Y2hMb29rdXBSZXNwb25zZSIigtPkkwIcOgEqIhcvdjEvcmVjb3JkczpiYXRjaExvb2t1cGIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Record is the server's state for one (namespace, key).
@@ -600,6 +600,14 @@ export type LookupRequest = Message<"idem.v1.LookupRequest"> & {
    * @generated from field: string key = 2;
    */
   key: string;
+
+  /**
+   * Also read the record's timeline (LookupResponse.history). A record
+   * that does not exist is NOT_FOUND all the same.
+   *
+   * @generated from field: bool include_history = 3;
+   */
+  includeHistory: boolean;
 };
 
 /**
@@ -621,6 +629,15 @@ export type LookupResponse = Message<"idem.v1.LookupResponse"> & {
    * @generated from field: idem.v1.Record record = 1;
    */
   record?: Record | undefined;
+
+  /**
+   * With include_history: the exceptions in the life of the record's key,
+   * oldest first (see TimelineEntry); empty for a record whose life had
+   * none. At most the latest 1000.
+   *
+   * @generated from field: repeated idem.v1.TimelineEntry history = 2;
+   */
+  history: TimelineEntry[];
 };
 
 /**
@@ -1027,6 +1044,153 @@ export const BatchLookupResultSchema: GenMessage<BatchLookupResult> = /*@__PURE_
   messageDesc(file_idem_v1_idem, 25);
 
 /**
+ * TimelineEntry is one exception in the life of a record's key: what
+ * happened, when, and who did it. The ordinary path (a Claim that creates
+ * the record, a Complete by its holder, a Heartbeat, a Claim answered from
+ * the record) leaves no entry. Entries live as long as their record and are
+ * purged with it. A deleted record's entries, its DELETED entry last, stay
+ * under the key: they are shown with the next record of the key and purged
+ * with it, or, when no record of the key follows, dropped once the deleted
+ * record's retention has passed since the deletion.
+ *
+ * @generated from message idem.v1.TimelineEntry
+ */
+export type TimelineEntry = Message<"idem.v1.TimelineEntry"> & {
+  /**
+   * What happened.
+   *
+   * @generated from field: idem.v1.TimelineEntryKind kind = 1;
+   */
+  kind: TimelineEntryKind;
+
+  /**
+   * When, by the store's clock.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * The record's token when it happened; for TAKEN_OVER, the new one.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * The state it left the record in; STATE_UNSPECIFIED for DELETED.
+   *
+   * @generated from field: idem.v1.State state = 4;
+   */
+  state: State;
+
+  /**
+   * TAKEN_OVER: the token taken over.
+   *
+   * @generated from field: int64 previous_token = 5;
+   */
+  previousToken: bigint;
+
+  /**
+   * TAKEN_OVER: the state the record was taken over from (PROCESSING: its
+   * lease had run out; EXPIRED; RELEASED). RESOLVED: UNRESOLVED. DELETED:
+   * the state it was deleted in. HELD: PROCESSING.
+   *
+   * @generated from field: idem.v1.State previous_state = 6;
+   */
+  previousState: State;
+
+  /**
+   * TAKEN_OVER: the new holder's claimant. FAILED, RELEASED, HELD: the
+   * holder's. FINGERPRINT_MISMATCH: the refused Claim's.
+   *
+   * @generated from field: string claimant = 7;
+   */
+  claimant: string;
+
+  /**
+   * TAKEN_OVER: the claimant of the lease taken over.
+   *
+   * @generated from field: string previous_claimant = 8;
+   */
+  previousClaimant: string;
+
+  /**
+   * FAILED, RELEASED: the holder's error. RESOLVED as FAILED: the
+   * resolution's error.
+   *
+   * @generated from field: string error = 9;
+   */
+  error: string;
+
+  /**
+   * RESOLVED, DELETED: who made the call.
+   *
+   * @generated from field: idem.v1.Actor actor = 10;
+   */
+  actor?: Actor | undefined;
+
+  /**
+   * RESOLVED, DELETED: the free-text reason the call gave; may be empty.
+   *
+   * @generated from field: string reason = 11;
+   */
+  reason: string;
+
+  /**
+   * FINGERPRINT_MISMATCH: the fingerprint the refused Claim carried (the
+   * record keeps its own).
+   *
+   * @generated from field: bytes fingerprint = 12;
+   */
+  fingerprint: Uint8Array;
+};
+
+/**
+ * Describes the message idem.v1.TimelineEntry.
+ * Use `create(TimelineEntrySchema)` to create a new message.
+ */
+export const TimelineEntrySchema: GenMessage<TimelineEntry> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 26);
+
+/**
+ * Actor is who made a call that a timeline entry records.
+ *
+ * @generated from message idem.v1.Actor
+ */
+export type Actor = Message<"idem.v1.Actor"> & {
+  /**
+   * The caller's tenant.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * The name idemd's config gives the caller's token (named_tokens); empty
+   * for a token without one, or a client certificate.
+   *
+   * @generated from field: string operator = 2;
+   */
+  operator: string;
+
+  /**
+   * The name the resolver gave (ResolverService.Resolve); empty for a
+   * person's call.
+   *
+   * @generated from field: string resolver = 3;
+   */
+  resolver: string;
+};
+
+/**
+ * Describes the message idem.v1.Actor.
+ * Use `create(ActorSchema)` to create a new message.
+ */
+export const ActorSchema: GenMessage<Actor> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 27);
+
+/**
  * State is where a record is in its life.
  *
  * @generated from enum idem.v1.State
@@ -1165,6 +1329,80 @@ export enum Outcome {
  */
 export const OutcomeSchema: GenEnum<Outcome> = /*@__PURE__*/
   enumDesc(file_idem_v1_idem, 1);
+
+/**
+ * TimelineEntryKind is what a TimelineEntry records.
+ *
+ * @generated from enum idem.v1.TimelineEntryKind
+ */
+export enum TimelineEntryKind {
+  /**
+   * Never sent by the server.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A Claim acquired the record from an earlier attempt: its lease had run
+   * out (the holder stalled or died), it was EXPIRED, or RELEASED.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_TAKEN_OVER = 1;
+   */
+  TAKEN_OVER = 1,
+
+  /**
+   * The holder's Fail with retryable=false: the record is FAILED.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_FAILED = 2;
+   */
+  FAILED = 2,
+
+  /**
+   * The holder's Fail with retryable=true: the record is RELEASED.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_RELEASED = 3;
+   */
+  RELEASED = 3,
+
+  /**
+   * The lease ran out under a hold policy: the record is UNRESOLVED (by
+   * the sweeper, or by the Claim that found it so).
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_HELD = 4;
+   */
+  HELD = 4,
+
+  /**
+   * A person (AdminService.ResolveRecord) or a resolver
+   * (ResolverService.Resolve) resolved the UNRESOLVED record.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_RESOLVED = 5;
+   */
+  RESOLVED = 5,
+
+  /**
+   * AdminService.DeleteRecord deleted the record.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_DELETED = 6;
+   */
+  DELETED = 6,
+
+  /**
+   * A Claim with another fingerprint was refused (FINGERPRINT_MISMATCH).
+   * One entry per lease and refused fingerprint, however often the Claim
+   * comes back.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH = 7;
+   */
+  FINGERPRINT_MISMATCH = 7,
+}
+
+/**
+ * Describes the enum idem.v1.TimelineEntryKind.
+ */
+export const TimelineEntryKindSchema: GenEnum<TimelineEntryKind> = /*@__PURE__*/
+  enumDesc(file_idem_v1_idem, 2);
 
 /**
  * IdempotencyService coordinates workers so that each job's side effect
