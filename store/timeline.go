@@ -21,10 +21,14 @@ type Timeline interface {
 	// tenant, ordered by namespace then key, starting after params.After.
 	RecordListHeld(ctx context.Context, params *ListHeldParams) ([]*Record, error)
 	// RecordWatchHeld starts watching for records of tenant that become
-	// UNRESOLVED, in this process or any other on the same database. Its C
+	// UNRESOLVED, in this process or any other on the same database, and
+	// for UNRESOLVED ones that RecordResolve or RecordDelete ends. Its C
 	// receives when one may have, or when such a change may have gone
-	// unannounced; the watcher then lists them again (RecordListHeld). It
-	// reads and writes nothing. Close it when done.
+	// unannounced; the watcher then lists them again (RecordListHeld). The
+	// holder's late Complete, Fail or Heartbeat of an UNRESOLVED record is
+	// not announced (its statements are the ordinary path's): a watcher
+	// that must see those lists again now and then. It reads and writes
+	// nothing. Close it when done.
 	RecordWatchHeld(tenant string) *Watch
 }
 

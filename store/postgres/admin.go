@@ -39,7 +39,8 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	return detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.listRecords(ctx, p) })
 }
 
-// deleteSQL deletes a record, wakes the Claims waiting on it, and keeps
+// deleteSQL deletes a record, wakes the Claims waiting on it (and the held
+// watches of its tenant, when it was UNRESOLVED), and keeps
 // the deletion, by actor $4–$6 for reason $7, on the key's timeline: its
 // entries, which the purge of the record no longer reaches, expire with the
 // record's retention from now, unless a new record of the key holds them
@@ -47,7 +48,7 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 var deleteSQL = `
 WITH gone AS (
 	DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3
-	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+	RETURNING ` + recordCols + wakeCol("idem_records", true) + heldCol("idem_records", "idem_records.state = 'unresolved'") + `
 ),
 kept AS (
 	UPDATE idem_timeline t SET expires_at = greatest(t.expires_at, now() + g.retention_us * interval '1 microsecond')
@@ -133,7 +134,8 @@ func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error)
 	return counts, nil
 }
 
-// resolveSQL moves an UNRESOLVED record on to state $4, keeping its token
+// resolveSQL moves an UNRESOLVED record on to state $4 (waking the held
+// watches of its tenant), keeping its token
 // ($7 when not 0) and noting it as the one an operator resolved, with
 // result $5 or error $6, and keeps the resolution, by actor $8–$10 for
 // reason $11, on its timeline; when nothing changed, the second branch
@@ -144,7 +146,7 @@ WITH changed AS (
 		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
 		expires_at = now() + retention, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved' AND ($7::bigint = 0 OR token = $7::bigint)
-	RETURNING ` + recordCols + wakeCol("idem_records", true) + `
+	RETURNING ` + recordCols + wakeCol("idem_records", true) + heldCol("idem_records", "true") + `
 )` + entry{kind: "'resolved'", token: "token", state: "state", previousState: "'unresolved'", err: "coalesce(error, '')",
 	actorTenant: "$8::text", actorOperator: "$9::text", actorResolver: "$10::text", reason: "$11::text"}.noteSQL("noted", "changed") + `
 SELECT true, ` + recordNames + ` FROM changed

@@ -81,6 +81,9 @@ func (s *Store) RecordDelete(ctx context.Context, p *store.DeleteParams) (*store
 		default:
 			return err
 		}
+		if rec.State == store.StateUnresolved {
+			tx.HeldAfterCommit(id.Tenant)
+		}
 		expires := now.Add(rec.Retention).UnixMicro()
 		if _, err := tx.Exec(keepEntriesSQL, id.Tenant, id.Namespace, id.Key, expires); err != nil {
 			return err

@@ -130,6 +130,7 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 	return s.change(ctx, p.RecordID, true, p.Decide, func(tx *writeTx, now time.Time) *sql.Row {
 		return tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), now.UnixMicro(), target.Result, target.Error, p.Token)
 	}, func(tx *writeTx, rec *store.Record, now time.Time) error {
+		tx.HeldAfterCommit(p.Tenant)
 		return noted(tx, p.RecordID, now, store.TimelineEntry{Kind: store.EntryResolved, Token: rec.Token, State: rec.State,
 			PreviousState: store.StateUnresolved, Error: rec.Error, Actor: p.Actor, Reason: p.Reason})
 	})

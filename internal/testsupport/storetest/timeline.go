@@ -483,7 +483,8 @@ func testListHeld(t *testing.T, h Harness) {
 }
 
 // testWatchHeld: a held watch wakes when a record of its tenant becomes
-// UNRESOLVED, whether a Claim or the sweeper makes it so.
+// UNRESOLVED, whether a Claim or the sweeper makes it so, and when one is
+// resolved or deleted.
 func testWatchHeld(t *testing.T, h Harness) {
 	b := setup(t, h)
 	w := b.store.RecordWatchHeld("acme")
@@ -526,6 +527,16 @@ func testWatchHeld(t *testing.T, h Harness) {
 	b.lapse(t, again)
 	b.claim(t, claimParams(again, "other"))
 	wait("held by a Claim, with the store listening")
+	drain()
+	if _, err := b.store.RecordResolve(b.ctx, &store.ResolveParams{RecordID: again, Resolution: store.ResolveReleased}); err != nil {
+		t.Fatal(err)
+	}
+	wait("resolved")
+	drain()
+	if _, err := b.store.RecordDelete(b.ctx, &store.DeleteParams{RecordID: bySweeper}); err != nil {
+		t.Fatal(err)
+	}
+	wait("deleted while held")
 	w.Close()
 	w.Close() // twice is no error
 }
