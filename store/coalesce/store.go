@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -227,35 +226,9 @@ func followClaim(leader, f *pending[*store.ClaimParams, *store.ClaimResult]) boo
 	return true
 }
 
-// Backend is a Store around a store.Backend: what idemd runs on. Its
-// metrics are the inner backend's and the coalescer's.
-type Backend struct {
-	*Store
-	inner store.Backend
+// NewBackend returns inner with its calls batched as New does: what idemd
+// runs on. Its metrics are the inner backend's and the coalescer's.
+func NewBackend(inner store.Backend, opts Options) *store.Layered {
+	s := New(inner, opts)
+	return store.Layer(inner, s, s.Collectors()...)
 }
-
-var _ store.Backend = (*Backend)(nil)
-
-// NewBackend returns inner with its calls batched as New does.
-func NewBackend(inner store.Backend, opts Options) *Backend {
-	return &Backend{Store: New(inner, opts), inner: inner}
-}
-
-// Migrate implements store.Backend.
-func (b *Backend) Migrate(ctx context.Context, logger *slog.Logger) ([]int, error) {
-	return b.inner.Migrate(ctx, logger)
-}
-
-// SchemaVersion implements store.Backend.
-func (b *Backend) SchemaVersion(ctx context.Context) (int, error) { return b.inner.SchemaVersion(ctx) }
-
-// LatestVersion implements store.Backend.
-func (b *Backend) LatestVersion() int { return b.inner.LatestVersion() }
-
-// Collectors implements store.Backend.
-func (b *Backend) Collectors() []prometheus.Collector {
-	return append(b.inner.Collectors(), b.Store.Collectors()...)
-}
-
-// Close implements store.Backend.
-func (b *Backend) Close() error { return b.inner.Close() }

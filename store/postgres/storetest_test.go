@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
 	"github.com/idemhq/idem/store/postgres"
+	"github.com/idemhq/idem/store/readfirst"
 )
 
 // TestStore runs the conformance suite of store.Store, each of its tests on
@@ -25,13 +26,30 @@ func TestStore(t *testing.T) {
 // calls go in batches as often as they can.
 func TestStoreCoalesced(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, harness{coalesce: true})
+	storetest.Run(t, harness{wrap: coalesced})
+}
+
+// TestStoreReadFirst runs the suite on the store behind the read-first layer
+// (store/readfirst).
+func TestStoreReadFirst(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, harness{wrap: readFirst})
 }
 
 // harness gives the suite a schema per test; its backdoors are SQL on the
-// schema's pool and the database clock. With coalesce, the store is behind
-// the coalescer.
-type harness struct{ coalesce bool }
+// schema's pool and the database clock.
+type harness struct {
+	// wrap, when set, puts a decorator (store/coalesce, store/readfirst)
+	// around each store the suite gets.
+	wrap func(store.Store) store.Store
+}
+
+// coalesced is the store behind the coalescer, one batch of a kind at a time.
+func coalesced(st store.Store) store.Store { return coalesce.New(st, coalesce.Options{MaxInFlight: 1}) }
+
+// readFirst is the store behind the read-first layer, which reads a record
+// lately seen finished before claiming it.
+func readFirst(st store.Store) store.Store { return readfirst.New(st, 0) }
 
 // harnessStore is a Store with the test schema it runs on.
 type harnessStore struct {
@@ -41,17 +59,17 @@ type harnessStore struct {
 	pool *pgxpool.Pool
 }
 
-// coalescedStore is a harnessStore behind the coalescer.
-type coalescedStore struct {
-	*coalesce.Store
+// wrappedStore is a harnessStore behind a decorator.
+type wrappedStore struct {
+	store.Store
 	inner *harnessStore
 }
 
 func (h harness) New(t *testing.T, conns int) store.Store {
 	db := testdb.New(t, testdb.MaxConns(int32(min(max(conns, 1), 16))))
 	hs := &harnessStore{Store: postgres.New(db.Pool), db: db}
-	if h.coalesce {
-		return &coalescedStore{Store: coalesce.New(hs, coalesce.Options{MaxInFlight: 1}), inner: hs}
+	if h.wrap != nil {
+		return &wrappedStore{Store: h.wrap(hs), inner: hs}
 	}
 	return hs
 }
@@ -62,7 +80,7 @@ func harnessOf(t *testing.T, st store.Store) *harnessStore {
 	switch st := st.(type) {
 	case *harnessStore:
 		return st
-	case *coalescedStore:
+	case *wrappedStore:
 		return st.inner
 	}
 	t.Fatalf("store %T is not one this harness made", st)

@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem/internal/testsupport/storetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/coalesce"
+	"github.com/idemhq/idem/store/readfirst"
 	"github.com/idemhq/idem/store/sqlite"
 )
 
@@ -21,18 +22,34 @@ func TestStore(t *testing.T) {
 // TestStoreCoalesced runs the suite on stores behind the coalescer
 // (store/coalesce), with one batch of a kind at a time.
 func TestStoreCoalesced(t *testing.T) {
-	storetest.Run(t, harness{coalesce: true})
+	storetest.Run(t, harness{wrap: coalesced})
+}
+
+// TestStoreReadFirst runs the suite on the store behind the read-first layer
+// (store/readfirst).
+func TestStoreReadFirst(t *testing.T) {
+	storetest.Run(t, harness{wrap: readFirst})
 }
 
 // harness runs the conformance suite on a file of its own per test, in the
 // test's temporary directory. Its backdoors write to the file through a
-// connection of their own, beside the store's. With coalesce, the store is
-// behind the coalescer.
-type harness struct{ coalesce bool }
+// connection of their own, beside the store's.
+type harness struct {
+	// wrap, when set, puts a decorator (store/coalesce, store/readfirst)
+	// around each store the suite gets.
+	wrap func(store.Store) store.Store
+}
 
-// coalescedStore is a harnessStore behind the coalescer.
-type coalescedStore struct {
-	*coalesce.Store
+// coalesced is the store behind the coalescer, one batch of a kind at a time.
+func coalesced(st store.Store) store.Store { return coalesce.New(st, coalesce.Options{MaxInFlight: 1}) }
+
+// readFirst is the store behind the read-first layer, which reads a record
+// lately seen finished before claiming it.
+func readFirst(st store.Store) store.Store { return readfirst.New(st, 0) }
+
+// wrappedStore is a harnessStore behind a decorator.
+type wrappedStore struct {
+	store.Store
 	inner *harnessStore
 }
 
@@ -45,8 +62,8 @@ type harnessStore struct {
 func (h harness) New(t *testing.T, _ int) store.Store {
 	st, raw := open(t, filepath.Join(t.TempDir(), "idem.db"))
 	hs := &harnessStore{Store: st, raw: raw}
-	if h.coalesce {
-		return &coalescedStore{Store: coalesce.New(hs, coalesce.Options{MaxInFlight: 1}), inner: hs}
+	if h.wrap != nil {
+		return &wrappedStore{Store: h.wrap(hs), inner: hs}
 	}
 	return hs
 }
@@ -57,7 +74,7 @@ func harnessOf(t *testing.T, st store.Store) *harnessStore {
 	switch st := st.(type) {
 	case *harnessStore:
 		return st
-	case *coalescedStore:
+	case *wrappedStore:
 		return st.inner
 	}
 	t.Fatalf("store %T is not one this harness made", st)
