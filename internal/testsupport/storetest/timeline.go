@@ -359,6 +359,17 @@ func testTimelineFingerprintMismatch(t *testing.T, h Harness) {
 	b.requireTimeline(t, "refused fingerprints", id, from,
 		mismatch("w2", "payload-b"), mismatch("w2", "payload-c"), mismatch("w4", "payload-d"))
 	requireSameRecord(t, "the refused record", b.get(t, id), rec)
+
+	// A finished record's replays may be answered without a write (a store
+	// that reads first): its refusals are kept all the same.
+	rec = b.complete(t, id, rec.Token, "done")
+	b.claim(t, p)
+	refused("w6", "payload-e")
+	refused("w6", "payload-e")
+	done := mismatch("w6", "payload-e")
+	done.State = store.StateCompleted
+	b.requireTimeline(t, "a finished record's refused fingerprints", id, from,
+		mismatch("w2", "payload-b"), mismatch("w2", "payload-c"), mismatch("w4", "payload-d"), done)
 }
 
 // testTimelinePurgedWithRecord: the purge of a record deletes its entries,
