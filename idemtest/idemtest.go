@@ -37,11 +37,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/idemhq/idem/client"
 	"github.com/idemhq/idem/config"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store/sqlite"
 )
 
@@ -55,7 +54,7 @@ type Server struct {
 	// server closes it.
 	Client *client.Client
 
-	grpc       *grpc.Server
+	server     *server.Server
 	store      *sqlite.Store
 	clientOpts []client.Option // the options of Client, after WithInsecure
 	removeDir  string          // Start's own directory; NewServer's is the test's
@@ -164,8 +163,11 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc := server.NewService(st, o.config, o.logger)
-	srv, _ := server.NewGRPCServer(svc, o.logger)
+	srv, err := server.New(server.Options{Store: st, Config: o.config, Logger: o.logger})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = st.Close()
@@ -179,7 +181,7 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	s := &Server{Addr: addr, Client: c, grpc: srv, store: st, clientOpts: o.clientOpts}
+	s := &Server{Addr: addr, Client: c, server: srv, store: st, clientOpts: o.clientOpts}
 	if removeDir {
 		s.removeDir = dir
 	}
@@ -189,7 +191,7 @@ func start(dir string, removeDir bool, opts []Option) (*Server, error) {
 // parseTenants reads the tenants of a config file as idemd serve does: a
 // file with tenants gives each its policies; a file of policies alone is
 // served to the one default tenant without authentication.
-func parseTenants(yaml string, maxResultBytes int) (*server.Tenants, []config.Policy, error) {
+func parseTenants(yaml string, maxResultBytes int) (*services.Tenants, []config.Policy, error) {
 	file, err := config.Parse([]byte(yaml))
 	if err != nil {
 		return nil, nil, fmt.Errorf("WithTenantsYAML: %w", err)
@@ -206,7 +208,7 @@ func parseTenants(yaml string, maxResultBytes int) (*server.Tenants, []config.Po
 	if len(file.Tenants) == 0 {
 		return nil, file.Policies, nil
 	}
-	tenants, err := server.NewTenants(file)
+	tenants, err := services.NewTenants(file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("WithTenantsYAML: %w", err)
 	}
@@ -221,7 +223,7 @@ func parseTenants(yaml string, maxResultBytes int) (*server.Tenants, []config.Po
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		_ = s.Client.Close() // fails only when the test closed it already
-		s.grpc.Stop()
+		s.server.Stop()
 		errs := []error{s.store.Close()}
 		if s.removeDir != "" {
 			errs = append(errs, os.RemoveAll(s.removeDir))

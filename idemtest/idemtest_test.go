@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/config"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // These tests use idemtest the way a worker's own tests would: through the
@@ -121,7 +122,7 @@ func TestWithConfigAndClientOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenants, err := server.NewTenants(&config.File{Tenants: []config.Tenant{
+	tenants, err := services.NewTenants(&config.File{Tenants: []config.Tenant{
 		{Name: "payments", Tokens: []string{config.HashToken(token)}, Namespaces: []string{"process_payment"}},
 	}})
 	if err != nil {

@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,7 +18,7 @@ import (
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 )
 
@@ -145,7 +147,7 @@ func TestAdminListRecordsBoundsItsScanBehindHiddenRecords(t *testing.T) {
 		t.Errorf("ListRecords = %s; want %s", got, want)
 	}
 	if len(sizes) < 2 || sizes[0] != 0 {
-		t.Errorf("pages of %v records; want an empty first page, cut short by the scan bound of %d records", sizes, 10*server.MaxPageSize)
+		t.Errorf("pages of %v records; want an empty first page, cut short by the scan bound of %d records", sizes, 10*services.MaxPageSize)
 	}
 }
 
@@ -168,7 +170,7 @@ func TestDeleteRecordLogsNeitherKeyNorToken(t *testing.T) {
 			continue
 		}
 		found = true
-		if l["namespace"] != "evict" || l["tenant"] != server.DefaultTenant {
+		if l["namespace"] != "evict" || l["tenant"] != services.DefaultTenant {
 			t.Errorf("the deletion's line does not name tenant and namespace: %v", l)
 		}
 		for k, v := range l {
@@ -197,7 +199,7 @@ func TestListRecordsOlderThanBound(t *testing.T) {
 	for _, d := range []*durationpb.Duration{
 		{Seconds: 1 << 40},
 		{Seconds: math.MaxInt64},
-		durationpb.New(server.MaxOlderThan + time.Second),
+		durationpb.New(services.MaxOlderThan + time.Second),
 		durationpb.New(-time.Second),
 	} {
 		_, err := srv.Admin.ListRecords(ctx, &idemv1.ListRecordsRequest{OlderThan: d})
@@ -206,7 +208,7 @@ func TestListRecordsOlderThanBound(t *testing.T) {
 			t.Errorf("older_than %v: %q; want the bound named", d, st.Message())
 		}
 	}
-	if _, err := srv.Admin.ListRecords(ctx, &idemv1.ListRecordsRequest{OlderThan: durationpb.New(server.MaxOlderThan)}); err != nil {
+	if _, err := srv.Admin.ListRecords(ctx, &idemv1.ListRecordsRequest{OlderThan: durationpb.New(services.MaxOlderThan)}); err != nil {
 		t.Errorf("older_than at the bound: %v", err)
 	}
 }
@@ -225,23 +227,20 @@ func TestProtoListsEveryReason(t *testing.T) {
 	for _, w := range regexp.MustCompile(`[A-Z][A-Z_]+[A-Z]`).FindAllString(header, -1) {
 		listed[w] = true
 	}
-	sources, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	reasonLiteral := regexp.MustCompile(`ErrorReason_ERROR_REASON_([A-Z][A-Z_]+[A-Z])`)
 	sent := map[string]bool{}
-	for _, e := range sources {
-		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
+	err = filepath.WalkDir(".", func(path string, e fs.DirEntry, err error) error {
+		if err != nil || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
 		}
-		src, err := os.ReadFile(e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
+		src, err := os.ReadFile(path)
 		for _, m := range reasonLiteral.FindAllStringSubmatch(string(src), -1) {
 			sent[m[1]] = true
 		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(sent) < 10 {
 		t.Fatalf("found only %d reasons in the server's sources: %v", len(sent), sent)

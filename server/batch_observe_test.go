@@ -8,6 +8,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // TestBatchLogsAndCountsEachItem: each item of a batch is logged as its
@@ -51,7 +52,7 @@ func TestBatchLogsAndCountsEachItem(t *testing.T) {
 			for _, l := range items {
 				failed := l["batch.item"] == float64(1)
 				switch {
-				case l["grpc.method"] != "BatchClaim" || l["grpc.service"] != "idem.v1.IdempotencyService" || l["tenant"] != server.DefaultTenant:
+				case l["grpc.method"] != "BatchClaim" || l["grpc.service"] != "idem.v1.IdempotencyService" || l["tenant"] != services.DefaultTenant:
 					t.Errorf("item line %v", l)
 				case failed && (l["level"] != "INFO" || l["grpc.code"] != "InvalidArgument" || l["grpc.error"] == nil):
 					t.Errorf("the failed item's line %v; want INFO with its code and error", l)

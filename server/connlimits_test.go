@@ -25,6 +25,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/middleware"
 )
 
 // rawConn is an HTTP/2 client that sends what a well-behaved gRPC client
@@ -176,7 +177,7 @@ func TestOversizedMetadataIsRefused(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
 	ts := testserver.StartWith(t, testserver.Options{ServerOptions: []grpc.ServerOption{countCalls(&calls)}})
-	limit := int(server.DefaultConnLimits().MaxHeaderBytes)
+	limit := int(middleware.DefaultConnLimits().MaxHeaderBytes)
 
 	little := dialRaw(t, ts.Addr)
 	little.call(1, limit+1024)
@@ -282,7 +283,7 @@ func TestHeaderFloodHoldsNoMemory(t *testing.T) {
 // idle for MaxConnectionIdle (and the GOAWAY's ping went unanswered for 5s).
 func TestSilentConnectionIsClosed(t *testing.T) {
 	t.Parallel()
-	ts := testserver.StartWith(t, testserver.Options{Config: server.Config{ConnLimits: server.ConnLimits{MaxConnectionIdle: 100 * time.Millisecond}}})
+	ts := testserver.StartWith(t, testserver.Options{Config: server.Config{ConnLimits: middleware.ConnLimits{MaxConnectionIdle: 100 * time.Millisecond}}})
 	r := dialRaw(t, ts.Addr)
 	select {
 	case <-r.closed:

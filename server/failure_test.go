@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem/internal/maintenance"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -216,10 +217,10 @@ func TestDeadlineExceeded(t *testing.T) {
 // (the client above gives up before the server's answer arrives).
 func TestServerDeadlineAnswer(t *testing.T) {
 	t.Parallel()
-	svc := server.NewService(&hookStore{hook: func(ctx context.Context, _ string) error {
+	svc := services.NewService(&hookStore{hook: func(ctx context.Context, _ string) error {
 		<-ctx.Done()
 		return ctx.Err()
-	}}, server.Config{}, nil)
+	}}, services.Config{}, nil)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
@@ -256,7 +257,7 @@ func TestDeadlineThroughRealStore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	svc := server.NewService(ts.Store, server.Config{}, nil)
+	svc := services.NewService(ts.Store, services.Config{}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	_, err = svc.Claim(ctx, &idemv1.ClaimRequest{Namespace: ns, Key: "locked"})

@@ -56,8 +56,8 @@ func TestHealthAndReflection(t *testing.T) {
 // service, so a readiness probe that comes early gets "not yet".
 func TestHealthKnowsTheServiceBeforeTheFirstCheck(t *testing.T) {
 	t.Parallel()
-	_, hs := server.NewGRPCServer(server.NewService(nil, server.Config{}, nil), nil)
-	resp, err := hs.Check(t.Context(), &healthpb.HealthCheckRequest{Service: server.HealthServiceName})
+	ts := testserver.Start(t)
+	resp, err := healthpb.NewHealthClient(ts.Conn).Check(testContext(t), &healthpb.HealthCheckRequest{Service: server.HealthServiceName})
 	if err != nil {
 		t.Fatalf("health of %s before any check: %v", server.HealthServiceName, err)
 	}

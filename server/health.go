@@ -2,15 +2,20 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
+	"github.com/idemhq/idem/server/middleware"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 )
 
@@ -18,22 +23,46 @@ import (
 // IdempotencyService.
 const HealthServiceName = "idem.v1.IdempotencyService"
 
-// WatchHealth pings the store every interval until ctx is done, so that the
-// health status follows the database while no call comes: SERVING while a
-// ping answers, NOT_SERVING while it does not. Between pings the status
-// follows the calls (storeHealth). A load balancer then stops sending work
-// to a replica that cannot reach the database, and sends it again when it
-// can.
-func (s *Service) WatchHealth(ctx context.Context, interval time.Duration) {
+// storeHealth is the store's health as the calls and pings see it,
+// reported by the gRPC health server (the overall status "" and
+// HealthServiceName's): a call the database answered makes it
+// SERVING at once and one that found the database unavailable NOT_SERVING
+// (observe), so that after an outage the status turns with the first call
+// that succeeds rather than at the next ping (watch); a ping counts too,
+// unless a call changed the status after the ping started. A load balancer
+// then stops sending work to a replica that cannot reach the database, and
+// sends it again when it can.
+type storeHealth struct {
+	logger *slog.Logger
+	server *health.Server
+	state  atomic.Int32 // read without mu on every call
+
+	mu         sync.Mutex
+	callChange time.Time // when a call last changed the state
+}
+
+// newStoreHealth reports to a new health server, which answers NOT_SERVING
+// for idem's service until a call or a ping has seen the store answer: a
+// readiness probe that asks before the first check gets "not yet", not
+// "unknown service".
+func newStoreHealth(logger *slog.Logger) *storeHealth {
+	h := &storeHealth{logger: logger, server: health.NewServer()}
+	h.server.SetServingStatus(HealthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	return h
+}
+
+// watch pings st every interval until ctx is done, so that the health
+// status follows the database while no call comes.
+func (h *storeHealth) watch(ctx context.Context, st store.Store, interval time.Duration) {
 	check := func() {
 		start := time.Now()
 		pingCtx, cancel := context.WithTimeout(ctx, interval)
-		err := s.store.Ping(pingCtx)
+		err := st.Ping(pingCtx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		s.health.pinged(start, err)
+		h.pinged(start, err)
 	}
 	check()
 	t := time.NewTicker(interval)
@@ -55,74 +84,43 @@ const (
 	healthNotServing
 )
 
-// storeHealth is the store's health as the service sees it, reported by
-// the health servers attached to it (the overall status "" and
-// HealthServiceName's). A store call the database answered makes it
-// SERVING at once and one that found the database unavailable NOT_SERVING,
-// so that after an outage the status turns with the first call that
-// succeeds rather than at the next ping; a ping counts too, unless a call
-// changed the status after the ping started.
-type storeHealth struct {
-	logger *slog.Logger
-	state  atomic.Int32 // read without mu on every store call
-
-	mu         sync.Mutex
-	servers    []*health.Server
-	callChange time.Time // when a call last changed the state
-}
-
-// attach makes hs report the health from now on.
-func (h *storeHealth) attach(hs *health.Server) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.servers = append(h.servers, hs)
-	if s := h.state.Load(); s != healthUnknown {
-		setServing(hs, s == healthServing)
+// observe makes a call of idem's services tell h what the database
+// answered: an answer of the store (OK, not found, lease lost, …; a batch's
+// items likewise) says it answers, STORE_UNAVAILABLE that it does not.
+// Anything else, a call refused before it reached the store or a cancelled
+// one, says nothing.
+func (h *storeHealth) observe(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if !strings.HasPrefix(info.FullMethod, "/idem.v1.") {
+		return resp, err
 	}
-}
-
-// saw records what a store call's error says of the database: nil or an
-// answer of the store (not found, lease lost, …) that it answers, and
-// store.ErrUnavailable that it does not. Anything else, a cancelled call or
-// input the store refused before sending it, says nothing.
-func (h *storeHealth) saw(err error) {
-	switch {
-	case err == nil || answered(err):
-		h.call(true, nil)
-	case errors.Is(err, store.ErrUnavailable):
-		h.call(false, err)
+	errs := []error{err}
+	if err == nil && services.IsBatch(info.FullMethod) {
+		errs = middleware.BatchErrors(resp)
 	}
-}
-
-// sawMany is saw for the items of a batch: one item the database answered
-// is enough to say it answers.
-func (h *storeHealth) sawMany(errs []error) {
 	var unavailable error
-	for _, err := range errs {
-		switch {
-		case err == nil || answered(err):
+	for _, e := range errs {
+		if e == nil {
 			h.call(true, nil)
-			return
-		case errors.Is(err, store.ErrUnavailable):
-			unavailable = err
+			return resp, err
+		}
+		switch reason := errorReason(e); {
+		case answers[reason]:
+			h.call(true, nil)
+			return resp, err
+		case reason == "STORE_UNAVAILABLE":
+			unavailable = e
 		}
 	}
 	if unavailable != nil {
 		h.call(false, unavailable)
 	}
+	return resp, err
 }
 
-// answered reports whether err is an answer the store got from the
-// database.
-func answered(err error) bool {
-	for _, answer := range []error{store.ErrNotFound, store.ErrLeaseLost, store.ErrAlreadyTerminal, store.ErrResolvedByOperator,
-		store.ErrNotUnresolved, store.ErrFingerprintMismatch, store.ErrContention} {
-		if errors.Is(err, answer) {
-			return true
-		}
-	}
-	return false
-}
+// answers are the reasons of the answers the store got from the database.
+var answers = map[string]bool{"NOT_FOUND": true, "LEASE_LOST": true, "ALREADY_TERMINAL": true, "RESOLVED_BY_OPERATOR": true,
+	"NOT_UNRESOLVED": true, "FINGERPRINT_MISMATCH": true, "CONTENTION": true}
 
 func (h *storeHealth) call(serving bool, err error) {
 	if h.state.Load() == stateOf(serving) {
@@ -157,9 +155,7 @@ func (h *storeHealth) change(serving bool, by string, err error) bool {
 	case was == healthNotServing:
 		h.logger.Info("database reachable again: health is SERVING", "seen_by", by)
 	}
-	for _, hs := range h.servers {
-		setServing(hs, serving)
-	}
+	setServing(h.server, serving)
 	return true
 }
 
@@ -171,113 +167,20 @@ func stateOf(serving bool) int32 {
 }
 
 func setServing(hs *health.Server, serving bool) {
-	status := healthpb.HealthCheckResponse_SERVING
+	st := healthpb.HealthCheckResponse_SERVING
 	if !serving {
-		status = healthpb.HealthCheckResponse_NOT_SERVING
+		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
-	hs.SetServingStatus("", status)
-	hs.SetServingStatus(HealthServiceName, status)
+	hs.SetServingStatus("", st)
+	hs.SetServingStatus(HealthServiceName, st)
 }
 
-// healthStore is the store of a service: every call's outcome tells its
-// storeHealth what the database answered.
-type healthStore struct {
-	store.Store
-	health *storeHealth
-}
-
-func (s healthStore) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.ClaimResult, error) {
-	res, err := s.Store.RecordClaim(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
-	res, errs := s.Store.RecordClaimMany(ctx, ps)
-	s.health.sawMany(errs)
-	return res, errs
-}
-
-func (s healthStore) RecordComplete(ctx context.Context, p *store.CompleteParams) (*store.Record, error) {
-	res, err := s.Store.RecordComplete(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordCompleteMany(ctx context.Context, ps []*store.CompleteParams) ([]*store.Record, []error) {
-	res, errs := s.Store.RecordCompleteMany(ctx, ps)
-	s.health.sawMany(errs)
-	return res, errs
-}
-
-func (s healthStore) RecordFail(ctx context.Context, p *store.FailParams) (*store.Record, error) {
-	res, err := s.Store.RecordFail(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordFailMany(ctx context.Context, ps []*store.FailParams) ([]*store.Record, []error) {
-	res, errs := s.Store.RecordFailMany(ctx, ps)
-	s.health.sawMany(errs)
-	return res, errs
-}
-
-func (s healthStore) RecordHeartbeat(ctx context.Context, p *store.HeartbeatParams) (*store.Record, error) {
-	res, err := s.Store.RecordHeartbeat(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordHeartbeatMany(ctx context.Context, ps []*store.HeartbeatParams) ([]*store.Record, []error) {
-	res, errs := s.Store.RecordHeartbeatMany(ctx, ps)
-	s.health.sawMany(errs)
-	return res, errs
-}
-
-func (s healthStore) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	res, err := s.Store.RecordGet(ctx, id)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
-	res, errs := s.Store.RecordGetMany(ctx, ids)
-	s.health.sawMany(errs)
-	return res, errs
-}
-
-func (s healthStore) RecordList(ctx context.Context, p *store.ListParams) ([]*store.Record, error) {
-	res, err := s.Store.RecordList(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordDelete(ctx context.Context, p *store.DeleteParams) (*store.Record, error) {
-	res, err := s.Store.RecordDelete(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordResolve(ctx context.Context, p *store.ResolveParams) (*store.Record, error) {
-	res, err := s.Store.RecordResolve(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordTimeline(ctx context.Context, p *store.TimelineParams) ([]store.TimelineEntry, error) {
-	res, err := s.Store.RecordTimeline(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordListHeld(ctx context.Context, p *store.ListHeldParams) ([]*store.Record, error) {
-	res, err := s.Store.RecordListHeld(ctx, p)
-	s.health.saw(err)
-	return res, err
-}
-
-func (s healthStore) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {
-	res, err := s.Store.RecordStats(ctx, p)
-	s.health.saw(err)
-	return res, err
+// errorReason is the ErrorInfo reason of err, "" for none.
+func errorReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }

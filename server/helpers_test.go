@@ -19,6 +19,7 @@ import (
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 )
 
@@ -66,9 +67,9 @@ func requireStatus(t testing.TB, err error, code codes.Code, reason string) *sta
 	if info == nil {
 		t.Fatalf("status %s %q has no ErrorInfo; want reason %s", st.Code(), st.Message(), reason)
 	}
-	if info.GetReason() != reason || info.GetDomain() != server.ErrorDomain {
+	if info.GetReason() != reason || info.GetDomain() != services.ErrorDomain {
 		t.Fatalf("ErrorInfo reason %q domain %q; want reason %q domain %q (message %q)",
-			info.GetReason(), info.GetDomain(), reason, server.ErrorDomain, st.Message())
+			info.GetReason(), info.GetDomain(), reason, services.ErrorDomain, st.Message())
 	}
 	return st
 }
@@ -85,7 +86,7 @@ func checkStatus(err error, code codes.Code, reason string) (ok bool, why string
 	case st.Code() != code:
 		return false, st.Code().String() + ": " + st.Message()
 	}
-	if info := errorInfo(st); info == nil || info.GetReason() != reason || info.GetDomain() != server.ErrorDomain {
+	if info := errorInfo(st); info == nil || info.GetReason() != reason || info.GetDomain() != services.ErrorDomain {
 		return false, "ErrorInfo " + info.String() + " on " + st.Message()
 	}
 	return true, ""
@@ -216,7 +217,10 @@ func wantAfter(t testing.TB, name string, later, earlier *timestamppb.Timestamp)
 // client. It stops in t.Cleanup.
 func serve(t testing.TB, st store.Store, cfg server.Config) (idemv1.IdempotencyServiceClient, *grpc.ClientConn) {
 	t.Helper()
-	srv, _ := server.NewGRPCServer(server.NewService(st, cfg, nil), nil)
+	srv, err := server.New(server.Options{Store: st, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

@@ -23,6 +23,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -346,7 +347,7 @@ var jsonTenancyConfig = server.Config{MaxResultBytes: 1024, BatchMaxBytes: 1024,
 // when it is not nil.
 func startJSONTenancy(t *testing.T, hook func(ctx context.Context, method string) error) *testserver.Server {
 	t.Helper()
-	tenants, err := server.NewTenants(&config.File{Tenants: []config.Tenant{
+	tenants, err := services.NewTenants(&config.File{Tenants: []config.Tenant{
 		{Name: "payments", Tokens: []string{config.HashToken(jsonPayToken)}, Namespaces: []string{"process_payment"}},
 		{Name: "billing", Tokens: []string{config.HashToken(jsonBillToken)}},
 		{Name: "ops", Tokens: []string{config.HashToken(jsonOpsToken)}, Admin: true,
@@ -403,7 +404,7 @@ func checkJSONError(t *testing.T, a httpAnswer, rest bool, code, reason string) 
 			gotReason, gotDomain = field(d, "debug", "reason"), field(d, "debug", "domain")
 		}
 	}
-	if gotReason != reason || gotDomain != server.ErrorDomain {
+	if gotReason != reason || gotDomain != services.ErrorDomain {
 		t.Fatalf("ErrorInfo reason %v domain %v in %s; want %s", gotReason, gotDomain, a.raw, reason)
 	}
 	if rest && a.body["code"] != grpcCodeOf[code] {

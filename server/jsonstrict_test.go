@@ -16,6 +16,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // strictServer is a server with the JSON API, metrics and a log to read.
@@ -129,8 +130,8 @@ func errorOf(t *testing.T, a httpAnswer, rest bool) (code, reason string, md map
 			info, _ = d["debug"].(map[string]any)
 		}
 		if info != nil {
-			if info["domain"] != server.ErrorDomain {
-				t.Fatalf("ErrorInfo domain %v in %s; want %s", info["domain"], a.raw, server.ErrorDomain)
+			if info["domain"] != services.ErrorDomain {
+				t.Fatalf("ErrorInfo domain %v in %s; want %s", info["domain"], a.raw, services.ErrorDomain)
 			}
 			reason, _ = info["reason"].(string)
 			md, _ = info["metadata"].(map[string]any)
@@ -431,5 +432,36 @@ func TestJSONRefusalAfterAuthentication(t *testing.T) {
 				t.Fatalf("HTTP %d %s; want 400 UNKNOWN_FIELD", a.status, a.raw)
 			}
 		})
+	}
+}
+
+// TestJSONRefusalRateLimited: a refused request takes a token of its
+// tenant's rate limit, as every call does: a tenant over its limit gets
+// RATE_LIMITED with Retry-After, whatever is wrong with its body.
+func TestJSONRefusalRateLimited(t *testing.T) {
+	t.Parallel()
+	ts := startJSONTenancy(t, nil)
+	send := func(call rawCall) httpAnswer {
+		req, _ := http.NewRequest(call.method, ts.JSONURL+call.path, bytes.NewReader(call.body))
+		if call.contentType != "" {
+			req.Header.Set("Content-Type", call.contentType)
+		}
+		return doHTTP(t, req, jsonLimitedToken)
+	}
+	// The tenant's one token goes to its first refusal.
+	a := send(connectRaw("Claim", `{"namespace":"jobs","key":"k","leaseTTL":"30s"}`))
+	if _, reason, _, _ := errorOf(t, a, false); reason != "UNKNOWN_FIELD" {
+		t.Fatalf("HTTP %d %s; want UNKNOWN_FIELD", a.status, a.raw)
+	}
+	for _, call := range []rawCall{
+		connectRaw("Claim", `{"namespace":"jobs","key":"k","leaseTTL":"30s"}`),
+		{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:claim", body: []byte(`{"leaseTtl":30}`)},
+		{method: http.MethodPost, path: "/v1/namespaces/jobs/records/k:claim", contentType: "text/plain", body: []byte(`{}`)},
+	} {
+		a := send(call)
+		checkJSONError(t, a, !strings.HasPrefix(call.path, "/idem.v1."), "resource_exhausted", "RATE_LIMITED")
+		if secs, err := strconv.Atoi(a.header.Get("Retry-After")); err != nil || secs < 1 {
+			t.Fatalf("%s %s: Retry-After %q; want whole seconds ≥ 1", call.method, call.path, a.header.Get("Retry-After"))
+		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/idemhq/idem/store"
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 )
 
 // claimSeries is how many series idem_claims_total has, and the count of
@@ -39,7 +39,7 @@ func TestClaimSeriesAreBounded(t *testing.T) {
 	m := NewMetrics()
 	const n = 20000
 	for i := range n {
-		m.observeClaim(fmt.Sprintf("pay.%d", i), &store.ClaimResult{Outcome: store.OutcomeAcquired})
+		m.countClaim(fmt.Sprintf("pay.%d", i), &idemv1.ClaimResponse{Outcome: idemv1.Outcome_OUTCOME_ACQUIRED})
 	}
 	series, other := claimSeries(t, m)
 	if series != DefaultNamespaceLabels+1 {
@@ -50,7 +50,7 @@ func TestClaimSeriesAreBounded(t *testing.T) {
 		t.Errorf("%s counted %v Claims; want %d", OtherNamespace, other, n-DefaultNamespaceLabels)
 	}
 	// A namespace that got a label keeps it.
-	m.observeClaim("pay.0", &store.ClaimResult{Outcome: store.OutcomeAcquired})
+	m.countClaim("pay.0", &idemv1.ClaimResponse{Outcome: idemv1.Outcome_OUTCOME_ACQUIRED})
 	if s, o := claimSeries(t, m); s != series || o != other {
 		t.Errorf("a labelled namespace's Claim: %d series, %v other; want %d and %v", s, o, series, other)
 	}

@@ -1,13 +1,19 @@
 package server
 
 import (
-	"errors"
+	"context"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
+	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/server/middleware"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 )
 
@@ -31,8 +37,7 @@ type Metrics struct {
 	sweepBusy     prometheus.Counter
 	sweepDuration prometheus.Histogram
 	records       *prometheus.GaugeVec
-	waitingClaims prometheus.Gauge
-	waitsRefused  prometheus.Counter
+	service       atomic.Pointer[services.Service] // whose waits the gauges read
 }
 
 // NewMetrics creates the metrics in a registry of their own.
@@ -79,50 +84,80 @@ func NewMetrics() *Metrics {
 			Name: "idem_records",
 			Help: "Records per state across all tenants, as counted by this replica's sweeper at its last pass.",
 		}, []string{"state"}),
-		waitingClaims: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "idem_waiting_claims",
-			Help: "Claims waiting now for a record's lease to end (ClaimRequest.wait).",
-		}),
-		waitsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "idem_waits_refused_total",
-			Help: "Claims that asked to wait but answered IN_PROGRESS at once: --max-waiters or --max-waiters-per-tenant was reached.",
-		}),
+	}
+	waits := func(refused bool) float64 {
+		s := m.service.Load()
+		if s == nil {
+			return 0
+		}
+		waiting, n := s.Waiting()
+		if refused {
+			return float64(n)
+		}
+		return float64(waiting)
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.GRPC, m.claims, m.takeovers, m.leaseLost,
 		m.sweptExpired, m.sweptPurged, m.sweepErrors, m.sweepBusy, m.sweepDuration, m.records,
-		m.waitingClaims, m.waitsRefused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "idem_waiting_claims",
+			Help: "Claims waiting now for a record's lease to end (ClaimRequest.wait).",
+		}, func() float64 { return waits(false) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "idem_waits_refused_total",
+			Help: "Claims that asked to wait but answered IN_PROGRESS at once: --max-waiters or --max-waiters-per-tenant was reached.",
+		}, func() float64 { return waits(true) }),
 	)
 	return m
 }
 
-func (m *Metrics) observeClaim(namespace string, res *store.ClaimResult) {
+// watch makes m count the waits of svc, and label the namespaces that
+// tenants' allow-lists name literally, whatever else is claimed first.
+func (m *Metrics) watch(svc *services.Service, tenants *services.Tenants) {
 	if m == nil {
 		return
 	}
-	m.claims.WithLabelValues(m.namespaces.label(namespace), res.Outcome.String()).Inc()
-	if res.Takeover {
+	m.service.Store(svc)
+	if tenants != nil {
+		m.namespaces.addLiteral(tenants.Namespaces())
+	}
+}
+
+// countAnswers counts what the services answered, from each call's request
+// and response or error, batch items included: Claims by namespace and
+// outcome, takeovers, and token calls whose lease was lost.
+func (m *Metrics) countAnswers(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	errs := []error{err}
+	switch resp := resp.(type) {
+	case *idemv1.ClaimResponse:
+		m.countClaim(req.(*idemv1.ClaimRequest).GetNamespace(), resp)
+	case *idemv1.BatchClaimResponse:
+		items := req.(*idemv1.BatchClaimRequest).GetRequests()
+		for i, r := range resp.GetResults() {
+			if r.GetResponse() != nil && i < len(items) {
+				m.countClaim(items[i].GetNamespace(), r.GetResponse())
+			}
+		}
+	}
+	if services.IsBatch(info.FullMethod) {
+		errs = middleware.BatchErrors(resp)
+	}
+	for _, e := range errs {
+		if errorReason(e) == "LEASE_LOST" {
+			m.leaseLost.Inc()
+		}
+	}
+	return resp, err
+}
+
+func (m *Metrics) countClaim(namespace string, resp *idemv1.ClaimResponse) {
+	outcome := strings.ToLower(strings.TrimPrefix(resp.GetOutcome().String(), "OUTCOME_"))
+	m.claims.WithLabelValues(m.namespaces.label(namespace), outcome).Inc()
+	if resp.GetOutcome() == idemv1.Outcome_OUTCOME_ACQUIRED && resp.GetRecord().GetAttempt() > 1 {
 		m.takeovers.Inc()
-	}
-}
-
-func (m *Metrics) waiting(delta float64) {
-	if m != nil {
-		m.waitingClaims.Add(delta)
-	}
-}
-
-func (m *Metrics) observeWaitRefused() {
-	if m != nil {
-		m.waitsRefused.Inc()
-	}
-}
-
-func (m *Metrics) observeTokenCall(err error) {
-	if m != nil && errors.Is(err, store.ErrLeaseLost) {
-		m.leaseLost.Inc()
 	}
 }
 
@@ -165,8 +200,7 @@ func (m *Metrics) SetRecordCounts(counts map[store.State]int64) {
 }
 
 // LimitNamespaceLabels sets how many namespaces idem_claims_total labels
-// besides those the tenants' allow-lists name literally (which NewService
-// adds): the first n that Claims use. Claims in any other namespace count
+// besides those the tenants' allow-lists name literally (which New adds): the first n that Claims use. Claims in any other namespace count
 // as OtherNamespace, so no caller can add series without bound. It
 // defaults to DefaultNamespaceLabels; call it before serving.
 func (m *Metrics) LimitNamespaceLabels(n int) {

@@ -11,7 +11,7 @@ import (
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 )
 
@@ -320,7 +320,7 @@ func TestTenantFieldWithoutAConfigFile(t *testing.T) {
 	srv := testserver.Start(t)
 	ctx := testContext(t)
 	mustAcquire(t, srv.Client, &idemv1.ClaimRequest{Namespace: "solo", Key: "k1"})
-	for _, req := range []*idemv1.ListRecordsRequest{{Tenant: server.DefaultTenant}, {AllTenants: true}} {
+	for _, req := range []*idemv1.ListRecordsRequest{{Tenant: services.DefaultTenant}, {AllTenants: true}} {
 		list, err := srv.Admin.ListRecords(ctx, req)
 		if err != nil {
 			t.Fatalf("ListRecords(%v): %v", req, err)

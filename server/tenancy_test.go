@@ -27,6 +27,8 @@ import (
 	"github.com/idemhq/idem/internal/testsupport/testcerts"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/middleware"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -50,7 +52,7 @@ func tenancyFile() *config.File {
 // logs its calls.
 func startTenancy(t *testing.T, f *config.File, opts testserver.Options) (*testserver.Server, *callLog) {
 	t.Helper()
-	tenants, err := server.NewTenants(f)
+	tenants, err := services.NewTenants(f)
 	if err != nil {
 		t.Fatalf("NewTenants: %v", err)
 	}
@@ -581,7 +583,7 @@ func TestMutualTLS(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	serverTLS, err := server.LoadTLSConfig(certFile, keyFile, caFile)
+	serverTLS, err := middleware.LoadTLSConfig(certFile, keyFile, caFile)
 	if err != nil {
 		t.Fatalf("LoadTLSConfig: %v", err)
 	}
@@ -660,19 +662,19 @@ func TestAdminOnly(t *testing.T) {
 	t.Parallel()
 	f := tenancyFile()
 	f.Tenants[1].Admin = true
-	tenants, err := server.NewTenants(f)
+	tenants, err := services.NewTenants(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := tenants.AdminOnly(server.ContextWithTenant(ctx, "billing")); err != nil {
+	if err := tenants.AdminOnly(services.ContextWithTenant(ctx, "billing")); err != nil {
 		t.Errorf("admin tenant: %v", err)
 	}
-	err = tenants.AdminOnly(server.ContextWithTenant(ctx, "payments"))
+	err = tenants.AdminOnly(services.ContextWithTenant(ctx, "payments"))
 	requireStatus(t, err, codes.PermissionDenied, "NOT_ADMIN")
 	err = tenants.AdminOnly(ctx)
 	requireStatus(t, err, codes.PermissionDenied, "NOT_ADMIN")
-	var none *server.Tenants
+	var none *services.Tenants
 	if err := none.AdminOnly(ctx); err != nil {
 		t.Errorf("without tenants: %v; want every caller admitted", err)
 	}
@@ -682,11 +684,11 @@ func TestAdminOnly(t *testing.T) {
 // checks.
 func TestNewTenantsRejectsAnInvalidFile(t *testing.T) {
 	t.Parallel()
-	_, err := server.NewTenants(&config.File{Tenants: []config.Tenant{{Name: "x", Tokens: []string{"plaintext-token"}}}})
+	_, err := services.NewTenants(&config.File{Tenants: []config.Tenant{{Name: "x", Tokens: []string{"plaintext-token"}}}})
 	if err == nil || !strings.Contains(err.Error(), "tenants[0].tokens[0]") {
 		t.Fatalf("NewTenants: %v; want an error naming tenants[0].tokens[0]", err)
 	}
-	if _, err := server.NewTenants(nil); err == nil {
+	if _, err := services.NewTenants(nil); err == nil {
 		t.Fatal("NewTenants(nil) succeeded")
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // idemAPI is IdempotencyService and AdminService as the server implements
@@ -82,8 +82,8 @@ func (v viaGRPC) Stats(ctx context.Context, r *idemv1.StatsRequest) (*idemv1.Sta
 // would: it carries what protobuf's decoding refuses, bytes that are not
 // UTF-8.
 type direct struct {
-	*server.Service
-	*server.AdminService
+	*services.Service
+	*services.AdminService
 }
 
 // textCase is one text field of one call: the reason it is refused with,
@@ -228,9 +228,9 @@ func TestTextFields(t *testing.T) {
 		msg     string
 	}{
 		{"gRPC with a NUL", viaGRPC{ts.Client, ts.Admin}, "a\x00b", "NUL_CHARACTER", "NUL character (U+0000) at byte"},
-		{"direct with a NUL", direct{server.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, server.Config{}, nil), server.NewAdminService(ts.Store, server.Config{}, nil)},
+		{"direct with a NUL", direct{services.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, services.Config{}, nil), services.NewAdminService(ts.Store, services.Config{}, nil)},
 			"\x00", "NUL_CHARACTER", "NUL character (U+0000) at byte"},
-		{"direct with invalid UTF-8", direct{server.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, server.Config{}, nil), server.NewAdminService(ts.Store, server.Config{}, nil)},
+		{"direct with invalid UTF-8", direct{services.NewService(&hookStore{Store: ts.Store, hook: calls.hook}, services.Config{}, nil), services.NewAdminService(ts.Store, services.Config{}, nil)},
 			"caf\xc3", "INVALID_UTF8", "is not valid UTF-8"},
 	}
 	for _, api := range apis {

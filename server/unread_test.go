@@ -17,6 +17,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/middleware"
 )
 
 // lookup opens stream id as a whole Lookup of key: metadata, message and
@@ -61,7 +62,7 @@ func (a *answered) HandleConn(context.Context, stats.ConnStats)                 
 // go of them. Not parallel: it measures the heap of the whole test process.
 func TestUnreadAnswersHoldTheirOwnSize(t *testing.T) {
 	var calls answered
-	limits := server.ConnLimits{KeepaliveTime: time.Second, KeepaliveTimeout: time.Second}
+	limits := middleware.ConnLimits{KeepaliveTime: time.Second, KeepaliveTimeout: time.Second}
 	ts := testserver.StartWith(t, testserver.Options{
 		Config:        server.Config{ConnLimits: limits},
 		ServerOptions: []grpc.ServerOption{grpc.StatsHandler(&calls)},
@@ -71,7 +72,7 @@ func TestUnreadAnswersHoldTheirOwnSize(t *testing.T) {
 	if _, err := ts.Client.Complete(testContext(t), &idemv1.CompleteRequest{Namespace: ns, Key: "large", Token: rec.GetToken(), Result: bytes.Repeat([]byte("r"), size)}); err != nil {
 		t.Fatal(err)
 	}
-	streams := int(server.DefaultConnLimits().MaxConcurrentStreams)
+	streams := int(middleware.DefaultConnLimits().MaxConcurrentStreams)
 	before := liveHeap()
 	start := calls.n.Load()
 

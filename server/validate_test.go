@@ -16,6 +16,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 )
@@ -258,7 +259,7 @@ func TestOversizedResult(t *testing.T) {
 	ts, calls := startCounted(t)
 	_, err := ts.Client.Complete(testContext(t), &idemv1.CompleteRequest{Namespace: ns, Key: "k", Token: 1, Result: make([]byte, 32<<10)})
 	requireStatus(t, err, codes.InvalidArgument, "INVALID_RESULT")
-	_, err = ts.Client.Complete(testContext(t), &idemv1.CompleteRequest{Namespace: ns, Key: "k", Token: 1, Result: make([]byte, server.DefaultBatchMaxBytes+32<<10)})
+	_, err = ts.Client.Complete(testContext(t), &idemv1.CompleteRequest{Namespace: ns, Key: "k", Token: 1, Result: make([]byte, services.DefaultBatchMaxBytes+32<<10)})
 	requireStatus(t, err, codes.ResourceExhausted, "")
 	if n := calls.len(); n != 0 {
 		t.Errorf("store called: %s", calls)

@@ -19,6 +19,7 @@ import (
 	"github.com/idemhq/idem/internal/testsupport/testdb"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/postgres"
 	"github.com/idemhq/idem/store/sqlite"
@@ -460,16 +461,16 @@ func TestWaitManyKeys(t *testing.T) {
 	})
 }
 
-// TestEndWaits: when idemd starts to shut down, waiting Claims answer
-// IN_PROGRESS at once, and later Claims do not wait.
+// TestEndWaits: once EndWaits is called, waiting Claims answer IN_PROGRESS
+// at once, and later Claims do not wait.
 func TestEndWaits(t *testing.T) {
 	t.Parallel()
 	for name, open := range waitStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cfg := server.Config{Metrics: server.NewMetrics()}
-			svc := server.NewService(open(t), cfg, nil)
-			srv, _ := server.NewGRPCServer(svc, nil)
+			svc := services.NewService(open(t), services.Config{}, nil)
+			srv := grpc.NewServer()
+			idemv1.RegisterIdempotencyServiceServer(srv, svc)
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -481,17 +482,65 @@ func TestEndWaits(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = conn.Close() })
-			s := &waitServer{client: idemv1.NewIdempotencyServiceClient(conn), metrics: cfg.Metrics}
+			client := idemv1.NewIdempotencyServiceClient(conn)
 
 			ctx := testContext(t)
 			key := waitKey()
-			hold(t, s.client, key)
-			ch := startWait(ctx, s.client, key, "waiter", 30*time.Second)
-			s.awaitWaiting(t, 1)
+			hold(t, client, key)
+			ch := startWait(ctx, client, key, "waiter", 30*time.Second)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if waiting, _ := svc.Waiting(); waiting == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the Claim does not wait")
+				}
+			}
 			svc.EndWaits()
 			wantOutcome(t, await(t, ch), idemv1.Outcome_OUTCOME_IN_PROGRESS, 10*time.Second)
-			r := await(t, startWait(ctx, s.client, key, "late", 30*time.Second))
+			r := await(t, startWait(ctx, client, key, "late", 30*time.Second))
 			wantOutcome(t, r, idemv1.Outcome_OUTCOME_IN_PROGRESS, 2*time.Second)
 		})
+	}
+}
+
+// TestShutdownEndsWaits: a Claim that waits answers IN_PROGRESS as soon as
+// the server starts to shut down, rather than hold the drain up for its
+// wait.
+func TestShutdownEndsWaits(t *testing.T) {
+	t.Parallel()
+	st := waitStores["sqlite"](t)
+	metrics := server.NewMetrics()
+	srv, err := server.New(server.Options{Store: st, Config: server.Config{Metrics: metrics}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	s := &waitServer{client: idemv1.NewIdempotencyServiceClient(conn), metrics: metrics}
+
+	ctx := testContext(t)
+	key := waitKey()
+	hold(t, s.client, key)
+	ch := startWait(ctx, s.client, key, "waiter", 30*time.Second)
+	s.awaitWaiting(t, 1)
+	shutdownCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	wantOutcome(t, await(t, ch), idemv1.Outcome_OUTCOME_IN_PROGRESS, 10*time.Second)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Shutdown took %s with a Claim waiting 30s; want the wait ended", took)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // paymentsToken authenticates the tenant "payments" of tenantServer, which
@@ -28,7 +29,7 @@ const paymentsToken = "idem_cli-test-payments-token"
 // tenantServer starts a server that requires a bearer token.
 func tenantServer(t *testing.T) *testserver.Server {
 	t.Helper()
-	tenants, err := server.NewTenants(&config.File{Tenants: []config.Tenant{{
+	tenants, err := services.NewTenants(&config.File{Tenants: []config.Tenant{{
 		Name:       "payments",
 		Tokens:     []string{config.HashToken(paymentsToken)},
 		Namespaces: []string{"process_payment"},

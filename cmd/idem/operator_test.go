@@ -8,6 +8,7 @@ import (
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/internal/testsupport/testserver"
 	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/services"
 )
 
 // The tokens of operatorServer's tenants.
@@ -21,7 +22,7 @@ const (
 // tenants, team-a and team-b.
 func operatorServer(t *testing.T) *fixture {
 	t.Helper()
-	tenants, err := server.NewTenants(&config.File{Tenants: []config.Tenant{
+	tenants, err := services.NewTenants(&config.File{Tenants: []config.Tenant{
 		{Name: "root", Tokens: []string{config.HashToken(rootToken)}, Operator: true},
 		{Name: "team-a", Tokens: []string{config.HashToken(teamAToken)}, Admin: true},
 		{Name: "team-b", Tokens: []string{config.HashToken(teamBToken)}, Admin: true},

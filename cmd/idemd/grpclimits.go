@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/middleware"
 )
 
 // connFlags are serve's bounds on what one client connection can make idemd
-// hold (server.ConnLimits has the why of each).
+// hold (middleware.ConnLimits has the why of each).
 type connFlags struct {
 	GRPCMaxHeaderBytes        int           `name:"grpc-max-header-bytes" default:"16384" env:"IDEM_GRPC_MAX_HEADER_BYTES" help:"Largest metadata (HTTP/2 header list) one call may send, in bytes (1 KiB to 1 MiB); a bigger one is refused before authentication."`
 	GRPCMaxConcurrentStreams  int           `name:"grpc-max-concurrent-streams" default:"100" env:"IDEM_GRPC_MAX_CONCURRENT_STREAMS" help:"Calls in flight on one client connection (1 to 10000)."`
@@ -48,9 +48,9 @@ func (f *connFlags) validate() error {
 	return nil
 }
 
-// limits are the flags as server.ConnLimits.
-func (f *connFlags) limits() server.ConnLimits {
-	return server.ConnLimits{
+// limits are the flags as middleware.ConnLimits.
+func (f *connFlags) limits() middleware.ConnLimits {
+	return middleware.ConnLimits{
 		MaxHeaderBytes:        uint32(f.GRPCMaxHeaderBytes),
 		MaxConcurrentStreams:  uint32(f.GRPCMaxConcurrentStreams),
 		HandshakeTimeout:      f.GRPCHandshakeTimeout,

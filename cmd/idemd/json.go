@@ -1,18 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
-
-	"golang.org/x/net/netutil"
-	"google.golang.org/grpc"
 
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/server"
@@ -53,17 +46,26 @@ func (f *jsonFlags) validate(sec *securityFlags) error {
 	return nil
 }
 
-// jsonAPI is the HTTP/JSON API's listener and servers.
-type jsonAPI struct {
-	flags *jsonFlags
-	lis   net.Listener
-	srv   *http.Server
-	// grpc serves the API's calls in process (server.NewJSONHandler), apart
-	// from the gRPC listener's server, so that each drains on its own.
-	grpc    *grpc.Server
-	logger  *slog.Logger
-	console bool // serving the console
-	tls     bool // serving TLS
+// jsonOptions are the HTTP/JSON API's options for server.New, nil when
+// --json-listen is empty: TLS (and client certificates) when --tls-cert is
+// set, the listener's timeouts and connections, and the console unless
+// consoleOpts is nil.
+func (f *jsonFlags) jsonOptions(sec *securityFlags, consoleOpts *console.Options) (*server.JSONOptions, error) {
+	if f.JSONListen == "" {
+		return nil, nil
+	}
+	opts := &server.JSONOptions{ReadTimeout: f.JSONReadTimeout, IdleTimeout: f.JSONIdleTimeout,
+		WriteTimeout: f.JSONWriteTimeout, MaxConnections: f.JSONMaxConnections}
+	if consoleOpts != nil {
+		opts.Wrap = func(api http.Handler) http.Handler { return withConsole(console.Handler(*consoleOpts), api) }
+	}
+	if sec.TLSCert != "" {
+		var err error
+		if opts.TLS, err = sec.tlsConfig(); err != nil {
+			return nil, err
+		}
+	}
+	return opts, nil
 }
 
 // withConsole serves the console under console.Path and everything else
@@ -84,166 +86,24 @@ func withConsole(consoleHandler, api http.Handler) http.Handler {
 	})
 }
 
-// consoleURL is the console's address for the log, "" when it is off.
-func (j *jsonAPI) consoleURL() string {
-	if j == nil || !j.console {
+// consoleURL is the console's address for the log, "" when it is off: the
+// JSON listener's, with this machine's loopback address for every
+// interface.
+func (f *jsonFlags) consoleURL(lis net.Listener, tls bool) string {
+	if lis == nil || !f.Console {
 		return ""
 	}
 	scheme := "http"
-	if j.tls {
+	if tls {
 		scheme = "https"
 	}
-	host, port, err := net.SplitHostPort(j.addr())
+	host, port, err := net.SplitHostPort(listenAddr(f.JSONListen, lis))
 	if err != nil {
 		return ""
 	}
 	switch host {
 	case "", "0.0.0.0", "::":
-		// Every interface: this machine's loopback address reaches it.
 		host = "127.0.0.1"
 	}
 	return scheme + "://" + net.JoinHostPort(host, port) + console.Path
-}
-
-// listenJSON opens the JSON listener, nil when --json-listen is empty. It
-// runs before serving starts, so that a port in use fails idemd's start.
-func (f *jsonFlags) listenJSON() (*jsonAPI, error) {
-	if f.JSONListen == "" {
-		return nil, nil
-	}
-	lis, err := listen(f.JSONListen, "--json-listen", "IDEM_JSON_LISTEN")
-	if err != nil {
-		return nil, err
-	}
-	return &jsonAPI{flags: f, lis: lis}, nil
-}
-
-// serve starts serving the API of svc on the listener, with TLS (and
-// client certificates) when --tls-cert is set, and the console unless
-// consoleOpts is nil. Errors after the start are logged.
-func (j *jsonAPI) serve(svc *server.Service, sec *securityFlags, consoleOpts *console.Options, logger *slog.Logger) error {
-	if j == nil {
-		return nil
-	}
-	// Without the TLS credentials of the gRPC listener: a server that only
-	// ServeHTTP feeds gets the connection's TLS from the http.Server.
-	j.grpc, _ = server.NewGRPCServer(svc, logger)
-	j.logger = logger
-	handler, err := server.NewJSONHandler(svc, j.grpc)
-	if err != nil {
-		j.lis.Close()
-		return err
-	}
-	if consoleOpts != nil {
-		handler = withConsole(console.Handler(*consoleOpts), handler)
-		j.console = true
-	}
-	if sec.Config != "" && sec.TLSCert == "" && !isLoopback(j.lis.Addr().String()) {
-		logger.Warn("bearer tokens cross the network in plaintext on --json-listen: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
-	}
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	if sec.TLSCert != "" {
-		protocols.SetHTTP2(true)
-	} else {
-		// HTTP/2 with prior knowledge (h2c), which Connect clients and
-		// gRPC-Web proxies may speak without TLS.
-		protocols.SetUnencryptedHTTP2(true)
-	}
-	j.srv = &http.Server{
-		Handler: handler,
-		// The whole request, headers and body, within the read timeout: a
-		// client that trickles its body is cut off, not waited for.
-		ReadTimeout:    j.flags.JSONReadTimeout,
-		IdleTimeout:    j.flags.JSONIdleTimeout,
-		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		Protocols:      &protocols,
-	}
-	if sec.TLSCert != "" {
-		cfg, err := sec.tlsConfig()
-		if err != nil {
-			j.lis.Close()
-			return err
-		}
-		j.srv.TLSConfig = cfg
-		j.tls = true
-	}
-	lis := netutil.LimitListener(writeTimeoutListener{Listener: j.lis, timeout: j.flags.JSONWriteTimeout}, j.flags.JSONMaxConnections)
-	go func() {
-		var err error
-		if j.srv.TLSConfig != nil {
-			err = j.srv.ServeTLS(lis, "", "") // the certificate is in TLSConfig
-		} else {
-			err = j.srv.Serve(lis)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("HTTP/JSON listener stopped", "error", err)
-		}
-	}()
-	return nil
-}
-
-// addr is the listener's address, "" when it is off.
-func (j *jsonAPI) addr() string {
-	if j == nil {
-		return ""
-	}
-	return listenAddr(j.flags.JSONListen, j.lis)
-}
-
-// shutdown stops accepting connections and waits for the calls in flight
-// until ctx ends, then closes the connections and stops the API's gRPC
-// server. Its calls run until they answer: only once none is left is the
-// gRPC server stopped, whose stop would cut them.
-func (j *jsonAPI) shutdown(ctx context.Context) {
-	if j == nil || j.srv == nil {
-		return
-	}
-	if err := j.srv.Shutdown(ctx); err != nil {
-		j.logger.Warn("shutdown timeout passed: cutting off the remaining HTTP/JSON calls")
-		_ = j.srv.Close()
-	}
-	j.grpc.Stop()
-}
-
-// writeTimeoutListener gives its connections a write timeout: a write that
-// makes no progress for timeout fails, and the server closes the
-// connection. http.Server's WriteTimeout would not do: it bounds a whole
-// request and its answer from the request's headers on, so it would cut a
-// Claim that waits (ClaimRequest.wait) longer; and without a bound a client
-// that stops reading holds its connection, one of --json-max-connections,
-// for as long as it lives.
-type writeTimeoutListener struct {
-	net.Listener
-	timeout time.Duration
-}
-
-func (l writeTimeoutListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &writeTimeoutConn{Conn: c, timeout: l.timeout}, nil
-}
-
-type writeTimeoutConn struct {
-	net.Conn
-	timeout time.Duration
-}
-
-// Write writes b with a deadline that moves on whenever some of b is
-// written: a client that reads, however slowly, is not cut off.
-func (c *writeTimeoutConn) Write(b []byte) (int, error) {
-	var written int
-	for {
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-			return written, err
-		}
-		n, err := c.Conn.Write(b[written:])
-		written += n
-		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return written, err
-		}
-	}
 }

@@ -11,7 +11,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/idemhq/idem/config"
-	"github.com/idemhq/idem/server"
+	"github.com/idemhq/idem/server/middleware"
+	"github.com/idemhq/idem/server/services"
 )
 
 // securityFlags are serve's flags for tenants, authentication and TLS.
@@ -41,7 +42,7 @@ func (f *securityFlags) validate(listen string) error {
 // server options they need, and what to log once idemd serves (not before:
 // a start-up error must stay one line).
 type security struct {
-	tenants *server.Tenants
+	tenants *services.Tenants
 	// policies are the default tenant's, from a config file without tenants.
 	policies []config.Policy
 	opts     []grpc.ServerOption
@@ -76,7 +77,7 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*security, erro
 				return nil, fmt.Errorf("config %s has no tenants, so idemd would serve without authentication on %s, which is not a loopback address: add tenants and tokens, or pass --insecure-allow-unauthenticated to let anyone who reaches it read and change every record", f.Config, listen)
 			}
 			sec.policies = file.Policies
-		} else if sec.tenants, err = server.NewTenants(file); err != nil {
+		} else if sec.tenants, err = services.NewTenants(file); err != nil {
 			return nil, fmt.Errorf("config %s: %w", f.Config, err)
 		}
 	}
@@ -112,8 +113,8 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*security, erro
 // tlsConfig loads the TLS files the flags name; an error names the flag of
 // the file that failed.
 func (f *securityFlags) tlsConfig() (*tls.Config, error) {
-	cfg, err := server.LoadTLSConfig(f.TLSCert, f.TLSKey, f.ClientCA)
-	var fileErr *server.TLSFileError
+	cfg, err := middleware.LoadTLSConfig(f.TLSCert, f.TLSKey, f.ClientCA)
+	var fileErr *middleware.TLSFileError
 	switch {
 	case errors.As(err, &fileErr) && fileErr.ClientCA:
 		return nil, fmt.Errorf("--client-ca %s: %w", f.ClientCA, fileErr.Err)

@@ -15,10 +15,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 
 	"github.com/idemhq/idem/console"
 	"github.com/idemhq/idem/internal/buildinfo"
@@ -112,6 +109,8 @@ func (c *serveCmd) validate() error {
 	return c.securityFlags.validate(c.Listen)
 }
 
+// Run serves until a signal ends ctx: it opens the store, listens, builds
+// the server and serves it, then drains it.
 func (c *serveCmd) Run(ctx context.Context) error {
 	if err := c.validate(); err != nil {
 		return err
@@ -121,81 +120,137 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-
 	// Tracing comes first: the store's pool is made with its hook or
 	// without.
-	tp, err := tracing.FromEnv(ctx, os.Getenv, buildinfo.Read(version, commit).Version)
+	tracer, err := startTracing(ctx, logger)
 	if err != nil {
 		return err
 	}
-	var tracer trace.TracerProvider // stays a nil interface when tracing is off
-	flushTraces := func() {}
-	if tp != nil {
-		tracer = tp
-		var once sync.Once
-		flushTraces = func() {
-			once.Do(func() {
-				flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := tp.Shutdown(flushCtx); err != nil {
-					logger.Warn("could not send the last spans to the trace collector", "error", err)
-				}
-			})
-		}
-		defer flushTraces() // when Run returns before serving
-	}
-
-	c.databaseFlags.listenURL = c.DatabaseListenURL
-	db, err := c.open(ctx, tracer)
+	defer tracer.flush() // when Run returns before serving
+	db, err := c.openDatabase(ctx, tracer.provider, logger)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	lis, err := c.listen()
+	if err != nil {
+		return err
+	}
+	defer lis.close()
+	metrics := server.NewMetrics()
+	metrics.LimitNamespaceLabels(c.MetricsNamespaces)
+	metrics.Registry.MustRegister(db.Collectors()...)
+	srv, err := c.newServer(db, sec, tracer.provider, metrics, logger)
+	if err != nil {
+		return err
+	}
+	c.logServing(lis, db, sec, tracer.provider != nil, logger)
+	if err := c.serve(ctx, srv, lis, db, metrics, logger, tracer.flush); err != nil {
+		return err
+	}
+	logger.Info("idemd stopped")
+	return nil
+}
+
+// tracer is the trace exporter of OTEL_EXPORTER_OTLP_ENDPOINT, if set.
+type tracer struct {
+	provider trace.TracerProvider // stays a nil interface when tracing is off
+	// flush sends the spans the exporter still holds, once.
+	flush func()
+}
+
+func startTracing(ctx context.Context, logger *slog.Logger) (*tracer, error) {
+	tp, err := tracing.FromEnv(ctx, os.Getenv, buildinfo.Read(version, commit).Version)
+	if err != nil || tp == nil {
+		return &tracer{flush: func() {}}, err
+	}
+	var once sync.Once
+	return &tracer{provider: tp, flush: func() {
+		once.Do(func() {
+			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(flushCtx); err != nil {
+				logger.Warn("could not send the last spans to the trace collector", "error", err)
+			}
+		})
+	}}, nil
+}
+
+// openDatabase opens the store and brings its schema up to date, or checks
+// that it is, with --no-migrate.
+func (c *serveCmd) openDatabase(ctx context.Context, tp trace.TracerProvider, logger *slog.Logger) (*database, error) {
+	c.databaseFlags.listenURL = c.DatabaseListenURL
+	db, err := c.open(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
 	db.poolerNotes(ctx, logger)
-	c.coalesce(db, tracer)
+	c.coalesce(db, tp)
 	if db.implicit {
 		logger.Info("no --database-url: running on the embedded SQLite store, for one idemd on one machine; "+
 			"PostgreSQL is the production store (--database-url postgres://…)", "file", db.name)
 	}
-	if c.Migrate {
-		applied, err := db.Migrate(ctx, logger)
-		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		if len(applied) > 0 {
-			logger.Info("applied migrations", "versions", applied)
-		}
-	} else if err := db.checkSchema(ctx, "run `idemd migrate` or drop --no-migrate"); err != nil {
-		return err
+	if !c.Migrate {
+		err = db.checkSchema(ctx, "run `idemd migrate` or drop --no-migrate")
+	} else if applied, merr := db.Migrate(ctx, logger); merr != nil {
+		err = fmt.Errorf("migrate: %w", merr)
+	} else if len(applied) > 0 {
+		logger.Info("applied migrations", "versions", applied)
 	}
-
-	lis, err := listen(c.Listen, "--listen", "IDEM_LISTEN")
 	if err != nil {
-		return err
+		db.Close()
+		return nil, err
 	}
+	return db, nil
+}
 
-	var httpLis net.Listener
-	if c.HTTPListen != "" {
-		if httpLis, err = listen(c.HTTPListen, "--http-listen", "IDEM_HTTP_LISTEN"); err != nil {
-			lis.Close()
-			return err
-		}
+// listeners are serve's: gRPC, and HTTP (metrics, health) and the
+// HTTP/JSON API unless their flags are empty. They open before serving
+// starts, so that an address in use fails idemd's start.
+type listeners struct {
+	grpc, http, json net.Listener
+}
+
+func (c *serveCmd) listen() (*listeners, error) {
+	lis := &listeners{}
+	var err error
+	if lis.grpc, err = listen(c.Listen, "--listen", "IDEM_LISTEN"); err == nil && c.HTTPListen != "" {
+		lis.http, err = listen(c.HTTPListen, "--http-listen", "IDEM_HTTP_LISTEN")
 	}
-
-	jsonAPI, err := c.listenJSON()
+	if err == nil && c.JSONListen != "" {
+		lis.json, err = listen(c.JSONListen, "--json-listen", "IDEM_JSON_LISTEN")
+	}
 	if err != nil {
-		lis.Close()
-		if httpLis != nil {
-			httpLis.Close()
-		}
-		return err
+		lis.close()
+		return nil, err
 	}
+	return lis, nil
+}
 
-	st := db.Backend
-	metrics := server.NewMetrics()
-	metrics.LimitNamespaceLabels(c.MetricsNamespaces)
-	metrics.Registry.MustRegister(db.Collectors()...)
-	svc := server.NewService(st, server.Config{
+// close closes the listeners the servers have not.
+func (l *listeners) close() {
+	for _, lis := range []net.Listener{l.grpc, l.http, l.json} {
+		if lis != nil {
+			_ = lis.Close()
+		}
+	}
+}
+
+// consoleOptions are the console's, nil with --no-console.
+func (c *serveCmd) consoleOptions(sec *security) *console.Options {
+	if !c.Console {
+		return nil
+	}
+	return &console.Options{Authenticated: sec.tenants != nil || c.ClientCA != "", ClientCertificates: c.ClientCA != ""}
+}
+
+// newServer builds the server the flags describe.
+func (c *serveCmd) newServer(db *database, sec *security, tp trace.TracerProvider, metrics *server.Metrics, logger *slog.Logger) (*server.Server, error) {
+	jsonOpts, err := c.jsonFlags.jsonOptions(&c.securityFlags, c.consoleOptions(sec))
+	if err != nil {
+		return nil, err
+	}
+	return server.New(server.Options{Store: db.Backend, Logger: logger, GRPCOptions: sec.opts, JSON: jsonOpts, Config: server.Config{
 		Metrics:             metrics,
 		DefaultLeaseTTL:     c.DefaultLeaseTTL,
 		DefaultRetention:    c.DefaultRetention,
@@ -203,127 +258,101 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Tenants:             sec.tenants,
 		Policies:            sec.policies,
 		ConnLimits:          c.connFlags.limits(),
-		Tracing:             tracer,
+		Tracing:             tp,
 		MaxWaiters:          c.MaxWaiters,
 		MaxWaitersPerTenant: c.MaxWaitersPerTenant,
 		BatchMaxItems:       c.BatchMaxItems,
 		BatchMaxBytes:       c.BatchMaxBytes,
-	}, logger)
-	grpcServer, healthServer := server.NewGRPCServer(svc, logger, sec.opts...)
-	var consoleOpts *console.Options
-	if c.Console {
-		consoleOpts = &console.Options{Authenticated: sec.tenants != nil || c.ClientCA != "", ClientCertificates: c.ClientCA != ""}
-	}
-	if err := jsonAPI.serve(svc, &c.securityFlags, consoleOpts, logger); err != nil {
-		lis.Close()
-		if httpLis != nil {
-			httpLis.Close()
-		}
-		return err
-	}
+	}})
+}
 
-	var httpServer *http.Server
-	httpAddr := ""
-	if httpLis != nil {
-		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
-		httpAddr = listenAddr(c.HTTPListen, httpLis)
-	}
+// logServing says where idemd serves, and what an operator should know.
+func (c *serveCmd) logServing(lis *listeners, db *database, sec *security, tracing bool, logger *slog.Logger) {
 	build := buildinfo.Read(version, commit)
 	if c.Config != "" {
 		logger.Info("config loaded", "file", c.Config, "tenants", sec.configTenants)
 	}
-	logger.Info("idemd serving", "listen", listenAddr(c.Listen, lis), "http_listen", httpAddr, "json_listen", jsonAPI.addr(), "console_url", jsonAPI.consoleURL(), "version", build.Version,
-		"commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval, "tracing", tp != nil, "gomaxprocs", runtime.GOMAXPROCS(0))
-	if u := jsonAPI.consoleURL(); u != "" {
-		if consoleOpts.Authenticated {
-			logger.Info("operator console: open it in a browser and sign in with the token of a tenant with admin: true or operator: true", "url", u)
-		} else {
-			logger.Info("operator console: open it in a browser; without authentication anyone who reaches the port can read, resolve and delete every record there", "url", u)
+	addr := func(flag string, l net.Listener) string {
+		if l == nil {
+			return ""
 		}
+		return listenAddr(flag, l)
+	}
+	consoleURL := c.consoleURL(lis.json, c.TLSCert != "")
+	logger.Info("idemd serving", "listen", addr(c.Listen, lis.grpc), "http_listen", addr(c.HTTPListen, lis.http), "json_listen", addr(c.JSONListen, lis.json),
+		"console_url", consoleURL, "version", build.Version, "commit", build.Commit, "database", db.name, "sweep_interval", c.SweepInterval,
+		"tracing", tracing, "gomaxprocs", runtime.GOMAXPROCS(0))
+	switch {
+	case consoleURL != "" && c.consoleOptions(sec).Authenticated:
+		logger.Info("operator console: open it in a browser and sign in with the token of a tenant with admin: true or operator: true", "url", consoleURL)
+	case consoleURL != "":
+		logger.Info("operator console: open it in a browser; without authentication anyone who reaches the port can read, resolve and delete every record there", "url", consoleURL)
+	}
+	if c.Config != "" && c.TLSCert == "" && lis.json != nil && !isLoopback(lis.json.Addr().String()) {
+		logger.Warn("bearer tokens cross the network in plaintext on --json-listen: pass --tls-cert and --tls-key, or terminate TLS in front of idemd")
 	}
 	for _, w := range sec.warnings {
 		logger.Warn(w)
 	}
+}
 
-	// Everything runs until a signal ends ctx or the gRPC server fails. The
-	// sweeper and the health watcher have a context of their own that ends
-	// only once the gRPC server has drained, so they keep working meanwhile.
+// serve runs everything until a signal ends ctx or the gRPC server fails,
+// then drains the server: in-flight calls get --shutdown-timeout to finish
+// and whatever is left is cut off. The sweeper and the health watcher run
+// on a context of their own that ends only once the server has drained,
+// so they keep working meanwhile.
+func (c *serveCmd) serve(ctx context.Context, srv *server.Server, lis *listeners, db *database, metrics *server.Metrics, logger *slog.Logger, flushTraces func()) error {
 	g, gctx := errgroup.WithContext(ctx)
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	g.Go(func() error {
-		if err := grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := srv.Serve(lis.grpc); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
 		return nil
 	})
-	if httpServer != nil {
+	if lis.json != nil {
 		g.Go(func() error {
-			if err := httpServer.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.ServeJSON(lis.json); err != nil {
+				logger.Error("HTTP/JSON listener stopped", "error", err) // the gRPC API goes on
+			}
+			return nil
+		})
+	}
+	var httpServer *http.Server
+	if lis.http != nil {
+		httpServer = &http.Server{Handler: newHTTPHandler(metrics.Registry, db.ready, c.Pprof), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := httpServer.Serve(lis.http); !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("HTTP listener stopped", "error", err) // the gRPC API goes on
 			}
 			return nil
 		})
 	}
 	if c.SweepInterval > 0 {
-		sw := maintenance.NewSweeper(st, maintenance.SweeperConfig{Interval: c.SweepInterval, Duty: c.SweepDuty,
+		sw := maintenance.NewSweeper(db.Backend, maintenance.SweeperConfig{Interval: c.SweepInterval, Duty: c.SweepDuty,
 			Metrics: metrics, CountEvery: c.CountInterval, Logger: logger})
 		g.Go(func() error { sw.Run(background); return nil })
 	}
-	g.Go(func() error {
-		svc.WatchHealth(background, c.HealthInterval)
-		return nil
-	})
+	g.Go(func() error { srv.WatchHealth(background, c.HealthInterval); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
-		c.drain(svc, grpcServer, healthServer, jsonAPI, logger)
+		logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx) // it says what it cut off
 		stopBackground()
 		if httpServer != nil {
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			httpCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = httpServer.Shutdown(shutdownCtx)
+			_ = httpServer.Shutdown(httpCtx)
 		}
 		// Every RPC has ended, and with it its spans: send what the
 		// exporter still holds.
 		flushTraces()
 		return nil
 	})
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	logger.Info("idemd stopped")
-	return nil
-}
-
-// drain stops the gRPC server and the JSON API: health answers NOT_SERVING
-// at once, in-flight RPCs get --shutdown-timeout to finish, and whatever is
-// left is cut off. Waiting Claims answer at once with what they know
-// (IN_PROGRESS) rather than hold the drain up. The two listeners drain side
-// by side, each on a gRPC server of its own.
-func (c *serveCmd) drain(svc *server.Service, grpcServer *grpc.Server, healthServer *health.Server, api *jsonAPI, logger *slog.Logger) {
-	logger.Info("shutting down: draining in-flight RPCs", "timeout", c.ShutdownTimeout)
-	healthServer.Shutdown() // NOT_SERVING from now on, whatever the watcher last saw
-	svc.EndWaits()
-	ctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
-	defer cancel()
-	jsonDone := make(chan struct{})
-	go func() {
-		api.shutdown(ctx)
-		close(jsonDone)
-	}()
-	stopped := make(chan struct{})
-	go func() {
-		grpcServer.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		logger.Warn("shutdown timeout passed: cutting off the remaining RPCs")
-		grpcServer.Stop()
-		<-stopped
-	}
-	<-jsonDone
+	return g.Wait()
 }
 
 // listen opens a TCP listener on addr, the value of flag or of the

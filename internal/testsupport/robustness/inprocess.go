@@ -28,7 +28,10 @@ func ServeInProcess(t testing.TB, wrap func(store.Store) store.Store) string {
 	if wrap != nil {
 		s = wrap(st)
 	}
-	srv, _ := server.NewGRPCServer(server.NewService(s, server.Config{}, nil), nil)
+	srv, err := server.New(server.Options{Store: s})
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

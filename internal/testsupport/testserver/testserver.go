@@ -1,12 +1,12 @@
-// Package testserver starts a real idem gRPC server for tests: the real
-// service and interceptors on a loopback TCP port, over a fresh Postgres
-// schema from testdb. It shuts down in t.Cleanup.
+// Package testserver starts a real idem server for tests (server.New): the
+// real services and interceptors on a loopback TCP port, and the HTTP/JSON
+// API on another when asked, over a fresh Postgres schema from testdb. It
+// stops in t.Cleanup.
 package testserver
 
 import (
 	"log/slog"
 	"net"
-	"net/http/httptest"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -34,10 +34,10 @@ type Server struct {
 	Client idemv1.IdempotencyServiceClient
 	// Admin is the generated AdminService client on Conn.
 	Admin idemv1.AdminServiceClient
-	// GRPC is the server itself.
-	GRPC *grpc.Server
-	// JSONURL is the base URL (http://127.0.0.1:port) of the HTTP/JSON API
-	// on the same service as GRPC, when Options.JSON asked for it.
+	// Server is the server itself.
+	Server *server.Server
+	// JSONURL is the base URL (http://127.0.0.1:port) of the HTTP/JSON API,
+	// when Options.JSON asked for it.
 	JSONURL string
 }
 
@@ -59,9 +59,8 @@ type Options struct {
 	ClientCreds credentials.TransportCredentials
 	// DialOptions are appended to Conn's options (per-RPC credentials, …).
 	DialOptions []grpc.DialOption
-	// JSON also serves the HTTP/JSON API (server.NewJSONHandler, on a gRPC
-	// server of its own) on a loopback port of its own, plaintext, at
-	// JSONURL.
+	// JSON also serves the HTTP/JSON API on a loopback port of its own,
+	// plaintext, at JSONURL.
 	JSON bool
 }
 
@@ -78,14 +77,29 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if opts.Store != nil {
 		st = opts.Store(pgStore)
 	}
-	svc := server.NewService(st, opts.Config, opts.Logger)
-	srv, _ := server.NewGRPCServer(svc, opts.Logger, opts.ServerOptions...)
+	serverOpts := server.Options{Store: st, Config: opts.Config, Logger: opts.Logger, GRPCOptions: opts.ServerOptions}
+	if opts.JSON {
+		serverOpts.JSON = &server.JSONOptions{}
+	}
+	srv, err := server.New(serverOpts)
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	var jsonURL string
+	if opts.JSON {
+		jsonLis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		go func() { _ = srv.ServeJSON(jsonLis) }()
+		jsonURL = "http://" + jsonLis.Addr().String()
+	}
 
 	creds := opts.ClientCreds
 	if creds == nil {
@@ -96,19 +110,6 @@ func StartWith(t testing.TB, opts Options) *Server {
 		t.Fatalf("dial test server: %v", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	var jsonURL string
-	if opts.JSON {
-		// A gRPC server of its own, as idemd gives the JSON API.
-		jsonSrv, _ := server.NewGRPCServer(svc, opts.Logger, opts.ServerOptions...)
-		t.Cleanup(jsonSrv.Stop)
-		h, err := server.NewJSONHandler(svc, jsonSrv)
-		if err != nil {
-			t.Fatalf("NewJSONHandler: %v", err)
-		}
-		hs := httptest.NewServer(h)
-		t.Cleanup(hs.Close)
-		jsonURL = hs.URL
-	}
 	return &Server{
 		JSONURL: jsonURL,
 		Addr:    lis.Addr().String(),
@@ -117,6 +118,6 @@ func StartWith(t testing.TB, opts Options) *Server {
 		Conn:    conn,
 		Client:  idemv1.NewIdempotencyServiceClient(conn),
 		Admin:   idemv1.NewAdminServiceClient(conn),
-		GRPC:    srv,
+		Server:  srv,
 	}
 }

@@ -1,7 +1,12 @@
-package server
+package middleware
 
 import (
+	"errors"
+	"net"
+	"os"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -89,8 +94,8 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	return l
 }
 
-// serverOptions are the gRPC server options that enforce l.
-func (l ConnLimits) serverOptions() []grpc.ServerOption {
+// ServerOptions are the gRPC server options that enforce l.
+func (l ConnLimits) ServerOptions() []grpc.ServerOption {
 	l = l.withDefaults()
 	return []grpc.ServerOption{
 		grpc.MaxHeaderListSize(l.MaxHeaderBytes),
@@ -107,5 +112,51 @@ func (l ConnLimits) serverOptions() []grpc.ServerOption {
 			MinTime:             l.KeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
+	}
+}
+
+// LimitListener bounds the connections of an HTTP listener: at most max
+// open at once (a new one waits to be accepted until another closes), and
+// a write that makes no progress for writeTimeout fails, which closes the
+// connection. http.Server's WriteTimeout would not do: it bounds a whole
+// request and its answer from the request's headers on, so it would cut a
+// Claim that waits (ClaimRequest.wait) longer; and without a bound a
+// client that stops reading holds its connection for as long as it lives.
+func LimitListener(lis net.Listener, max int, writeTimeout time.Duration) net.Listener {
+	return netutil.LimitListener(writeTimeoutListener{Listener: lis, timeout: writeTimeout}, max)
+}
+
+// writeTimeoutListener gives its connections a write timeout.
+type writeTimeoutListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l writeTimeoutListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeTimeoutConn{Conn: c, timeout: l.timeout}, nil
+}
+
+type writeTimeoutConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+// Write writes b with a deadline that moves on whenever some of b is
+// written: a client that reads, however slowly, is not cut off.
+func (c *writeTimeoutConn) Write(b []byte) (int, error) {
+	var written int
+	for {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+			return written, err
+		}
+		n, err := c.Conn.Write(b[written:])
+		written += n
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return written, err
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package services
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 // invalid is a request field that failed validation. Its message names the
 // field and the bound; its reason goes into the ErrorInfo.
 func invalid(field string, reason idemv1.ErrorReason, format string, args ...any) error {
-	return newError(codes.InvalidArgument, reason, fmt.Sprintf(format, args...), map[string]string{"field": field})
+	return NewError(codes.InvalidArgument, reason, fmt.Sprintf(format, args...), map[string]string{"field": field})
 }
 
 // textReasons are the ErrorInfo reasons of the request's text fields.
@@ -37,18 +37,18 @@ func validateText(field, value string) error {
 	if err := store.CheckText(field, value); err != nil {
 		var textErr *store.TextError
 		if errors.As(err, &textErr) {
-			return invalidText(textReasons[field], textErr)
+			return InvalidText(textReasons[field], textErr)
 		}
 		return err
 	}
 	return nil
 }
 
-// invalidText is the INVALID_ARGUMENT status of a text field that breaks the
+// InvalidText is the INVALID_ARGUMENT status of a text field that breaks the
 // text rule: the field's reason, and the field and the problem in the
 // ErrorInfo's metadata.
-func invalidText(reason idemv1.ErrorReason, e *store.TextError) error {
-	return newError(codes.InvalidArgument, reason, e.Error(), map[string]string{"field": e.Field, "problem": string(e.Problem)})
+func InvalidText(reason idemv1.ErrorReason, e *store.TextError) error {
+	return NewError(codes.InvalidArgument, reason, e.Error(), map[string]string{"field": e.Field, "problem": string(e.Problem)})
 }
 
 func validateNamespace(ns string) error {

@@ -1,8 +1,9 @@
-package server
+package services
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -29,9 +30,9 @@ func reasonName(r idemv1.ErrorReason) string {
 	return strings.TrimPrefix(r.String(), reasonPrefix)
 }
 
-// newError builds a status with an ErrorInfo detail, and the extra details
-// after it (a RetryInfo, say).
-func newError(code codes.Code, reason idemv1.ErrorReason, msg string, metadata map[string]string, extra ...protoadapt.MessageV1) error {
+// NewError builds a status with an ErrorInfo detail, and the extra details
+// after it (a RetryInfo, say): every error of the API has this shape.
+func NewError(code codes.Code, reason idemv1.ErrorReason, msg string, metadata map[string]string, extra ...protoadapt.MessageV1) error {
 	st := status.New(code, msg)
 	details := append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reasonName(reason), Domain: ErrorDomain, Metadata: metadata}}, extra...)
 	if withInfo, err := st.WithDetails(details...); err == nil {
@@ -57,31 +58,41 @@ func rewriteError(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed before the store answered")
 	case errors.Is(err, store.ErrNotFound):
-		return newError(codes.NotFound, idemv1.ErrorReason_ERROR_REASON_NOT_FOUND, "no record with this namespace and key (never claimed, purged after its retention, or deleted)", nil)
+		return NewError(codes.NotFound, idemv1.ErrorReason_ERROR_REASON_NOT_FOUND, "no record with this namespace and key (never claimed, purged after its retention, or deleted)", nil)
 	case errors.Is(err, store.ErrLeaseLost):
-		return newError(codes.Aborted, idemv1.ErrorReason_ERROR_REASON_LEASE_LOST, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
+		return NewError(codes.Aborted, idemv1.ErrorReason_ERROR_REASON_LEASE_LOST, "lease lost: the token is not the record's current token; another worker took over, so stop and do not retry", nil)
 	case errors.Is(err, store.ErrAlreadyTerminal):
-		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING, EXPIRED or UNRESOLVED, and this call does not repeat, with the same value, the one that ended it; the record keeps what that call stored", nil)
+		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL, "the record is no longer PROCESSING, EXPIRED or UNRESOLVED, and this call does not repeat, with the same value, the one that ended it; the record keeps what that call stored", nil)
 	case errors.Is(err, store.ErrResolvedByOperator):
-		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR, "your result was not stored: the record was resolved by an operator after your lease ran out; look it up to see the resolution, and do not retry", nil)
+		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR, "your result was not stored: the record was resolved by an operator after your lease ran out; look it up to see the resolution, and do not retry", nil)
 	case errors.Is(err, store.ErrNotUnresolved):
-		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_NOT_UNRESOLVED, "the record is not UNRESOLVED, so there is nothing to resolve; look it up to see its state", nil)
+		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_NOT_UNRESOLVED, "the record is not UNRESOLVED, so there is nothing to resolve; look it up to see its state", nil)
 	case errors.Is(err, store.ErrFingerprintMismatch):
-		return newError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, "fingerprint mismatch: this key was claimed for a request with another fingerprint; use a new key for a new request", nil)
+		return NewError(codes.FailedPrecondition, idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, "fingerprint mismatch: this key was claimed for a request with another fingerprint; use a new key for a new request", nil)
 	case errors.Is(err, store.ErrUnavailable):
 		logger.WarnContext(ctx, "store unavailable", "error", err)
-		return newError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, "the database is unavailable; retry with backoff", nil)
+		return NewError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, "the database is unavailable; retry with backoff", nil)
 	case errors.Is(err, store.ErrContention):
-		return newError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_CONTENTION, "the record changed concurrently on every try; retry with backoff", nil)
+		return NewError(codes.Unavailable, idemv1.ErrorReason_ERROR_REASON_CONTENTION, "the record changed concurrently on every try; retry with backoff", nil)
 	}
 	// The server checks every text field before the store does, so this is
 	// a field it missed: still the caller's input, never INTERNAL.
 	var textErr *store.TextError
 	if errors.As(err, &textErr) {
 		if reason, ok := textReasons[textErr.Field]; ok {
-			return invalidText(reason, textErr)
+			return InvalidText(reason, textErr)
 		}
 	}
 	logger.ErrorContext(ctx, "internal error", "error", err)
-	return newError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+	return NewError(codes.Internal, idemv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+}
+
+// Unauthenticated is UNAUTHENTICATED with msg.
+func Unauthenticated(msg string) error {
+	return NewError(codes.Unauthenticated, idemv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED, msg, nil)
+}
+
+// TooLarge is RESOURCE_EXHAUSTED / REQUEST_TOO_LARGE; over HTTP it is 413.
+func TooLarge(format string, args ...any) error {
+	return NewError(codes.ResourceExhausted, idemv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE, fmt.Sprintf(format, args...), nil)
 }

@@ -1,4 +1,4 @@
-package server
+package services
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func NewAdminService(st store.Store, cfg Config, logger *slog.Logger) *AdminServ
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	return &AdminService{store: st, logger: logger, tenants: cfg.Tenants, maxResultBytes: cfg.MaxResultBytes}
 }
 
@@ -68,7 +68,7 @@ func (a *AdminService) authorize(ctx context.Context) error {
 
 // allowList returns the caller's tenant when it has a namespace allow-list,
 // nil when every namespace is open to it.
-func (a *AdminService) allowList(ctx context.Context) *tenant {
+func (a *AdminService) allowList(ctx context.Context) *Tenant {
 	t := a.tenants.callerTenant(ctx)
 	if t == nil || t.namespaces == nil {
 		return nil
@@ -142,7 +142,7 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 		}
 		p.After = after
 	}
-	var t *tenant
+	var t *Tenant
 	if p.Namespace == "" {
 		t = a.allowList(ctx)
 	}
@@ -172,7 +172,7 @@ func (a *AdminService) ListRecords(ctx context.Context, req *idemv1.ListRecordsR
 // may not see, reading further until the page is full; after maxListScan
 // records it stops with a shorter page, possibly empty, and a next page.
 // next is where the next page starts, nil when this page is the last.
-func (a *AdminService) list(ctx context.Context, p *store.ListParams, t *tenant) (page []*store.Record, next *store.RecordID, err error) {
+func (a *AdminService) list(ctx context.Context, p *store.ListParams, t *Tenant) (page []*store.Record, next *store.RecordID, err error) {
 	want := p.Limit
 	q := *p
 	// One more than the page tells whether another page follows.
@@ -207,7 +207,7 @@ func (a *AdminService) list(ctx context.Context, p *store.ListParams, t *tenant)
 // listTenants is list over several tenants, in the order given, starting
 // at p.After.Tenant: one page of p.Limit records that may span tenants.
 // next carries the tenant to go on with.
-func (a *AdminService) listTenants(ctx context.Context, p *store.ListParams, t *tenant, tenants []string) (page []*store.Record, next *store.RecordID, err error) {
+func (a *AdminService) listTenants(ctx context.Context, p *store.ListParams, t *Tenant, tenants []string) (page []*store.Record, next *store.RecordID, err error) {
 	want := p.Limit
 	for i, name := range tenants {
 		if name < p.After.Tenant {
@@ -378,7 +378,7 @@ func (a *AdminService) Stats(ctx context.Context, req *idemv1.StatsRequest) (*id
 	if err != nil {
 		return nil, err
 	}
-	var t *tenant
+	var t *Tenant
 	if ns := req.GetNamespace(); ns != "" {
 		if err := validateNamespace(ns); err != nil {
 			return nil, err

@@ -1,4 +1,4 @@
-package server
+package services
 
 import (
 	"context"
@@ -16,15 +16,6 @@ import (
 // decides the answer, so the rules of DESIGN §1 hold as for any Claim: of
 // several waiting Claims that find the record RELEASED, one acquires it and
 // the others get IN_PROGRESS and wait on.
-
-// Defaults of the caps on waiting Claims.
-const (
-	// DefaultMaxWaiters is how many Claims may wait at once in all.
-	DefaultMaxWaiters = 10000
-	// DefaultMaxWaitersPerTenant is how many Claims of one tenant may wait
-	// at once.
-	DefaultMaxWaitersPerTenant = 1000
-)
 
 // waitMargin is how long before the call's deadline a wait ends, so that the
 // last look at the record and the answer still arrive in time: a tenth of the
@@ -55,6 +46,7 @@ type waiters struct {
 	mu       sync.Mutex
 	total    int
 	byTenant map[string]int
+	refused  int64 // Claims that asked to wait and found a cap reached
 }
 
 // enter takes a place for one of tenant's Claims, and reports false when a
@@ -63,6 +55,7 @@ func (w *waiters) enter(tenant string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.total >= w.max || w.byTenant[tenant] >= w.maxPerTenant {
+		w.refused++
 		return false
 	}
 	if w.byTenant == nil {
@@ -83,9 +76,17 @@ func (w *waiters) leave(tenant string) {
 	}
 }
 
+// Waiting returns how many Claims wait now, and how many that asked to
+// wait answered at once because a cap was reached, since the start.
+func (s *Service) Waiting() (waiting int, refused int64) {
+	s.waiters.mu.Lock()
+	defer s.waiters.mu.Unlock()
+	return s.waiters.total, s.waiters.refused
+}
+
 // EndWaits answers every waiting Claim now with its last answer
 // (IN_PROGRESS), and makes the Claims that come later answer at once, as
-// without a wait. idemd calls it when it starts to shut down, so that waits
+// without a wait. server.Shutdown calls it first, so that waits
 // of up to a minute do not hold up the drain of in-flight calls.
 func (s *Service) EndWaits() {
 	s.endWaitsOnce.Do(func() { close(s.endWaits) })
@@ -105,12 +106,9 @@ func (s *Service) waitClaim(ctx context.Context, p *store.ClaimParams, res *stor
 		return res, nil
 	}
 	if !s.waiters.enter(p.Tenant) {
-		s.cfg.Metrics.observeWaitRefused()
 		return res, nil
 	}
 	defer s.waiters.leave(p.Tenant)
-	s.cfg.Metrics.waiting(1)
-	defer s.cfg.Metrics.waiting(-1)
 
 	watch := s.store.RecordWatch(p.RecordID)
 	defer watch.Close()

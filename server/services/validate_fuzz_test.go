@@ -1,4 +1,4 @@
-package server
+package services
 
 import (
 	"strings"
@@ -18,7 +18,7 @@ import (
 // INVALID_ARGUMENT with an ErrorInfo whose metadata names the field, which
 // the message names too; every acceptance is within DESIGN §2's bounds.
 // `go test` replays testdata/fuzz/FuzzValidateClaim; `go test -fuzz
-// FuzzValidateClaim ./server` searches for more.
+// FuzzValidateClaim ./server/services` searches for more.
 func FuzzValidateClaim(f *testing.F) {
 	f.Add("process_payment", "order-1", []byte("fp"), "worker-1", true, int64(30), int32(0), true, int64(3600), int32(0))
 	f.Add("", "", []byte(nil), "", false, int64(0), int32(0), false, int64(0), int32(0))

@@ -1,4 +1,4 @@
-package server
+package services
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func TestCallerTenantIsResolvedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	payments := ts.byName["payments"]
-	authed := contextWithTenant(context.Background(), payments)
+	authed := ContextWithCaller(context.Background(), payments)
 	named := ContextWithTenant(context.Background(), "payments")
 	delete(ts.byName, "payments") // a lookup by name now finds nothing
 	if got := ts.callerTenant(authed); got != payments {

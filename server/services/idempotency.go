@@ -1,7 +1,4 @@
-// Package server is idem's gRPC layer: it validates requests, calls the
-// store, and maps the store's errors to gRPC codes with an ErrorInfo. It never
-// builds SQL. It also runs the sweeper.
-package server
+package services
 
 import (
 	"context"
@@ -9,110 +6,19 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
 	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/store"
 )
 
-// Config holds the service's defaults and limits.
-type Config struct {
-	// DefaultLeaseTTL is the lease of a Claim or Heartbeat that sends none.
-	// It defaults to limits.DefaultLeaseTTL.
-	DefaultLeaseTTL time.Duration
-	// DefaultRetention is how long a record is kept after it leaves
-	// PROCESSING when the Claim sends no retention. It defaults to
-	// limits.DefaultRetention.
-	DefaultRetention time.Duration
-	// MaxResultBytes bounds Complete's result. It defaults to
-	// limits.DefaultMaxResultBytes.
-	MaxResultBytes int
-	// Metrics, when set, counts claims, takeovers and lost leases.
-	Metrics *Metrics
-	// Tenants, when set, are the tenants of idemd's config file: every call
-	// must authenticate as one of them, and each is held to its namespaces,
-	// rate limit and result limit. Nil (the default) serves one tenant,
-	// DefaultTenant, without authentication.
-	Tenants *Tenants
-	// Policies are the namespace policies of the tenant DefaultTenant when
-	// Tenants is nil (each configured tenant has its own): the first whose
-	// globs match a namespace sets its lease and retention defaults, its
-	// lease bound, and the policy name its records show. The file was
-	// validated (config.File.Validate).
-	Policies []config.Policy
-	// ConnLimits bound what one client connection can make the server
-	// hold; zero fields take DefaultConnLimits.
-	ConnLimits ConnLimits
-	// Tracing, when set, gives every RPC a server span (otelgrpc), its
-	// parent taken from the caller's W3C traceparent, and puts the trace id
-	// on the call's log line. Nil (the default) installs nothing: no stats
-	// handler, no work per call.
-	Tracing trace.TracerProvider
-	// MaxWaiters bounds the Claims waiting at once (ClaimRequest.wait) in
-	// all; a Claim that would wait beyond it answers IN_PROGRESS at once. It
-	// defaults to DefaultMaxWaiters (10000).
-	MaxWaiters int
-	// MaxWaitersPerTenant bounds the Claims of one tenant waiting at once
-	// (without tenants, of the one default tenant). It defaults to
-	// DefaultMaxWaitersPerTenant (1000).
-	MaxWaitersPerTenant int
-	// BatchMaxItems bounds the items of one batch call (BatchClaim, …). It
-	// defaults to DefaultBatchMaxItems (500).
-	BatchMaxItems int
-	// BatchMaxBytes bounds the encoded size of one batch call's request; the
-	// gRPC server and the HTTP/JSON API read requests that large. It
-	// defaults to DefaultBatchMaxBytes (4 MiB).
-	BatchMaxBytes int
-}
-
-// DefaultConfig returns the defaults of DESIGN §2.
-func DefaultConfig() Config {
-	return Config{
-		DefaultLeaseTTL:     limits.DefaultLeaseTTL,
-		DefaultRetention:    limits.DefaultRetention,
-		MaxResultBytes:      limits.DefaultMaxResultBytes,
-		MaxWaiters:          DefaultMaxWaiters,
-		MaxWaitersPerTenant: DefaultMaxWaitersPerTenant,
-		BatchMaxItems:       DefaultBatchMaxItems,
-		BatchMaxBytes:       DefaultBatchMaxBytes,
-	}
-}
-
-func (c Config) withDefaults() Config {
-	d := DefaultConfig()
-	if c.DefaultLeaseTTL == 0 {
-		c.DefaultLeaseTTL = d.DefaultLeaseTTL
-	}
-	if c.DefaultRetention == 0 {
-		c.DefaultRetention = d.DefaultRetention
-	}
-	if c.MaxResultBytes == 0 {
-		c.MaxResultBytes = d.MaxResultBytes
-	}
-	if c.MaxWaiters == 0 {
-		c.MaxWaiters = d.MaxWaiters
-	}
-	if c.MaxWaitersPerTenant == 0 {
-		c.MaxWaitersPerTenant = d.MaxWaitersPerTenant
-	}
-	if c.BatchMaxItems == 0 {
-		c.BatchMaxItems = d.BatchMaxItems
-	}
-	if c.BatchMaxBytes == 0 {
-		c.BatchMaxBytes = d.BatchMaxBytes
-	}
-	return c
-}
-
 // Service implements idem.v1.IdempotencyService.
 type Service struct {
 	idemv1.UnimplementedIdempotencyServiceServer
 
-	store    store.Store // tells health what each call saw (healthStore)
-	health   *storeHealth
+	store    store.Store
 	cfg      Config
 	policies []*policy // of DefaultTenant, when cfg.Tenants is nil
 	logger   *slog.Logger
@@ -130,16 +36,8 @@ func NewService(st store.Store, cfg Config, logger *slog.Logger) *Service {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Metrics != nil && cfg.Tenants != nil {
-		// Namespaces the config names literally keep their own label,
-		// whatever else is claimed first.
-		for _, t := range cfg.Tenants.byName {
-			cfg.Metrics.namespaces.addLiteral(t.namespaces)
-		}
-	}
-	cfg = cfg.withDefaults()
-	h := &storeHealth{logger: logger}
-	return &Service{store: healthStore{Store: st, health: h}, health: h, cfg: cfg, policies: newPolicies(cfg.Policies), logger: logger,
+	cfg = cfg.WithDefaults()
+	return &Service{store: st, cfg: cfg, policies: newPolicies(cfg.Policies), logger: logger,
 		waiters: &waiters{max: cfg.MaxWaiters, maxPerTenant: cfg.MaxWaitersPerTenant}, endWaits: make(chan struct{})}
 }
 
@@ -194,7 +92,6 @@ func (s *Service) claimAnswer(ctx context.Context, req *idemv1.ClaimRequest, res
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
-	s.cfg.Metrics.observeClaim(req.GetNamespace(), res)
 	resp := &idemv1.ClaimResponse{Outcome: outcomeToProto[res.Outcome], Record: recordToProto(res.Record)}
 	if res.Outcome == store.OutcomeInProgress {
 		resp.RetryAfter = durationpb.New(res.RetryAfter)
@@ -209,7 +106,7 @@ func (s *Service) Complete(ctx context.Context, req *idemv1.CompleteRequest) (*i
 		return nil, err
 	}
 	rec, err := s.store.RecordComplete(ctx, p)
-	return s.completeAnswer(ctx, rec, err)
+	return s.completeAnswer(ctx, req, rec, err)
 }
 
 // completeParams is what the store is asked for the Complete req, after
@@ -238,8 +135,7 @@ func (s *Service) completeParams(ctx context.Context, req *idemv1.CompleteReques
 }
 
 // completeAnswer is a Complete's answer from the store's, rec or err.
-func (s *Service) completeAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.CompleteResponse, error) {
-	s.cfg.Metrics.observeTokenCall(err)
+func (s *Service) completeAnswer(ctx context.Context, _ *idemv1.CompleteRequest, rec *store.Record, err error) (*idemv1.CompleteResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -253,7 +149,7 @@ func (s *Service) Fail(ctx context.Context, req *idemv1.FailRequest) (*idemv1.Fa
 		return nil, err
 	}
 	rec, err := s.store.RecordFail(ctx, p)
-	return s.failAnswer(ctx, rec, err)
+	return s.failAnswer(ctx, req, rec, err)
 }
 
 // failParams is what the store is asked for the Fail req, after its
@@ -281,8 +177,7 @@ func (s *Service) failParams(ctx context.Context, req *idemv1.FailRequest) (*sto
 }
 
 // failAnswer is a Fail's answer from the store's, rec or err.
-func (s *Service) failAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.FailResponse, error) {
-	s.cfg.Metrics.observeTokenCall(err)
+func (s *Service) failAnswer(ctx context.Context, _ *idemv1.FailRequest, rec *store.Record, err error) (*idemv1.FailResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -296,7 +191,7 @@ func (s *Service) Heartbeat(ctx context.Context, req *idemv1.HeartbeatRequest) (
 		return nil, err
 	}
 	rec, err := s.store.RecordHeartbeat(ctx, p)
-	return s.heartbeatAnswer(ctx, rec, err)
+	return s.heartbeatAnswer(ctx, req, rec, err)
 }
 
 // heartbeatParams is what the store is asked for the Heartbeat req, after
@@ -329,8 +224,7 @@ func (s *Service) heartbeatParams(ctx context.Context, req *idemv1.HeartbeatRequ
 }
 
 // heartbeatAnswer is a Heartbeat's answer from the store's, rec or err.
-func (s *Service) heartbeatAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.HeartbeatResponse, error) {
-	s.cfg.Metrics.observeTokenCall(err)
+func (s *Service) heartbeatAnswer(ctx context.Context, _ *idemv1.HeartbeatRequest, rec *store.Record, err error) (*idemv1.HeartbeatResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
@@ -344,7 +238,7 @@ func (s *Service) Lookup(ctx context.Context, req *idemv1.LookupRequest) (*idemv
 		return nil, err
 	}
 	rec, err := s.store.RecordGet(ctx, id)
-	return s.lookupAnswer(ctx, rec, err)
+	return s.lookupAnswer(ctx, req, rec, err)
 }
 
 // lookupID is the record the Lookup req reads, after its validation and the
@@ -361,9 +255,54 @@ func (s *Service) lookupID(ctx context.Context, req *idemv1.LookupRequest) (stor
 }
 
 // lookupAnswer is a Lookup's answer from the store's, rec or err.
-func (s *Service) lookupAnswer(ctx context.Context, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
+func (s *Service) lookupAnswer(ctx context.Context, _ *idemv1.LookupRequest, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
 	return &idemv1.LookupResponse{Record: recordToProto(rec)}, nil
+}
+
+var stateToProto = map[store.State]idemv1.State{
+	store.StateProcessing: idemv1.State_STATE_PROCESSING,
+	store.StateCompleted:  idemv1.State_STATE_COMPLETED,
+	store.StateFailed:     idemv1.State_STATE_FAILED,
+	store.StateReleased:   idemv1.State_STATE_RELEASED,
+	store.StateExpired:    idemv1.State_STATE_EXPIRED,
+	store.StateUnresolved: idemv1.State_STATE_UNRESOLVED,
+}
+
+var outcomeToProto = map[store.Outcome]idemv1.Outcome{
+	store.OutcomeAcquired:   idemv1.Outcome_OUTCOME_ACQUIRED,
+	store.OutcomeInProgress: idemv1.Outcome_OUTCOME_IN_PROGRESS,
+	store.OutcomeCompleted:  idemv1.Outcome_OUTCOME_COMPLETED,
+	store.OutcomeFailed:     idemv1.Outcome_OUTCOME_FAILED,
+	store.OutcomeUnresolved: idemv1.Outcome_OUTCOME_UNRESOLVED,
+}
+
+func recordToProto(r *store.Record) *idemv1.Record {
+	return &idemv1.Record{
+		Namespace:      r.Namespace,
+		Key:            r.Key,
+		State:          stateToProto[r.State],
+		Token:          r.Token,
+		Attempt:        r.Attempt,
+		Claimant:       r.Claimant,
+		Fingerprint:    r.Fingerprint,
+		LeaseExpiresAt: timestamp(r.LeaseExpiresAt),
+		Result:         r.Result,
+		Error:          r.Error,
+		CreatedAt:      timestamp(r.CreatedAt),
+		UpdatedAt:      timestamp(r.UpdatedAt),
+		CompletedAt:    timestamp(r.CompletedAt),
+		ExpiresAt:      timestamp(r.ExpiresAt),
+		Policy:         r.Policy,
+		Hold:           r.Hold,
+	}
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
 }

@@ -1,4 +1,4 @@
-package server
+package services
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func (a *AdminService) targetTenants(ctx context.Context, method, tenant string,
 		if all {
 			what = "ask for all_tenants"
 		}
-		return nil, newError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NOT_OPERATOR,
+		return nil, NewError(codes.PermissionDenied, idemv1.ErrorReason_ERROR_REASON_NOT_OPERATOR,
 			fmt.Sprintf("%s: tenant %q may not %s, which takes operator: true in idemd's config; leave %s out to act on its own records", field, caller, what, field),
 			map[string]string{"tenant": caller, "field": field})
 	}
