@@ -65,6 +65,7 @@ func New(server http.Handler, intercept grpc.UnaryServerInterceptor, cfg service
 	for _, sd := range []protoreflect.ServiceDescriptor{
 		idemv1.File_idem_v1_idem_proto.Services().ByName("IdempotencyService"),
 		idemv1.File_idem_v1_admin_proto.Services().ByName("AdminService"),
+		idemv1.File_idem_v1_resolver_proto.Services().ByName("ResolverService"),
 	} {
 		vgServices = append(vgServices, vanguard.NewServiceWithSchema(sd, http.HandlerFunc(h.serveCall),
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC), vanguard.WithTargetCodecs(vanguard.CodecProto),

@@ -28,6 +28,8 @@ var textReasons = map[string]idemv1.ErrorReason{
 	"claimant":   idemv1.ErrorReason_ERROR_REASON_INVALID_CLAIMANT,
 	"error":      idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
 	"tenant":     idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
+	"reason":     idemv1.ErrorReason_ERROR_REASON_INVALID_REASON,
+	"resolver":   idemv1.ErrorReason_ERROR_REASON_INVALID_RESOLVER,
 }
 
 // validateText applies the rule every text field of a request meets before
