@@ -32,11 +32,11 @@ import (
 // which may use pay.* and mail; globex, another team; ops, the operators,
 // with bob's named token and a shared one.
 const (
-	acmeToken   = "idem_timeline-test-acme-workers"
-	aliceToken  = "idem_timeline-test-acme-alice"
-	globexToken = "idem_timeline-test-globex"
-	bobToken    = "idem_timeline-test-ops-bob"
-	opsSharedToken    = "idem_timeline-test-ops-shared"
+	acmeToken      = "idem_timeline-test-acme-workers"
+	aliceToken     = "idem_timeline-test-acme-alice"
+	globexToken    = "idem_timeline-test-globex"
+	bobToken       = "idem_timeline-test-ops-bob"
+	opsSharedToken = "idem_timeline-test-ops-shared"
 )
 
 // timelineFile is the tenants of the timeline tests; every namespace of
