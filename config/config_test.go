@@ -37,6 +37,8 @@ tenants:
     admin: true
   - name: platform
     tokens: ["` + config.HashToken("idem_platform") + `"]
+    named_tokens:
+      - {name: alice@example.com, token: "` + config.HashToken("idem_alice") + `"}
     operator: true
 `
 }
@@ -57,7 +59,8 @@ func TestParseTheReadmeExample(t *testing.T) {
 		},
 		{Name: "billing", ClientCertSubjects: []string{"CN=billing-worker,O=Acme"}},
 		{Name: "ops", Tokens: []string{config.HashToken("idem_ops")}, Admin: true},
-		{Name: "platform", Tokens: []string{config.HashToken("idem_platform")}, Operator: true},
+		{Name: "platform", Tokens: []string{config.HashToken("idem_platform")}, Operator: true,
+			NamedTokens: []config.NamedToken{{Name: "alice@example.com", Token: config.HashToken("idem_alice")}}},
 	}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("Parse = %+v\nwant %+v", f, want)

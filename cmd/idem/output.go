@@ -205,7 +205,11 @@ func describeEntry(e *idemv1.TimelineEntry) (what, detail string) {
 		add("by the holder (%s), retryable: %q", claimant(e.GetClaimant()), e.GetError())
 	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_HELD:
 		what = "held"
-		add("the lease of %s ran out under a hold policy: UNRESOLVED", claimant(e.GetClaimant()))
+		if e.GetClaimant() == "" {
+			add("the lease ran out under a hold policy: UNRESOLVED")
+		} else {
+			add("the lease of %s ran out under a hold policy: UNRESOLVED", claimant(e.GetClaimant()))
+		}
 	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_RESOLVED:
 		what = "resolved " + stateName(e.GetState())
 		add("by %s", describeActor(e.GetActor()))
