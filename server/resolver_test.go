@@ -53,10 +53,11 @@ func timelineFile() *config.File {
 	}}
 }
 
-// tlStore is a store of one kind, with a backdoor that makes a lease run out.
+// tlStore is a store of one kind, with backdoors that make a lease or a
+// retention run out.
 type tlStore struct {
 	store.Store
-	lapse func(t *testing.T, id store.RecordID)
+	lapse, ageOut func(t *testing.T, id store.RecordID)
 }
 
 // onEachStore runs test on a fresh store of each kind.
@@ -66,14 +67,17 @@ func onEachStore(t *testing.T, test func(t *testing.T, st *tlStore)) {
 		db := testdb.New(t)
 		pg := postgres.New(db.Pool)
 		t.Cleanup(pg.Close)
-		test(t, &tlStore{Store: pg, lapse: func(t *testing.T, id store.RecordID) {
-			t.Helper()
-			tag, err := db.Pool.Exec(testContext(t), `UPDATE idem_records SET lease_expires_at = now() - interval '1 second'
-				WHERE tenant = $1 AND namespace = $2 AND key = $3`, id.Tenant, id.Namespace, id.Key)
-			if err != nil || tag.RowsAffected() != 1 {
-				t.Fatalf("lapse %v: %v, %d rows", id, err, tag.RowsAffected())
+		set := func(column string) func(t *testing.T, id store.RecordID) {
+			return func(t *testing.T, id store.RecordID) {
+				t.Helper()
+				tag, err := db.Pool.Exec(testContext(t), `UPDATE idem_records SET `+column+` = now() - interval '1 second'
+					WHERE tenant = $1 AND namespace = $2 AND key = $3`, id.Tenant, id.Namespace, id.Key)
+				if err != nil || tag.RowsAffected() != 1 {
+					t.Fatalf("set %s of %v: %v, %d rows", column, id, err, tag.RowsAffected())
+				}
 			}
-		}})
+		}
+		test(t, &tlStore{Store: pg, lapse: set("lease_expires_at"), ageOut: set("expires_at")})
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
@@ -88,17 +92,20 @@ func onEachStore(t *testing.T, test func(t *testing.T, st *tlStore)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = raw.Close() })
-		test(t, &tlStore{Store: lite, lapse: func(t *testing.T, id store.RecordID) {
-			t.Helper()
-			res, err := raw.ExecContext(testContext(t), `UPDATE idem_records SET lease_expires_at = ?4
-				WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`, id.Tenant, id.Namespace, id.Key, time.Now().Add(-time.Second).UnixMicro())
-			if err != nil {
-				t.Fatalf("lapse %v: %v", id, err)
+		set := func(column string) func(t *testing.T, id store.RecordID) {
+			return func(t *testing.T, id store.RecordID) {
+				t.Helper()
+				res, err := raw.ExecContext(testContext(t), `UPDATE idem_records SET `+column+` = ?4
+					WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`, id.Tenant, id.Namespace, id.Key, time.Now().Add(-time.Second).UnixMicro())
+				if err != nil {
+					t.Fatalf("set %s of %v: %v", column, id, err)
+				}
+				if n, _ := res.RowsAffected(); n != 1 {
+					t.Fatalf("set %s of %v: %d rows", column, id, n)
+				}
 			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				t.Fatalf("lapse %v: %d rows", id, n)
-			}
-		}})
+		}
+		test(t, &tlStore{Store: lite, lapse: set("lease_expires_at"), ageOut: set("expires_at")})
 	})
 }
 
@@ -243,6 +250,15 @@ func TestTimelineThroughTheAPI(t *testing.T) {
 			{Kind: idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_FAILED, Token: again.GetToken(), State: idemv1.State_STATE_FAILED, Claimant: "w3", Error: "card declined"},
 		}
 		requireHistory(t, "held, released by a resolver, taken over, failed", s.lookupHistory(t, "pay.card", "k"), want...)
+
+		// Its retention passes and the sweeper purges it: its timeline goes
+		// with it.
+		st.ageOut(t, store.RecordID{Tenant: "acme", Namespace: "pay.card", Key: "k"})
+		if n, err := st.SweepPurge(testContext(t), 100); err != nil || n != 1 {
+			t.Fatalf("SweepPurge = %d, %v; want 1", n, err)
+		}
+		_, err := s.admin.GetRecord(asTenant(testContext(t), bobToken), &idemv1.GetRecordRequest{Tenant: "acme", Namespace: "pay.card", Key: "k", IncludeHistory: true})
+		requireStatus(t, err, codes.NotFound, "NOT_FOUND")
 
 		// A lapsed lease taken over, a retryable Fail, a refused
 		// fingerprint; then a person resolves a held one.
