@@ -565,12 +565,11 @@ func TestResolversRacing(t *testing.T) {
 			close(start)
 			var won, lost int
 			for range 2 {
-				switch err := <-errs; {
-				case err == nil:
-					won++
-				default:
+				if err := <-errs; err != nil {
 					requireStatus(t, err, codes.FailedPrecondition, "NOT_UNRESOLVED")
 					lost++
+				} else {
+					won++
 				}
 			}
 			if won != 1 || lost != 1 {
