@@ -18,6 +18,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem/limits"
 )
@@ -46,6 +48,12 @@ type Tenant struct {
 	// tenant, each "sha256:<64 hex digits>" (HashToken). Several may be
 	// valid at once, which is how a token is rotated.
 	Tokens []string `yaml:"tokens,omitempty"`
+	// NamedTokens are bearer tokens that name who holds them: each
+	// authenticates as the tenant, as one of Tokens does, and the records'
+	// timelines and idemd's audit log name the holder (the person at the
+	// console, say) rather than only the tenant. The hashes are unique
+	// across Tokens and NamedTokens of the whole file.
+	NamedTokens []NamedToken `yaml:"named_tokens,omitempty"`
 	// ClientCertSubjects name the tenant by a verified client certificate's
 	// subject, exactly as RFC 2253 prints it ("CN=payments-worker,O=Acme",
 	// what `openssl x509 -noout -subject -nameopt RFC2253` shows). They need
@@ -74,6 +82,37 @@ type Tenant struct {
 	// glob. The first policy whose globs match a namespace applies to it; a
 	// namespace none matches gets the server's defaults and bounds.
 	Policies []Policy `yaml:"policies,omitempty"`
+}
+
+// NamedToken is a bearer token that names who holds it.
+type NamedToken struct {
+	// Name is who holds the token ("alice@example.com"): 1 to
+	// MaxOperatorNameBytes bytes of UTF-8 without control characters. Names
+	// need not be unique: a person rotating a token has two.
+	Name string `yaml:"name"`
+	// Token is the token's hash, "sha256:<64 hex digits>" (HashToken).
+	Token string `yaml:"token"`
+}
+
+// MaxOperatorNameBytes bounds a NamedToken's name.
+const MaxOperatorNameBytes = 128
+
+// CheckOperatorName checks a NamedToken's name.
+func CheckOperatorName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("missing; name who holds the token, such as \"alice@example.com\"")
+	case len(name) > MaxOperatorNameBytes:
+		return fmt.Errorf("%d bytes; the limit is %d", len(name), MaxOperatorNameBytes)
+	case !utf8.ValidString(name):
+		return errors.New("not valid UTF-8")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%q has a control character; names are printable text", limits.Ellipsis(name, 80))
+		}
+	}
+	return nil
 }
 
 // Policy is how the records of the namespaces it matches are held. Its
@@ -222,19 +261,37 @@ func (f *File) Validate() error {
 			return fieldErrorf(p+".name", "%q is also the name of tenants[%d]", t.Name, j)
 		}
 		names[t.Name] = i
-		if len(t.Tokens) == 0 && len(t.ClientCertSubjects) == 0 {
-			return fieldErrorf(p, "tenant %q has no tokens and no client_cert_subjects, so nobody can authenticate as it", t.Name)
+		if len(t.Tokens) == 0 && len(t.NamedTokens) == 0 && len(t.ClientCertSubjects) == 0 {
+			return fieldErrorf(p, "tenant %q has no tokens, named_tokens or client_cert_subjects, so nobody can authenticate as it", t.Name)
 		}
-		for j, tok := range t.Tokens {
+		checkHash := func(q, tok string) error {
 			sum, ok := ParseTokenHash(tok)
 			if !ok {
 				// Never echo the value: it may be a token pasted by mistake.
-				return fieldErrorf(fmt.Sprintf("%s.tokens[%d]", p, j), "want %q (the hash `idemd token new` prints, never the token itself)", TokenHashPrefix+"<64 hex digits>")
+				return fieldErrorf(q, "want %q (the hash `idemd token new` prints, never the token itself)", TokenHashPrefix+"<64 hex digits>")
 			}
 			if other, dup := tokens[sum]; dup {
-				return fieldErrorf(fmt.Sprintf("%s.tokens[%d]", p, j), "duplicate token hash; %s has it too", other)
+				return fieldErrorf(q, "duplicate token hash; %s has it too", other)
 			}
-			tokens[sum] = fmt.Sprintf("%s.tokens[%d]", p, j)
+			tokens[sum] = q
+			return nil
+		}
+		for j, tok := range t.Tokens {
+			if err := checkHash(fmt.Sprintf("%s.tokens[%d]", p, j), tok); err != nil {
+				return err
+			}
+		}
+		for j, nt := range t.NamedTokens {
+			q := fmt.Sprintf("%s.named_tokens[%d]", p, j)
+			if err := CheckOperatorName(nt.Name); err != nil {
+				return fieldErrorf(q+".name", "%w", err)
+			}
+			if nt.Token == "" {
+				return fieldErrorf(q+".token", "missing; want %q (the hash `idemd token new --name` prints)", TokenHashPrefix+"<64 hex digits>")
+			}
+			if err := checkHash(q+".token", nt.Token); err != nil {
+				return err
+			}
 		}
 		for j, subj := range t.ClientCertSubjects {
 			q := fmt.Sprintf("%s.client_cert_subjects[%d]", p, j)

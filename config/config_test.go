@@ -37,6 +37,8 @@ tenants:
     admin: true
   - name: platform
     tokens: ["` + config.HashToken("idem_platform") + `"]
+    named_tokens:
+      - {name: alice@example.com, token: "` + config.HashToken("idem_alice") + `"}
     operator: true
 `
 }
@@ -57,7 +59,8 @@ func TestParseTheReadmeExample(t *testing.T) {
 		},
 		{Name: "billing", ClientCertSubjects: []string{"CN=billing-worker,O=Acme"}},
 		{Name: "ops", Tokens: []string{config.HashToken("idem_ops")}, Admin: true},
-		{Name: "platform", Tokens: []string{config.HashToken("idem_platform")}, Operator: true},
+		{Name: "platform", Tokens: []string{config.HashToken("idem_platform")}, Operator: true,
+			NamedTokens: []config.NamedToken{{Name: "alice@example.com", Token: config.HashToken("idem_alice")}}},
 	}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("Parse = %+v\nwant %+v", f, want)
@@ -94,7 +97,14 @@ func TestParseErrors(t *testing.T) {
 		{"bad name", "tenants:\n  - name: Payments\n    tokens: [\"" + hashA + "\"]\n", `tenants[0].name: "Payments" must match`},
 		{"duplicate name", tenant("    name: ok\n"), "already defined"},
 		{"duplicate tenant", "tenants:\n  - name: a\n    tokens: [\"" + hashA + "\"]\n  - name: a\n    tokens: [\"" + hashB + "\"]\n", `tenants[1].name: "a" is also the name of tenants[0]`},
-		{"no credentials", tenant(""), `tenants[1]: tenant "second" has no tokens and no client_cert_subjects`},
+		{"no credentials", tenant(""), `tenants[1]: tenant "second" has no tokens, named_tokens or client_cert_subjects`},
+		{"named token without a name", tenant("    named_tokens: [{token: \"" + hashB + "\"}]\n"), "tenants[1].named_tokens[0].name: missing"},
+		{"named token without a token", tenant("    named_tokens: [{name: alice}]\n"), "tenants[1].named_tokens[0].token: missing"},
+		{"named token in plaintext", tenant("    named_tokens: [{name: alice, token: idem_my-secret-token}]\n"), `tenants[1].named_tokens[0].token: want "sha256:<64 hex digits>"`},
+		{"named token duplicates a token", tenant("    named_tokens: [{name: alice, token: \"" + hashA + "\"}]\n"), "tenants[1].named_tokens[0].token: duplicate token hash; tenants[0].tokens[0] has it too"},
+		{"named token name too long", tenant("    named_tokens: [{name: " + strings.Repeat("a", 129) + ", token: \"" + hashB + "\"}]\n"), "tenants[1].named_tokens[0].name: 129 bytes; the limit is 128"},
+		{"named token name with a newline", tenant("    named_tokens: [{name: \"al\\nice\", token: \"" + hashB + "\"}]\n"), "tenants[1].named_tokens[0].name: \"al\\nice\" has a control character"},
+		{"named token unknown field", tenant("    named_tokens: [{nmae: alice, token: \"" + hashB + "\"}]\n"), "tenants[1].named_tokens[0].nmae: unknown field (line 5); known fields here: name, token"},
 		{"plaintext token", tenant("    tokens: [\"idem_my-secret-token\"]\n"), `tenants[1].tokens[0]: want "sha256:<64 hex digits>"`},
 		{"short hash", tenant("    tokens: [\"sha256:abcd\"]\n"), `tenants[1].tokens[0]: want "sha256:<64 hex digits>"`},
 		{"not hex", tenant("    tokens: [\"sha256:" + strings.Repeat("zz", 32) + "\"]\n"), `tenants[1].tokens[0]: want`},
@@ -385,6 +395,27 @@ func TestParseOperator(t *testing.T) {
 	_, err = config.Parse([]byte("tenants:\n  - name: root\n    tokens: [\"" + hashA + "\"]\n    role: operator\n"))
 	if err == nil || !strings.HasPrefix(err.Error(), "tenants[0].role: unknown field (line 4); known fields here: ") || !strings.Contains(err.Error(), " operator,") {
 		t.Errorf("role: operator: %v; want an unknown field that lists operator", err)
+	}
+}
+
+// TestParseNamedTokens: a tenant's named tokens, beside its plain tokens or
+// alone, each with the name of who holds it; two of one name (a rotation)
+// are allowed.
+func TestParseNamedTokens(t *testing.T) {
+	t.Parallel()
+	hashC := config.HashToken("idem_token-c")
+	f, err := config.Parse([]byte("tenants:\n  - name: ops\n    tokens: [\"" + hashA + "\"]\n    operator: true\n" +
+		"    named_tokens:\n      - {name: alice@example.com, token: \"" + hashB + "\"}\n      - name: alice@example.com\n        token: \"" + hashC + "\"\n" +
+		"  - name: payments\n    named_tokens: [{name: Zoë (on call), token: \"" + config.HashToken("idem_token-d") + "\"}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []config.NamedToken{{Name: "alice@example.com", Token: hashB}, {Name: "alice@example.com", Token: hashC}}
+	if got := f.Tenants[0].NamedTokens; !reflect.DeepEqual(got, want) {
+		t.Errorf("ops's named_tokens = %+v, want %+v", got, want)
+	}
+	if got := f.Tenants[1].NamedTokens; len(got) != 1 || got[0].Name != "Zoë (on call)" {
+		t.Errorf("payments's named_tokens = %+v", got)
 	}
 }
 

@@ -50,6 +50,11 @@ const (
 	MaxClaimantBytes = 128
 	// MaxErrorBytes bounds the error text of a Fail or a ResolveRecord.
 	MaxErrorBytes = 4096
+	// MaxReasonBytes bounds the reason of a resolution or a deletion.
+	MaxReasonBytes = 1024
+	// MaxResolverBytes bounds the name a resolver gives itself; a name is
+	// at least 1 byte.
+	MaxResolverBytes = 128
 )
 
 // The bounds of a Claim's lease, and the default of a Claim or Heartbeat

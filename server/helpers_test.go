@@ -395,11 +395,11 @@ func (h *hookStore) RecordList(ctx context.Context, p *store.ListParams) ([]*sto
 	return h.Store.RecordList(ctx, p)
 }
 
-func (h *hookStore) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
+func (h *hookStore) RecordDelete(ctx context.Context, p *store.DeleteParams) (*store.Record, error) {
 	if err := h.before(ctx, "RecordDelete"); err != nil {
 		return nil, err
 	}
-	return h.Store.RecordDelete(ctx, id)
+	return h.Store.RecordDelete(ctx, p)
 }
 
 func (h *hookStore) RecordStats(ctx context.Context, p *store.StatsParams) ([]store.StatsRow, error) {

@@ -512,6 +512,9 @@ func TestJSONErrorReasons(t *testing.T) {
 			return map[string]any{"tenant": "billing", "allTenants": true}
 		}},
 		{"INVALID_RESOLUTION", "invalid_argument", true, "ResolveRecord", jsonOpsToken, id(nil)},
+		{"INVALID_REASON", "invalid_argument", true, "DeleteRecord", jsonOpsToken, id(map[string]any{"reason": strings.Repeat("r", 1025)})},
+		// A ResolverService RPC: its service's name leads the method's.
+		{"INVALID_RESOLVER", "invalid_argument", false, "ResolverService/Resolve", jsonBillToken, id(map[string]any{"token": "1", "released": map[string]any{}})},
 		{"UNKNOWN_FIELD", "invalid_argument", false, "Claim", jsonBillToken, id(map[string]any{"leaseTTL": "30s"})},
 		{"MALFORMED_REQUEST", "invalid_argument", false, "Fail", jsonBillToken, id(map[string]any{"token": "1", "retryable": "yes"})},
 		{"RESOLVED_BY_OPERATOR", "failed_precondition", false, "Complete", jsonOpsToken, func(t *testing.T, key string) map[string]any {
@@ -590,9 +593,17 @@ func TestJSONErrorReasons(t *testing.T) {
 			t.Run(tc.reason+"/"+p.name+"/"+strconv.Itoa(i), func(t *testing.T) {
 				key := fmt.Sprintf("reason-%d-%s", i, p.name)
 				var a httpAnswer
-				if tc.admin {
+				switch {
+				case tc.admin:
 					a = connectCall(t, ts.JSONURL, "AdminService", tc.method, tc.msg(t, key), tc.token)
-				} else {
+				case strings.Contains(tc.method, "/"):
+					service, method, _ := strings.Cut(tc.method, "/")
+					if p.name == "connect" {
+						a = connectCall(t, ts.JSONURL, service, method, tc.msg(t, key), tc.token)
+					} else {
+						a = restCall(t, ts.JSONURL, method, tc.msg(t, key), tc.token, restPathSegment)
+					}
+				default:
 					a = p.call(t, ts.JSONURL, tc.method, tc.msg(t, key), tc.token)
 				}
 				checkJSONError(t, a, p.name == "rest", tc.code, tc.reason)

@@ -49,6 +49,7 @@ type Config struct {
 	BatchMaxBytes int
 	MaxSteps      int
 	MaxStepBytes  int
+	HeldRelist    time.Duration
 	// Metrics, when set, counts calls, Claims, takeovers, lost leases and
 	// waits.
 	Metrics *Metrics
@@ -74,7 +75,7 @@ func DefaultConfig() Config {
 func (c Config) services() services.Config {
 	return services.Config{DefaultLeaseTTL: c.DefaultLeaseTTL, DefaultRetention: c.DefaultRetention, MaxResultBytes: c.MaxResultBytes,
 		Tenants: c.Tenants, Policies: c.Policies, MaxWaiters: c.MaxWaiters, MaxWaitersPerTenant: c.MaxWaitersPerTenant,
-		BatchMaxItems: c.BatchMaxItems, BatchMaxBytes: c.BatchMaxBytes, MaxSteps: c.MaxSteps, MaxStepBytes: c.MaxStepBytes}.WithDefaults()
+		BatchMaxItems: c.BatchMaxItems, BatchMaxBytes: c.BatchMaxBytes, MaxSteps: c.MaxSteps, MaxStepBytes: c.MaxStepBytes, HeldRelist: c.HeldRelist}.WithDefaults()
 }
 
 // JSONBodyLimit is the largest body of a unary call that the HTTP/JSON API
@@ -134,6 +135,7 @@ type Server struct {
 	health   *storeHealth
 	store    store.Store
 	service  *services.Service
+	resolver *services.ResolverService
 	json     *http.Server // nil without Options.JSON
 	jsonGRPC *grpc.Server // the API's calls, in process
 	jsonOpts JSONOptions
@@ -142,7 +144,8 @@ type Server struct {
 
 // New builds the server of opts: its services on opts.Store, the
 // interceptor chain, the gRPC server with the IdempotencyService,
-// AdminService, the standard health service and server reflection, and the
+// AdminService, ResolverService, the standard health service and server
+// reflection, and the
 // HTTP/JSON API when opts.JSON asks for it.
 func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
@@ -157,12 +160,14 @@ func New(opts Options) (*Server, error) {
 	s := &Server{health: newStoreHealth(logger), store: opts.Store, logger: logger}
 	s.service = services.NewService(opts.Store, svcCfg, logger)
 	admin := services.NewAdminService(opts.Store, svcCfg, logger)
+	s.resolver = services.NewResolverService(opts.Store, svcCfg, logger)
 	cfg.Metrics.watch(s.service, cfg.Tenants)
 	unary := interceptors(cfg, s.health, logger)
 	newGRPC := func() *grpc.Server {
 		srv := grpc.NewServer(append(grpcOptions(cfg, svcCfg, unary), opts.GRPCOptions...)...)
 		idemv1.RegisterIdempotencyServiceServer(srv, s.service)
 		idemv1.RegisterAdminServiceServer(srv, admin)
+		idemv1.RegisterResolverServiceServer(srv, s.resolver)
 		healthpb.RegisterHealthServer(srv, s.health.server)
 		reflection.Register(srv)
 		if cfg.Metrics != nil {
@@ -273,14 +278,16 @@ func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
 }
 
 // Shutdown drains the server: health answers NOT_SERVING at once, waiting
-// Claims answer with what they know (IN_PROGRESS) rather than hold the
-// drain up, and the calls in flight run until they answer, the gRPC
+// Claims answer with what they know (IN_PROGRESS) and WatchHeld streams end
+// (UNAVAILABLE: their clients connect again) rather than hold the drain
+// up, and the calls in flight run until they answer, the gRPC
 // listener's and the HTTP/JSON API's side by side, each on a server of its
 // own. When ctx ends first, what is left is cut off and Shutdown returns
 // ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.server.Shutdown() // NOT_SERVING from now on
 	s.service.EndWaits()
+	s.resolver.EndStreams()
 	jsonDone := make(chan error, 1)
 	go func() { jsonDone <- s.shutdownJSON(ctx) }()
 	stopped := make(chan struct{})
@@ -320,6 +327,7 @@ func (s *Server) shutdownJSON(ctx context.Context) error {
 func (s *Server) Stop() {
 	s.health.server.Shutdown()
 	s.service.EndWaits()
+	s.resolver.EndStreams()
 	if s.json != nil {
 		_ = s.json.Close()
 		s.jsonGRPC.Stop()

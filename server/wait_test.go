@@ -245,7 +245,7 @@ func TestWaitRecordDeleted(t *testing.T) {
 		hold(t, s.client, key)
 		ch := startWait(ctx, s.client, key, "waiter", 30*time.Second)
 		s.awaitWaiting(t, 1)
-		if _, err := s.store.RecordDelete(ctx, store.RecordID{Tenant: "default", Namespace: ns, Key: key}); err != nil {
+		if _, err := s.store.RecordDelete(ctx, &store.DeleteParams{RecordID: store.RecordID{Tenant: "default", Namespace: ns, Key: key}}); err != nil {
 			t.Fatal(err)
 		}
 		wantOutcome(t, await(t, ch), idemv1.Outcome_OUTCOME_ACQUIRED, 10*time.Second)

@@ -67,13 +67,14 @@ type Store interface {
 	// by namespace then key, starting after params.After.
 	RecordList(ctx context.Context, params *ListParams) ([]*Record, error)
 	// RecordDelete deletes one record whatever its state and returns it as it
-	// was.
-	RecordDelete(ctx context.Context, id RecordID) (*Record, error)
+	// was. The key's timeline keeps the deletion (Timeline).
+	RecordDelete(ctx context.Context, params *DeleteParams) (*Record, error)
 	// RecordResolve moves an UNRESOLVED record on as params.Resolution says,
-	// keeping its token, and returns it with ResolvedByOperator set. A
-	// record that already is COMPLETED or FAILED as params asks (a retry
-	// whose first answer was lost) is returned as it is; one in any other
-	// state is ErrNotUnresolved.
+	// keeping its token, and returns it with ResolvedByOperator set; its
+	// timeline keeps who and why. A record that already is COMPLETED or
+	// FAILED as params asks (a retry whose first answer was lost) is
+	// returned as it is; one in any other state is ErrNotUnresolved; one
+	// whose token is not params.Token, when set, is ErrLeaseLost.
 	RecordResolve(ctx context.Context, params *ResolveParams) (*Record, error)
 	// RecordStats counts one tenant's records per namespace and state.
 	RecordStats(ctx context.Context, params *StatsParams) ([]StatsRow, error)
@@ -96,6 +97,9 @@ type Store interface {
 	// RecordStepMany is RecordStep for calls made at once, as
 	// RecordCompleteMany is RecordComplete's.
 	RecordStepMany(ctx context.Context, params []*StepParams) ([]*Step, []error)
+	// Timeline keeps the exceptions in a record's life and hands held
+	// records to resolvers (timeline.go).
+	Timeline
 }
 
 // Backend is a Store as a process owns it: the operations, plus its schema,
@@ -279,11 +283,16 @@ func (p *ResolveParams) Target() (ResolveTarget, error) {
 //     of;
 //   - UNRESOLVED: ChangeApplies (the statement saw an older version);
 //   - anything else: ErrNotUnresolved.
+//
+// With p.Token set, a record holding another token is ErrLeaseLost first,
+// whatever its state.
 func (p *ResolveParams) Decide(rec *Record) ChangeDecision {
 	target, err := p.Target()
 	switch {
 	case err != nil:
 		return ChangeDecision{Action: ChangeRefuse, Err: err}
+	case p.Token != 0 && rec.Token != p.Token:
+		return ChangeDecision{Action: ChangeRefuse, Err: ErrLeaseLost}
 	case rec.State == target.State && target.State == StateCompleted && bytes.Equal(rec.Result, target.Result),
 		rec.State == target.State && target.State == StateFailed && rec.Error == target.Error:
 		return ChangeDecision{Action: ChangeRepeat}
@@ -299,6 +308,12 @@ type ResolveParams struct {
 	Resolution Resolution
 	Result     []byte // ResolveCompleted
 	Error      string // ResolveFailed
+	// Token, when not 0, is the token the caller saw the record held with:
+	// a record holding another is ErrLeaseLost.
+	Token int64
+	// Actor and Reason are kept on the record's timeline.
+	Actor  Actor
+	Reason string
 }
 
 // ClaimResult is the answer of RecordClaim.

@@ -101,7 +101,21 @@ func checkTexts(fieldsAndValues ...string) error {
 	return nil
 }
 
-// CheckText checks the text of p: its RecordID and its error.
+// CheckText checks the text of p: its RecordID, its error, its actor and
+// its reason.
 func (p *ResolveParams) CheckText() error {
-	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "key", p.Key, "error", p.Error)
+	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "key", p.Key, "error", p.Error,
+		"actor.tenant", p.Actor.Tenant, "actor.operator", p.Actor.Operator, "resolver", p.Actor.Resolver, "reason", p.Reason)
+}
+
+// CheckText checks the text of p: its RecordID, its actor and its reason.
+func (p *DeleteParams) CheckText() error {
+	return checkTexts("tenant", p.Tenant, "namespace", p.Namespace, "key", p.Key,
+		"actor.tenant", p.Actor.Tenant, "actor.operator", p.Actor.Operator, "resolver", p.Actor.Resolver, "reason", p.Reason)
+}
+
+// CheckText checks the text of p: its tenant and the namespace and key it
+// starts after.
+func (p *ListHeldParams) CheckText() error {
+	return checkTexts("tenant", p.Tenant, "namespace", p.After.Namespace, "key", p.After.Key)
 }

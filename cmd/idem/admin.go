@@ -111,6 +111,7 @@ func (c *listCmd) Run(a *app) error {
 type deleteCmd struct {
 	recordFlags
 	Tenant string `placeholder:"TENANT" help:"Delete the record of this tenant instead of your own (an operator tenant only)."`
+	Reason string `placeholder:"TEXT" help:"Why, kept on the key's timeline with the deletion (at most 1024 bytes)."`
 }
 
 func (deleteCmd) Help() string {
@@ -138,7 +139,8 @@ func (c *deleteCmd) Run(a *app) error {
 	if c.Tenant != "" {
 		name += " of tenant " + c.Tenant
 	}
-	resp, err := call(a, "delete "+name, conn.AdminService().DeleteRecord, &idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant})
+	resp, err := call(a, "delete "+name, conn.AdminService().DeleteRecord,
+		&idemv1.DeleteRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant, Reason: c.Reason})
 	if err != nil {
 		return err
 	}
@@ -161,6 +163,8 @@ type resolveCmd struct {
 	ResultFile string `xor:"result" placeholder:"FILE|-" help:"With --completed: read the result's bytes from this file (- for stdin)."`
 	Error      string `placeholder:"TEXT" help:"With --failed: the error to store and replay to later claims."`
 	Tenant     string `placeholder:"TENANT" help:"Resolve the record of this tenant instead of your own (an operator tenant only)."`
+	Reason     string `placeholder:"TEXT" help:"Why: what you checked downstream, kept on the record's timeline and in idemd's audit log (at most 1024 bytes)."`
+	LeaseToken int64  `name:"lease-token" placeholder:"N" help:"Resolve only if the record is still held with this token (the one idem list or lookup showed): one taken over and held again since is refused with exit 14."`
 }
 
 func (resolveCmd) Help() string {
@@ -170,6 +174,8 @@ Exit codes:
 
     0   resolved; the record is shown with -o json
     13  no such record
+    14  --lease-token is not the record's token: it was taken over and held
+        again since
     21  the record is not UNRESOLVED (its holder or another operator resolved it
         first; the same --completed or --failed sent again answers 0)
 
@@ -178,13 +184,14 @@ Exit codes:
 Examples:
 
     idem list --state unresolved
-    idem resolve -n process_payment -k order-1042 --completed --result-file receipt.json
+    idem resolve -n process_payment -k order-1042 --completed --result-file receipt.json --reason "charge ch_123 found"
     idem resolve -n process_payment -k order-1042 --failed --error "card declined; refunded by hand"
-    idem resolve -n process_payment -k order-1042 --release`
+    idem resolve -n process_payment -k order-1042 --release --lease-token 7 --reason "no charge with this key"
+    idem lookup -n process_payment -k order-1042 --history   # who resolved it, and why`
 }
 
 func (c *resolveCmd) Run(a *app) error {
-	req := &idemv1.ResolveRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant}
+	req := &idemv1.ResolveRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant, Reason: c.Reason, Token: c.LeaseToken}
 	switch {
 	case c.Completed:
 		if c.Error != "" {

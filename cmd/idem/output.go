@@ -202,6 +202,87 @@ func printRecords(w io.Writer, records []*idemv1.Record, withTenant bool) error 
 	return tw.Flush()
 }
 
+// printHistory writes a record's timeline as a table, oldest first, one
+// entry a row: when, what, the token, and what else the entry holds.
+func printHistory(w io.Writer, entries []*idemv1.TimelineEntry) error {
+	if len(entries) == 0 {
+		_, err := fmt.Fprintln(w, "history: none (no takeover, Fail, hold, resolution, deletion or refused fingerprint)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tWHAT\tTOKEN\tDETAIL")
+	for _, e := range entries {
+		what, detail := describeEntry(e)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", formatTime(e.GetAt()), what, e.GetToken(), detail)
+	}
+	return tw.Flush()
+}
+
+// describeEntry is what a timeline entry says, in words: what happened,
+// and its details.
+func describeEntry(e *idemv1.TimelineEntry) (what, detail string) {
+	var parts []string
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	claimant := func(c string) string {
+		if c == "" {
+			return "no claimant"
+		}
+		return "claimant " + strconv.Quote(c)
+	}
+	switch e.GetKind() {
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_TAKEN_OVER:
+		what = "taken over"
+		from := stateName(e.GetPreviousState())
+		if e.GetPreviousState() == idemv1.State_STATE_PROCESSING {
+			from = "a lease that ran out"
+		}
+		add("from %s (token %d, %s) by %s", from, e.GetPreviousToken(), claimant(e.GetPreviousClaimant()), claimant(e.GetClaimant()))
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_FAILED:
+		what = "failed"
+		add("by the holder (%s): %q", claimant(e.GetClaimant()), e.GetError())
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_RELEASED:
+		what = "released"
+		add("by the holder (%s), retryable: %q", claimant(e.GetClaimant()), e.GetError())
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_HELD:
+		what = "held"
+		if e.GetClaimant() == "" {
+			add("the lease ran out under a hold policy: UNRESOLVED")
+		} else {
+			add("the lease of %s ran out under a hold policy: UNRESOLVED", claimant(e.GetClaimant()))
+		}
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_RESOLVED:
+		what = "resolved " + stateName(e.GetState())
+		add("by %s", describeActor(e.GetActor()))
+		if e.GetError() != "" {
+			add("error %q", e.GetError())
+		}
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_DELETED:
+		what = "deleted"
+		add("in state %s by %s", stateName(e.GetPreviousState()), describeActor(e.GetActor()))
+	case idemv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH:
+		what = "fingerprint refused"
+		add("a Claim by %s with fingerprint %x", claimant(e.GetClaimant()), e.GetFingerprint())
+	default:
+		what = strings.ToLower(strings.TrimPrefix(e.GetKind().String(), "TIMELINE_ENTRY_KIND_"))
+	}
+	if e.GetReason() != "" {
+		add("reason %q", e.GetReason())
+	}
+	return what, strings.Join(parts, "; ")
+}
+
+// describeActor names who made a call: a resolver, a person by the name
+// their token carries, or a tenant.
+func describeActor(a *idemv1.Actor) string {
+	switch {
+	case a.GetResolver() != "":
+		return fmt.Sprintf("resolver %q of tenant %s", a.GetResolver(), a.GetTenant())
+	case a.GetOperator() != "":
+		return fmt.Sprintf("%s of tenant %s", a.GetOperator(), a.GetTenant())
+	}
+	return "tenant " + a.GetTenant()
+}
+
 // stateName is the state without its prefix: COMPLETED.
 func stateName(s idemv1.State) string { return strings.TrimPrefix(s.String(), "STATE_") }
 

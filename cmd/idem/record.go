@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemhq/idem/client"
@@ -401,10 +402,12 @@ func (c *heartbeatCmd) Run(a *app) error {
 type lookupCmd struct {
 	recordFlags
 	ResultOut string `placeholder:"FILE|-" help:"Write the record's stored result here (- for stdout, instead of the table)."`
+	History   bool   `help:"Also show the record's timeline: every takeover, Fail, hold, resolution (who and why), deletion and refused fingerprint in the key's life."`
+	Tenant    string `placeholder:"TENANT" help:"Look up the record of this tenant (an operator tenant only; through the AdminService)."`
 }
 
 func (lookupCmd) Help() string {
-	return `Lookup shows a record without changing it: its state, token, lease, result or error, and timestamps (UTC, from the database's clock), then the job's steps, if it has any: each step's state (STARTED or FINISHED), the token that wrote it, when it started and finished, and its result.
+	return `Lookup shows a record without changing it: its state, token, lease, result or error, and timestamps (UTC, from the database's clock), then the job's steps, if it has any: each step's state (STARTED or FINISHED), the token that wrote it, when it started and finished, and its result. With --history, also its timeline: the exceptions in the key's life, oldest first, and who resolved or deleted it, and why. With --tenant, an operator reads another tenant's record through the AdminService; a deleted record's timeline is then shown even though the record is gone.
 
 Exit codes:
 
@@ -416,6 +419,8 @@ Exit codes:
 Example:
 
     idem lookup -n process_payment -k order-1042
+    idem lookup -n process_payment -k order-1042 --history
+    idem lookup --tenant payments -n process_payment -k order-1042 --history   # an operator
     idem lookup -n process_payment -k order-1042 --result-out - | jq .
     idem lookup -n process_payment -k order-1042 -o json | jq -r .record.state`
 }
@@ -428,9 +433,25 @@ func (c *lookupCmd) Run(a *app) error {
 	if err != nil {
 		return err
 	}
-	resp, err := call(a, "lookup "+c.name(), conn.IdempotencyService().Lookup, &idemv1.LookupRequest{Namespace: c.Namespace, Key: c.Key})
-	if err != nil {
-		return err
+	var (
+		resp    proto.Message
+		rec     *idemv1.Record
+		history []*idemv1.TimelineEntry
+	)
+	if c.Tenant != "" {
+		r, err := call(a, "lookup "+c.name()+" of tenant "+c.Tenant, conn.AdminService().GetRecord,
+			&idemv1.GetRecordRequest{Namespace: c.Namespace, Key: c.Key, Tenant: c.Tenant, IncludeHistory: c.History})
+		if err != nil {
+			return err
+		}
+		resp, rec, history = r, r.GetRecord(), r.GetHistory()
+	} else {
+		r, err := call(a, "lookup "+c.name(), conn.IdempotencyService().Lookup,
+			&idemv1.LookupRequest{Namespace: c.Namespace, Key: c.Key, IncludeHistory: c.History})
+		if err != nil {
+			return err
+		}
+		resp, rec, history = r, r.GetRecord(), r.GetHistory()
 	}
 	switch {
 	case a.json():
@@ -438,12 +459,25 @@ func (c *lookupCmd) Run(a *app) error {
 			return err
 		}
 	case c.ResultOut != "-":
-		if err := printRecord(a.stdout, resp.GetRecord()); err != nil {
+		if rec == nil {
+			fmt.Fprintf(a.stdout, "%s has no record now: it was deleted. Its timeline:\n", c.name())
+		} else if err := printRecord(a.stdout, rec); err != nil {
 			return err
 		}
+		if c.History {
+			if rec != nil {
+				fmt.Fprintln(a.stdout)
+			}
+			if err := printHistory(a.stdout, history); err != nil {
+				return err
+			}
+		}
+	}
+	if rec == nil {
+		return &cliError{code: exitNotFound, msg: "lookup " + c.name() + ": no such record now; it was deleted"}
 	}
 	if c.ResultOut != "" {
-		return a.writeOutput("--result-out", c.ResultOut, resp.GetRecord().GetResult())
+		return a.writeOutput("--result-out", c.ResultOut, rec.GetResult())
 	}
 	return nil
 }

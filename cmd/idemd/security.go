@@ -68,7 +68,7 @@ func (f *securityFlags) load(listen string, maxResultBytes int) (*security, erro
 			return nil, fmt.Errorf("config %s: client_cert_subjects need --client-ca, the CA that signs the client certificates", f.Config)
 		}
 		for _, t := range file.Tenants {
-			tokens = tokens || len(t.Tokens) > 0
+			tokens = tokens || len(t.Tokens) > 0 || len(t.NamedTokens) > 0
 		}
 		sec.configTenants = len(file.Tenants)
 		if len(file.Tenants) == 0 {

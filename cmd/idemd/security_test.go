@@ -174,6 +174,33 @@ func TestTokenNew(t *testing.T) {
 	}
 }
 
+// TestTokenNewNamed: `idemd token new --name` prints a token and the
+// named_tokens entry to paste, which a config file accepts with its name;
+// a name a config would refuse is refused at once.
+func TestTokenNewNamed(t *testing.T) {
+	t.Parallel()
+	out, code := run(t, nil, "token", "new", "--tenant", "ops", "--name", "alice@example.com")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	tok := tokenLine.FindStringSubmatch(out)
+	entry := regexp.MustCompile(`(?m)^named_tokens: \[.*\]$`).FindString(out)
+	if tok == nil || entry == "" {
+		t.Fatalf("output lacks a token line or a named_tokens line:\n%s", out)
+	}
+	f, err := config.Parse([]byte("tenants:\n  - name: ops\n    " + entry + "\n"))
+	if err != nil {
+		t.Fatalf("the printed line does not paste into a config: %v", err)
+	}
+	if nt := f.Tenants[0].NamedTokens; len(nt) != 1 || nt[0].Name != "alice@example.com" || nt[0].Token != config.HashToken(tok[1]) {
+		t.Fatalf("the pasted entry is %+v; want alice's name and the token's hash", nt)
+	}
+	out, code = run(t, nil, "token", "new", "--tenant", "ops", "--name", "al\tice")
+	if code == 0 || !strings.Contains(out, "--name") {
+		t.Errorf("a name with a control character: exit %d, %q; want a refusal naming --name", code, out)
+	}
+}
+
 // startIdemd runs `idemd serve` with args against a fresh schema until the
 // test ends, and returns its addresses once it serves. It listens on
 // 127.0.0.1:0 for gRPC; args may turn the JSON API on (--json-listen

@@ -15,12 +15,14 @@ type tokenCmd struct {
 
 type tokenNewCmd struct {
 	Tenant string `required:"" help:"The tenant the token is for."`
-	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text (the token and the config line, with comments for people) or json (one object: tenant, token, hash, for scripts)."`
+	Name   string `help:"Who holds the token (alice@example.com): the config line is then a named_tokens entry, and the records' timelines and idemd's audit log name its holder."`
+	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text (the token and the config line, with comments for people) or json (one object: tenant, name, token, hash, for scripts)."`
 }
 
 // newToken is what -o json prints.
 type newToken struct {
 	Tenant string `json:"tenant"`
+	Name   string `json:"name,omitempty"`
 	Token  string `json:"token"`
 	Hash   string `json:"hash"`
 }
@@ -31,12 +33,30 @@ func (c *tokenNewCmd) print(w io.Writer) error {
 	if err := config.CheckTenantName(c.Tenant); err != nil {
 		return fmt.Errorf("--tenant: %w", err)
 	}
+	if c.Name != "" {
+		if err := config.CheckOperatorName(c.Name); err != nil {
+			return fmt.Errorf("--name: %w", err)
+		}
+	}
 	token, err := config.NewToken()
 	if err != nil {
 		return err
 	}
 	if c.Output == "json" {
-		return json.NewEncoder(w).Encode(newToken{Tenant: c.Tenant, Token: token, Hash: config.HashToken(token)})
+		return json.NewEncoder(w).Encode(newToken{Tenant: c.Tenant, Name: c.Name, Token: token, Hash: config.HashToken(token)})
+	}
+	if c.Name != "" {
+		entry, err := json.Marshal(map[string]string{"name": c.Name, "token": config.HashToken(token)})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, `# A new token for %[2]s, of tenant %[1]q. Give it to them alone: idemd keeps
+# only its hash, so it cannot be shown again.
+%[3]s
+# Add this entry to the named_tokens of tenant %[1]q in the config file:
+named_tokens: [%[4]s]
+`, c.Tenant, c.Name, token, entry)
+		return err
 	}
 	_, err = fmt.Fprintf(w, `# A new token for tenant %[1]q. Give it to the tenant's workers: idemd keeps
 # only its hash, so it cannot be shown again.

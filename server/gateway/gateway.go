@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/limits"
 	"github.com/idemhq/idem/server/services"
 )
 
@@ -65,6 +67,7 @@ func New(server http.Handler, intercept grpc.UnaryServerInterceptor, cfg service
 	for _, sd := range []protoreflect.ServiceDescriptor{
 		idemv1.File_idem_v1_idem_proto.Services().ByName("IdempotencyService"),
 		idemv1.File_idem_v1_admin_proto.Services().ByName("AdminService"),
+		idemv1.File_idem_v1_resolver_proto.Services().ByName("ResolverService"),
 	} {
 		vgServices = append(vgServices, vanguard.NewServiceWithSchema(sd, http.HandlerFunc(h.serveCall),
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC), vanguard.WithTargetCodecs(vanguard.CodecProto),
@@ -255,16 +258,24 @@ func (c *call) check() error {
 	if err := c.body.load(limit, c.gzipped, m.limitFlag); err != nil || c.protocol == protocolGRPCWeb {
 		return err
 	}
-	// No call takes query parameters: idem's routes have every field in
-	// the path or the body.
+	// Query parameters name the fields of a GET route that its path does
+	// not (Lookup's include_history, ListHeld's namespaces); every other
+	// route has its fields in the path or the body.
 	switch names, where := queryNames(c.rawQuery), "path"; {
 	case len(names) > 0 && c.protocol == protocolConnect:
 		return unknownField(names[0], "query parameter", "; a Connect call sends every field in its body")
+	case len(names) > 0 && m.body:
+		return unknownField(names[0], "query parameter", "; %s %s takes none: send the fields in the JSON body", m.httpMethod, m.template)
 	case len(names) > 0:
-		if m.body {
-			where = "JSON body"
+		values, _ := url.ParseQuery(c.rawQuery)
+		for _, name := range names {
+			if !m.inQuery(name) {
+				return unknownField(name, "query parameter", "; %s %s takes its fields in the %s%s", m.httpMethod, m.template, where, m.queryHelp())
+			}
+			if err := m.checkQueryValues(name, values[name]); err != nil {
+				return err
+			}
 		}
-		return unknownField(names[0], "query parameter", "; %s %s takes none: send the fields in the %s", m.httpMethod, m.template, where)
 	}
 	if c.protocol == protocolConnect {
 		return nil
@@ -281,6 +292,63 @@ func (c *call) check() error {
 		return explain(c.body.data, m.input, m.inPath) // vanguard would let the path win
 	}
 	return nil
+}
+
+// inQuery reports whether name, a query parameter, names a field of m's
+// request that its path does not: by its JSON name or its proto name.
+func (m *method) inQuery(name string) bool {
+	fd := m.input.Fields().ByJSONName(name)
+	if fd == nil {
+		fd = m.input.Fields().ByName(protoreflect.Name(name))
+	}
+	return fd != nil && !m.inPath[fd.Name()]
+}
+
+// checkQueryValues checks the values of the query parameter name, a field
+// of m's request, against the field's type, which vanguard would refuse
+// without saying which parameter it could not read.
+func (m *method) checkQueryValues(name string, values []string) error {
+	fd := m.input.Fields().ByJSONName(name)
+	if fd == nil {
+		fd = m.input.Fields().ByName(protoreflect.Name(name))
+	}
+	if len(values) > 1 && !fd.IsList() {
+		return malformed(name, "query parameter %s is given %d times; it takes one value", name, len(values))
+	}
+	for _, v := range values {
+		var err error
+		switch fd.Kind() {
+		case protoreflect.BoolKind:
+			_, err = strconv.ParseBool(v)
+		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+			_, err = strconv.ParseInt(v, 10, 32)
+		case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+			_, err = strconv.ParseInt(v, 10, 64)
+		case protoreflect.StringKind:
+			if !utf8.ValidString(v) {
+				return invalidUTF8(fd, name, v)
+			}
+		}
+		if err != nil {
+			return malformed(name, "query parameter %s is %q, which is not a %s", name, limits.Ellipsis(v, 40), fd.Kind())
+		}
+	}
+	return nil
+}
+
+// queryHelp lists the query parameters m takes, for the message of one it
+// does not: "" when it takes none.
+func (m *method) queryHelp() string {
+	var names []string
+	for i := range m.input.Fields().Len() {
+		if fd := m.input.Fields().Get(i); !m.inPath[fd.Name()] {
+			names = append(names, fd.JSONName())
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return " and these query parameters: " + strings.Join(names, ", ")
 }
 
 // checkPath checks the text of the path's variables, which vanguard passes

@@ -56,7 +56,7 @@ func StreamAuth(ts *services.Tenants) grpc.StreamServerInterceptor {
 // context. The request body is never consulted.
 func authenticate(ts *services.Tenants) auth.AuthFunc {
 	return func(ctx context.Context) (context.Context, error) {
-		var byToken, byCert *services.Tenant
+		var byToken, byCert *services.Credential
 		switch vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) {
 		case 0:
 		case 1:
@@ -73,17 +73,17 @@ func authenticate(ts *services.Tenants) auth.AuthFunc {
 		if cert := verifiedClientCert(ctx); cert != nil {
 			byCert = ts.ByCertificate(cert)
 		}
-		t := byToken
+		c := byToken
 		switch {
-		case byToken != nil && byCert != nil && byToken != byCert:
+		case byToken != nil && byCert != nil && byToken.Tenant() != byCert.Tenant():
 			return nil, services.Unauthenticated("the bearer token and the client certificate name different tenants; send the credentials of one")
 		case byToken == nil && byCert == nil:
 			return nil, services.Unauthenticated(`no credentials: send "authorization: Bearer <token>" metadata, or a client certificate that idemd's config names`)
 		case byToken == nil:
-			t = byCert
+			c = byCert
 		}
-		logTenant(ctx, t.Name()) // on the call's line, which Logging writes
-		return services.ContextWithCaller(ctx, t), nil
+		logCaller(ctx, c) // on the call's line, which Logging writes
+		return services.ContextWithCaller(ctx, c), nil
 	}
 }
 

@@ -29,6 +29,8 @@ import (
 var (
 	healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 	workerPrefix = "/" + idemv1.IdempotencyService_ServiceDesc.ServiceName + "/"
+	// A resolver that cannot stream polls ListHeld every few seconds.
+	heldPoll = "/" + idemv1.ResolverService_ServiceDesc.ServiceName + "/ListHeld"
 )
 
 // Logging logs one line per finished call, at codeToLevel's level, and one
@@ -46,7 +48,8 @@ func Logging(logger *slog.Logger, traced bool) grpc.UnaryServerInterceptor {
 		}
 		code := status.Code(err)
 		level := codeToLevel(code)
-		if strings.HasPrefix(info.FullMethod, healthPrefix) || (code == codes.OK && strings.HasPrefix(info.FullMethod, workerPrefix)) {
+		if strings.HasPrefix(info.FullMethod, healthPrefix) ||
+			(code == codes.OK && (strings.HasPrefix(info.FullMethod, workerPrefix) || info.FullMethod == heldPoll)) {
 			level = slog.LevelDebug
 		}
 		if !logger.Enabled(ctx, level) {
@@ -68,6 +71,9 @@ func Logging(logger *slog.Logger, traced bool) grpc.UnaryServerInterceptor {
 		if line.tenant != "" {
 			attrs = append(attrs, slog.String("tenant", line.tenant))
 		}
+		if line.operator != "" {
+			attrs = append(attrs, slog.String("who", line.operator))
+		}
 		if err != nil {
 			attrs = append(attrs, slog.String("grpc.error", err.Error()))
 		}
@@ -84,15 +90,16 @@ func Logging(logger *slog.Logger, traced bool) grpc.UnaryServerInterceptor {
 
 // callLine is what the interceptors inside Logging add to the call's line.
 type callLine struct {
-	tenant string
+	tenant, operator string
 }
 
 type callLineKey struct{}
 
-// logTenant puts the tenant on the call's log line.
-func logTenant(ctx context.Context, tenant string) {
+// logCaller puts the caller's tenant, and the name its token carries, on
+// the call's log line.
+func logCaller(ctx context.Context, c *services.Credential) {
 	if line, ok := ctx.Value(callLineKey{}).(*callLine); ok {
-		line.tenant = tenant
+		line.tenant, line.operator = c.Tenant().Name(), c.Operator()
 	}
 }
 

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -47,6 +48,8 @@ type AdminService struct {
 	// maxResultBytes bounds the result of ResolveRecord's completed, as it
 	// bounds Complete's.
 	maxResultBytes int
+	// crossTenant writes the lines of operators' calls across tenants.
+	crossTenant crossTenantLog
 }
 
 var _ idemv1.AdminServiceServer = (*AdminService)(nil)
@@ -308,20 +311,60 @@ func (a *AdminService) DeleteRecord(ctx context.Context, req *idemv1.DeleteRecor
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
+	if err := validateReason(req.GetReason()); err != nil {
+		return nil, err
+	}
 	if err := a.checkNamespace(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
-	id := store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()}
-	rec, err := a.store.RecordDelete(ctx, id)
+	p := &store.DeleteParams{RecordID: store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()},
+		Actor: actorOf(ctx, ""), Reason: req.GetReason()}
+	rec, err := a.store.RecordDelete(ctx, p)
 	if err != nil {
 		return nil, rewriteError(ctx, a.logger, err)
 	}
 	// Keys and tokens are never logged (docs/security.md): the line says
-	// who deleted a record of which namespace in which state, and the
-	// attempt, which tells a retried job from a fresh one.
-	a.logger.InfoContext(ctx, "record deleted by an operator", "tenant", id.Tenant, "namespace", id.Namespace,
-		"state", rec.State, "attempt", rec.Attempt)
+	// who deleted a record of which namespace in which state, the attempt,
+	// which tells a retried job from a fresh one, and why; the key's
+	// timeline keeps which record it was.
+	a.logger.InfoContext(ctx, "record deleted by an operator", "tenant", rec.Tenant, "namespace", rec.Namespace,
+		"state", rec.State, "attempt", rec.Attempt, "who", who(p.Actor), "by_tenant", p.Actor.Tenant, "reason", p.Reason)
 	return &idemv1.DeleteRecordResponse{Record: adminRecordToProto(rec)}, nil
+}
+
+// GetRecord implements idem.v1.AdminService.
+func (a *AdminService) GetRecord(ctx context.Context, req *idemv1.GetRecordRequest) (*idemv1.GetRecordResponse, error) {
+	if err := a.authorize(ctx); err != nil {
+		return nil, err
+	}
+	tenant, err := a.targetTenant(ctx, "GetRecord", req.GetTenant())
+	if err != nil {
+		return nil, err
+	}
+	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := a.checkNamespace(ctx, req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	id := store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()}
+	resp := &idemv1.GetRecordResponse{}
+	rec, err := a.store.RecordGet(ctx, id)
+	switch {
+	case err == nil:
+		resp.Record = adminRecordToProto(rec)
+	case !errors.Is(err, store.ErrNotFound) || !req.GetIncludeHistory():
+		return nil, rewriteError(ctx, a.logger, err)
+	}
+	if req.GetIncludeHistory() {
+		if resp.History, err = history(ctx, a.store, id); err != nil {
+			return nil, rewriteError(ctx, a.logger, err)
+		}
+		if resp.Record == nil && len(resp.History) == 0 {
+			return nil, rewriteError(ctx, a.logger, store.ErrNotFound)
+		}
+	}
+	return resp, nil
 }
 
 // ResolveRecord implements idem.v1.AdminService.
@@ -336,25 +379,17 @@ func (a *AdminService) ResolveRecord(ctx context.Context, req *idemv1.ResolveRec
 	if err := validateID(req.GetNamespace(), req.GetKey()); err != nil {
 		return nil, err
 	}
-	id := store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()}
-	p := &store.ResolveParams{RecordID: id}
-	switch r := req.GetResolution().(type) {
-	case *idemv1.ResolveRecordRequest_Completed:
-		// The record's own tenant's limit: its Claims replay the result.
-		if err := checkResultLimit(a.tenants.lookup(tenant), len(r.Completed.GetResult()), a.maxResultBytes); err != nil {
-			return nil, err
-		}
-		p.Resolution, p.Result = store.ResolveCompleted, r.Completed.GetResult()
-	case *idemv1.ResolveRecordRequest_Failed:
-		if err := validateErrorText(r.Failed.GetError()); err != nil {
-			return nil, err
-		}
-		p.Resolution, p.Error = store.ResolveFailed, r.Failed.GetError()
-	case *idemv1.ResolveRecordRequest_Released:
-		p.Resolution = store.ResolveReleased
-	default:
-		return nil, invalid("resolution", idemv1.ErrorReason_ERROR_REASON_INVALID_RESOLUTION,
-			"no resolution; set one of completed (with a result), failed (with an error) or released")
+	if req.GetToken() < 0 {
+		return nil, invalid("token", idemv1.ErrorReason_ERROR_REASON_INVALID_TOKEN, "token is %d; pass the token the record is held with, or 0 for any", req.GetToken())
+	}
+	if err := validateReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	p := &store.ResolveParams{RecordID: store.RecordID{Tenant: tenant, Namespace: req.GetNamespace(), Key: req.GetKey()},
+		Token: req.GetToken(), Actor: actorOf(ctx, ""), Reason: req.GetReason()}
+	// The record's own tenant's limit: its Claims replay the result.
+	if err := resolution(p, req.GetCompleted(), req.GetFailed(), req.GetReleased(), a.tenants.lookup(tenant), a.maxResultBytes); err != nil {
+		return nil, err
 	}
 	if err := a.checkNamespace(ctx, req.GetNamespace()); err != nil {
 		return nil, err
@@ -363,10 +398,33 @@ func (a *AdminService) ResolveRecord(ctx context.Context, req *idemv1.ResolveRec
 	if err != nil {
 		return nil, rewriteError(ctx, a.logger, err)
 	}
-	// As for DeleteRecord: no keys, no tokens, no results in the log.
-	a.logger.InfoContext(ctx, "record resolved by an operator", "tenant", id.Tenant, "namespace", id.Namespace,
-		"state", rec.State, "attempt", rec.Attempt)
+	auditResolution(ctx, a.logger, rec, p)
 	return &idemv1.ResolveRecordResponse{Record: adminRecordToProto(rec)}, nil
+}
+
+// resolution sets p's resolution from a request's: the one of completed,
+// failed and released that is set, checked (the result against tenant t's
+// limit, or the server's, limit).
+func resolution(p *store.ResolveParams, completed *idemv1.ResolveCompleted, failed *idemv1.ResolveFailed, released *idemv1.ResolveReleased,
+	t *Tenant, limit int) error {
+	switch {
+	case completed != nil:
+		if err := checkResultLimit(t, len(completed.GetResult()), limit); err != nil {
+			return err
+		}
+		p.Resolution, p.Result = store.ResolveCompleted, completed.GetResult()
+	case failed != nil:
+		if err := validateErrorText(failed.GetError()); err != nil {
+			return err
+		}
+		p.Resolution, p.Error = store.ResolveFailed, failed.GetError()
+	case released != nil:
+		p.Resolution = store.ResolveReleased
+	default:
+		return invalid("resolution", idemv1.ErrorReason_ERROR_REASON_INVALID_RESOLUTION,
+			"no resolution; set one of completed (with a result), failed (with an error) or released")
+	}
+	return nil
 }
 
 // Stats implements idem.v1.AdminService.

@@ -254,12 +254,19 @@ func (s *Service) lookupID(ctx context.Context, req *idemv1.LookupRequest) (stor
 	return s.id(ctx, req.GetNamespace(), req.GetKey()), nil
 }
 
-// lookupAnswer is a Lookup's answer from the store's, rec or err.
-func (s *Service) lookupAnswer(ctx context.Context, _ *idemv1.LookupRequest, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
+// lookupAnswer is a Lookup's answer from the store's, rec or err, with
+// the record's timeline when req asks for it.
+func (s *Service) lookupAnswer(ctx context.Context, req *idemv1.LookupRequest, rec *store.Record, err error) (*idemv1.LookupResponse, error) {
 	if err != nil {
 		return nil, rewriteError(ctx, s.logger, err)
 	}
-	return &idemv1.LookupResponse{Record: recordToProto(rec)}, nil
+	resp := &idemv1.LookupResponse{Record: recordToProto(rec)}
+	if req.GetIncludeHistory() {
+		if resp.History, err = history(ctx, s.store, rec.RecordID); err != nil {
+			return nil, rewriteError(ctx, s.logger, err)
+		}
+	}
+	return resp, nil
 }
 
 var stateToProto = map[store.State]idemv1.State{

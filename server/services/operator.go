@@ -19,9 +19,12 @@ import (
 // tenant the config does not have, or both fields at once, is
 // INVALID_ARGUMENT / INVALID_TENANT.
 //
-// A call that reaches beyond the caller's tenant is logged at info with the
-// operator, the tenant (or all_tenants) and method, the RPC's name; never a
-// key or a token. Call it after authorize has admitted the caller.
+// A call that reaches beyond the caller's tenant is logged with the
+// operator, the name its token carries, the tenant (or all_tenants) and
+// method, the RPC's name; never a key or a token: at info the first time
+// its credential reaches that tenant in this process, at debug after
+// (crossTenantLog), so that a console refreshing a page does not repeat the
+// line. Call it after authorize has admitted the caller.
 func (a *AdminService) targetTenants(ctx context.Context, method, tenant string, all bool) ([]string, error) {
 	caller := TenantFromContext(ctx)
 	if tenant == "" && !all {
@@ -64,13 +67,13 @@ func (a *AdminService) targetTenants(ctx context.Context, method, tenant string,
 			map[string]string{"tenant": caller, "field": field})
 	}
 	if all {
-		a.logger.InfoContext(ctx, "operator call across tenants", "operator", caller, "all_tenants", true, "method", method)
+		a.crossTenant.log(ctx, a.logger, method, "", true)
 		return a.tenants.names(), nil
 	}
 	if a.tenants.lookup(tenant) == nil {
 		return nil, invalid("tenant", idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT, "tenant %q is not in idemd's config", tenant)
 	}
-	a.logger.InfoContext(ctx, "operator call across tenants", "operator", caller, "tenant", tenant, "method", method)
+	a.crossTenant.log(ctx, a.logger, method, tenant, false)
 	return []string{tenant}, nil
 }
 

@@ -1,5 +1,5 @@
-// Package services implements idem's two gRPC services, IdempotencyService
-// and AdminService: the rules of each call between the API's messages and
+// Package services implements idem's gRPC services, IdempotencyService,
+// AdminService and ResolverService: the rules of each call between the API's messages and
 // the store — validation, the tenants' namespaces, policies and limits,
 // waiting Claims, batches — and the one mapping of errors to gRPC statuses
 // (rewriteError). It never builds SQL, and it knows nothing of transports:
@@ -27,6 +27,9 @@ const (
 	// DefaultBatchMaxBytes is how large one batch call's request may be,
 	// encoded as protobuf.
 	DefaultBatchMaxBytes = 4 << 20
+	// DefaultHeldRelist is how often a WatchHeld stream lists its held
+	// records again when nothing woke it.
+	DefaultHeldRelist = 10 * time.Second
 )
 
 // Config holds the services' defaults and limits.
@@ -70,6 +73,11 @@ type Config struct {
 	// MaxStepBytes bounds the bytes of one job's steps' names and results
 	// together. It defaults to limits.DefaultMaxStepBytes.
 	MaxStepBytes int
+	// HeldRelist is how often a WatchHeld stream lists its held records
+	// again when the store woke it for none: so that it sees the records
+	// that stopped being held by their holder's late call, which the store
+	// does not announce. It defaults to DefaultHeldRelist.
+	HeldRelist time.Duration
 }
 
 // DefaultConfig returns the defaults of DESIGN §2.
@@ -84,6 +92,7 @@ func DefaultConfig() Config {
 		BatchMaxBytes:       DefaultBatchMaxBytes,
 		MaxSteps:            limits.DefaultMaxSteps,
 		MaxStepBytes:        limits.DefaultMaxStepBytes,
+		HeldRelist:          DefaultHeldRelist,
 	}
 }
 
@@ -99,5 +108,6 @@ func (c Config) WithDefaults() Config {
 	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, d.BatchMaxBytes)
 	c.MaxSteps = cmp.Or(c.MaxSteps, d.MaxSteps)
 	c.MaxStepBytes = cmp.Or(c.MaxStepBytes, d.MaxStepBytes)
+	c.HeldRelist = cmp.Or(c.HeldRelist, d.HeldRelist)
 	return c
 }

@@ -18,7 +18,7 @@ func TestCallerTenantIsResolvedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	payments := ts.byName["payments"]
-	authed := ContextWithCaller(context.Background(), payments)
+	authed := ContextWithCaller(context.Background(), payments.cert)
 	named := ContextWithTenant(context.Background(), "payments")
 	delete(ts.byName, "payments") // a lookup by name now finds nothing
 	if got := ts.callerTenant(authed); got != payments {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemhq/idem/config"
 	idemv1 "github.com/idemhq/idem/gen/idem/v1"
+	"github.com/idemhq/idem/store"
 )
 
 // Tenants, callers and policies: who may do what. middleware authenticates
@@ -32,7 +33,7 @@ import (
 // lookup and no allocation.
 type Tenants struct {
 	byName    map[string]*Tenant
-	byToken   map[[sha256.Size]byte]*Tenant
+	byToken   map[[sha256.Size]byte]*Credential
 	bySubject map[string]*Tenant // RFC 2253 subject from the config file
 
 	// subjects caches which tenant a certificate's raw DER subject names, so
@@ -63,7 +64,26 @@ type Tenant struct {
 	// operator lets its AdminService calls name other tenants
 	// (AdminService.targetTenants).
 	operator bool
+	// cert is the credential of its client certificates.
+	cert *Credential
 }
+
+// Credential is what a caller authenticated with: one of a tenant's bearer
+// tokens, with the name idemd's config gives it (named_tokens), or the
+// tenant's client certificates. Each is built once, at start, so that a
+// caller's credential is one pointer.
+type Credential struct {
+	tenant *Tenant
+	// operator is the name of who holds the token; "" for a token without
+	// one, and for a certificate.
+	operator string
+}
+
+// Tenant is the tenant the credential authenticates as.
+func (c *Credential) Tenant() *Tenant { return c.tenant }
+
+// Operator is the name of who holds the token; "" for none.
+func (c *Credential) Operator() string { return c.operator }
 
 // NewTenants builds the tenant set of a configuration file. It validates f
 // again, so that a File built in code gets the same checks as a file read
@@ -74,23 +94,35 @@ func NewTenants(f *config.File) (*Tenants, error) {
 	}
 	ts := &Tenants{
 		byName:    make(map[string]*Tenant, len(f.Tenants)),
-		byToken:   map[[sha256.Size]byte]*Tenant{},
+		byToken:   map[[sha256.Size]byte]*Credential{},
 		bySubject: map[string]*Tenant{},
 		subjects:  map[string]*Tenant{},
 	}
 	for _, c := range f.Tenants {
 		t := &Tenant{name: c.Name, namespaces: c.Namespaces, maxResultBytes: c.MaxResultBytes,
 			admin: c.IsAdmin(), operator: c.Operator, policies: newPolicies(c.Policies)}
+		t.cert = &Credential{tenant: t}
 		if c.RateLimit != nil {
 			t.limiter = rate.NewLimiter(rate.Limit(c.RateLimit.PerSecond), c.RateLimit.Burst)
 		}
-		for _, h := range c.Tokens {
+		addToken := func(h, operator string) error {
 			sum, ok := config.ParseTokenHash(h)
 			if !ok { // Validate checked it
-				return nil, fmt.Errorf("tenant %q: bad token hash", c.Name)
+				return fmt.Errorf("tenant %q: bad token hash", c.Name)
 			}
 			t.tokens = append(t.tokens, sum)
-			ts.byToken[sum] = t
+			ts.byToken[sum] = &Credential{tenant: t, operator: operator}
+			return nil
+		}
+		for _, h := range c.Tokens {
+			if err := addToken(h, ""); err != nil {
+				return nil, err
+			}
+		}
+		for _, nt := range c.NamedTokens {
+			if err := addToken(nt.Token, nt.Name); err != nil {
+				return nil, err
+			}
 		}
 		for _, s := range c.ClientCertSubjects {
 			ts.bySubject[s] = t
@@ -128,45 +160,48 @@ func (ts *Tenants) lookup(name string) *Tenant {
 	return ts.byName[name]
 }
 
-// ByToken returns the tenant of a bearer token, nil when none has it. The
-// map lookup works on a SHA-256 of the token, so its timing tells nothing
-// usable about the token; the final comparison is constant-time all the
-// same.
-func (ts *Tenants) ByToken(token string) *Tenant {
+// ByToken returns the credential of a bearer token, nil when no tenant has
+// it. The map lookup works on a SHA-256 of the token, so its timing tells
+// nothing usable about the token; the final comparison is constant-time all
+// the same.
+func (ts *Tenants) ByToken(token string) *Credential {
 	sum := sha256.Sum256([]byte(token))
-	t := ts.byToken[sum]
-	if t == nil {
+	c := ts.byToken[sum]
+	if c == nil {
 		return nil
 	}
 	match := 0
-	for i := range t.tokens {
-		match |= subtle.ConstantTimeCompare(t.tokens[i][:], sum[:])
+	for i := range c.tenant.tokens {
+		match |= subtle.ConstantTimeCompare(c.tenant.tokens[i][:], sum[:])
 	}
 	if match != 1 {
 		return nil
 	}
-	return t
+	return c
 }
 
-// ByCertificate returns the tenant that a client certificate, which TLS
-// verified against the client CA, names; nil when none does.
-func (ts *Tenants) ByCertificate(cert *x509.Certificate) *Tenant {
+// ByCertificate returns the credential of a client certificate, which TLS
+// verified against the client CA: that of the tenant it names; nil when
+// none does.
+func (ts *Tenants) ByCertificate(cert *x509.Certificate) *Credential {
 	if len(ts.bySubject) == 0 {
 		return nil
 	}
 	ts.subjectsMu.RLock()
 	t, ok := ts.subjects[string(cert.RawSubject)]
 	ts.subjectsMu.RUnlock()
-	if ok {
-		return t
+	if !ok {
+		t = ts.bySubject[cert.Subject.String()]
+		ts.subjectsMu.Lock()
+		if len(ts.subjects) < maxCachedSubjects {
+			ts.subjects[string(cert.RawSubject)] = t
+		}
+		ts.subjectsMu.Unlock()
 	}
-	t = ts.bySubject[cert.Subject.String()]
-	ts.subjectsMu.Lock()
-	if len(ts.subjects) < maxCachedSubjects {
-		ts.subjects[string(cert.RawSubject)] = t
+	if t == nil {
+		return nil
 	}
-	ts.subjectsMu.Unlock()
-	return t
+	return t.cert
 }
 
 // Name is the tenant's name.
@@ -198,6 +233,7 @@ type tenantKey struct{}
 type caller struct {
 	name   string
 	tenant *Tenant
+	cred   *Credential
 }
 
 // ContextWithTenant returns ctx carrying the caller's tenant by name. The
@@ -206,10 +242,32 @@ func ContextWithTenant(ctx context.Context, tenant string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, caller{name: tenant})
 }
 
-// ContextWithCaller returns ctx carrying t, the tenant the authentication
-// layer found for the call.
-func ContextWithCaller(ctx context.Context, t *Tenant) context.Context {
-	return context.WithValue(ctx, tenantKey{}, caller{name: t.name, tenant: t})
+// ContextWithCaller returns ctx carrying c, the credential the
+// authentication layer found for the call, and its tenant.
+func ContextWithCaller(ctx context.Context, c *Credential) context.Context {
+	return context.WithValue(ctx, tenantKey{}, caller{name: c.tenant.name, tenant: c.tenant, cred: c})
+}
+
+// OperatorFromContext returns the name idemd's config gives the caller's
+// token (named_tokens); "" for none.
+func OperatorFromContext(ctx context.Context) string {
+	if c, _ := ctx.Value(tenantKey{}).(caller); c.cred != nil {
+		return c.cred.operator
+	}
+	return ""
+}
+
+// credentialFromContext is the caller's credential; nil when it came
+// without one (no config file).
+func credentialFromContext(ctx context.Context) *Credential {
+	c, _ := ctx.Value(tenantKey{}).(caller)
+	return c.cred
+}
+
+// actorOf is who makes the call of ctx, for a record's timeline: its tenant
+// and the name its token carries; resolver is the name a resolver gave.
+func actorOf(ctx context.Context, resolver string) store.Actor {
+	return store.Actor{Tenant: TenantFromContext(ctx), Operator: OperatorFromContext(ctx), Resolver: resolver}
 }
 
 // TenantFromContext returns the caller's tenant, DefaultTenant when none was
@@ -238,17 +296,33 @@ func (ts *Tenants) callerTenant(ctx context.Context) *Tenant {
 // namespace. Without tenants (no config file) every caller is
 // DefaultTenant, which may use every namespace, and it returns nil.
 func (s *Service) authorize(ctx context.Context, namespace string) (*Tenant, error) {
-	if s.cfg.Tenants == nil {
-		return nil, nil
-	}
-	t := s.cfg.Tenants.callerTenant(ctx)
-	if t == nil {
-		// Only a Service used without middleware's authentication gets
-		// here; refuse rather than serve a tenant nobody configured.
-		return nil, Unauthenticated("the call carries no authenticated tenant")
+	return s.cfg.Tenants.authorize(ctx, namespace)
+}
+
+// authorize is Service.authorize for any service of the tenants ts: nil
+// without tenants.
+func (ts *Tenants) authorize(ctx context.Context, namespace string) (*Tenant, error) {
+	t, err := ts.caller(ctx)
+	if err != nil || t == nil {
+		return nil, err
 	}
 	if !t.allows(namespace) {
 		return nil, namespaceNotAllowed(t.name, namespace)
+	}
+	return t, nil
+}
+
+// caller returns the caller's tenant; nil without tenants (no config
+// file).
+func (ts *Tenants) caller(ctx context.Context) (*Tenant, error) {
+	if ts == nil {
+		return nil, nil
+	}
+	t := ts.callerTenant(ctx)
+	if t == nil {
+		// Only a service used without middleware's authentication gets
+		// here; refuse rather than serve a tenant nobody configured.
+		return nil, Unauthenticated("the call carries no authenticated tenant")
 	}
 	return t, nil
 }

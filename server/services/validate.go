@@ -29,6 +29,8 @@ var textReasons = map[string]idemv1.ErrorReason{
 	"error":      idemv1.ErrorReason_ERROR_REASON_INVALID_ERROR,
 	"tenant":     idemv1.ErrorReason_ERROR_REASON_INVALID_TENANT,
 	"step":       idemv1.ErrorReason_ERROR_REASON_INVALID_STEP_NAME,
+	"reason":     idemv1.ErrorReason_ERROR_REASON_INVALID_REASON,
+	"resolver":   idemv1.ErrorReason_ERROR_REASON_INVALID_RESOLVER,
 }
 
 // validateText applies the rule every text field of a request meets before

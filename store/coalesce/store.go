@@ -207,11 +207,11 @@ func ownError(ctx context.Context, err error) error {
 // followClaim answers f, a Claim of the key that leader's batch answered,
 // from leader's answer as if f ran right after it, when f's decision on
 // that record is an answer (store.ClaimAnswer): a replay, IN_PROGRESS on
-// leader's lease, the same claimant's ACQUIRED again, a fingerprint
-// mismatch. It leaves f to a batch of its own (false) when leader got no
-// record (an error), when the store gave no clock with it, or when f would
-// write: take the record over, or make a held record whose lease ran out
-// UNRESOLVED.
+// leader's lease, the same claimant's ACQUIRED again. It leaves f to a
+// batch of its own (false) when leader got no record (an error), when the
+// store gave no clock with it, or when f would write: take the record
+// over, make a held record whose lease ran out UNRESOLVED, or keep a
+// refused fingerprint on the record's timeline.
 //
 // The answer is true at a moment within f's call: f was queued before the
 // batch began and is answered after it ended. A record leader's call wrote
@@ -224,7 +224,9 @@ func followClaim(leader, f *pending[*store.ClaimParams, *store.ClaimResult]) boo
 		return false
 	}
 	d := store.DecideClaim(res.Record, f.Params, res.Now)
-	if d.Action != store.ClaimAnswer {
+	if d.Action != store.ClaimAnswer || errors.Is(d.Err, store.ErrFingerprintMismatch) {
+		// A refused fingerprint is kept on the record's timeline, which
+		// the inner store writes.
 		return false
 	}
 	if d.Answer != nil {

@@ -39,26 +39,43 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	return detached(ctx, s, func(ctx context.Context, d driver) ([]*store.Record, error) { return d.listRecords(ctx, p) })
 }
 
-// deleteSQL deletes a record and wakes the Claims waiting on it.
+// deleteSQL deletes a record, wakes the Claims waiting on it (and the held
+// watches of its tenant, when it was UNRESOLVED), and keeps
+// the deletion, by actor $4–$6 for reason $7, on the key's timeline: its
+// entries, which the purge of the record no longer reaches, expire with the
+// record's retention from now, unless a new record of the key holds them
+// longer.
 var deleteSQL = `
 WITH gone AS (
 	DELETE FROM idem_records WHERE tenant = $1 AND namespace = $2 AND key = $3
-	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + `
+	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + heldCol("idem_records", "idem_records.state = 'unresolved'") + `
+),
+kept AS (
+	UPDATE idem_timeline t SET expires_at = greatest(t.expires_at, now() + g.retention_us * interval '1 microsecond')
+	FROM gone g
+	WHERE t.tenant = g.tenant AND t.namespace = g.namespace AND t.key = g.key
+),
+noted AS (
+	INSERT INTO idem_timeline (` + timelineCols + `)
+	SELECT tenant, namespace, key, now(), 'deleted', token, '', 0, state, '', '', '', $4::text, $5::text, $6::text, $7::text, '',
+		now() + retention_us * interval '1 microsecond'
+	FROM gone
 )
 SELECT ` + recordNames + `, steps FROM gone`
 
 // deleteRecord runs deleteSQL.
-func (d driver) deleteRecord(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	rec, err := scanRecordSteps(d.q.QueryRow(ctx, deleteSQL, id.Tenant, id.Namespace, id.Key))
+func (d driver) deleteRecord(ctx context.Context, p *store.DeleteParams) (*store.Record, error) {
+	rec, err := scanRecordSteps(d.q.QueryRow(ctx, deleteSQL, p.Tenant, p.Namespace, p.Key,
+		p.Actor.Tenant, p.Actor.Operator, p.Actor.Resolver, p.Reason))
 	return rec, interpretError(err)
 }
 
 // RecordDelete implements store.Store.
-func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	if err := id.CheckText(); err != nil {
+func (s *Store) RecordDelete(ctx context.Context, p *store.DeleteParams) (*store.Record, error) {
+	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.deleteRecord(ctx, id) })
+	return detached(ctx, s, func(ctx context.Context, d driver) (*store.Record, error) { return d.deleteRecord(ctx, p) })
 }
 
 var statsSQL = `SELECT namespace, state, count(*), min(updated_at) FROM idem_records
@@ -117,17 +134,21 @@ func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error)
 	return counts, nil
 }
 
-// resolveSQL moves an UNRESOLVED record on to state $4, keeping its token
-// and noting it as the one an operator resolved, with result $5 or error
-// $6; when nothing changed, the second branch reports the row.
+// resolveSQL moves an UNRESOLVED record on to state $4 (waking the held
+// watches of its tenant), keeping its token
+// ($7 when not 0) and noting it as the one an operator resolved, with
+// result $5 or error $6, and keeps the resolution, by actor $8–$10 for
+// reason $11, on its timeline; when nothing changed, the second branch
+// reports the row.
 var resolveSQL = `
 WITH changed AS (
 	UPDATE idem_records SET state = $4::text, result = $5::bytea, error = CASE WHEN $4::text = 'failed' THEN $6::text END, resolved_token = token,
 		lease_expires_at = NULL, completed_at = CASE WHEN $4::text = 'released' THEN NULL ELSE now() END,
 		expires_at = now() + retention, updated_at = now()
-	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved'
-	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + `
-)
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND state = 'unresolved' AND ($7::bigint = 0 OR token = $7::bigint)
+	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + heldCol("idem_records", "true") + `
+)` + entry{kind: "'resolved'", token: "token", state: "state", previousState: "'unresolved'", err: "coalesce(error, '')",
+	actorTenant: "$8::text", actorOperator: "$9::text", actorResolver: "$10::text", reason: "$11::text"}.noteSQL("noted", "changed") + `
 SELECT true, ` + recordNames + `, steps FROM changed
 UNION ALL
 SELECT false, ` + recordCols + `, ` + stepsCol + ` FROM idem_records
@@ -144,7 +165,7 @@ func (d driver) resolve(ctx context.Context, p *store.ResolveParams, target stor
 	var row resolvedRow
 	var err error
 	row.rec, err = scanRecordSteps(d.q.QueryRow(ctx, resolveSQL, p.Tenant, p.Namespace, p.Key,
-		string(target.State), target.Result, target.Error), &row.changed)
+		string(target.State), target.Result, target.Error, p.Token, p.Actor.Tenant, p.Actor.Operator, p.Actor.Resolver, p.Reason), &row.changed)
 	return row, interpretError(err)
 }
 
@@ -200,10 +221,14 @@ expired AS (
 		expires_at = CASE WHEN ` + heldSQL + ` THEN NULL ELSE now() + r.retention END
 	FROM due
 	WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key
-	RETURNING r.tenant` + wakeCol("r", true) + `
-)
+	RETURNING r.tenant, r.namespace, r.key, r.state, r.token, r.claimant` + wakeCol("r", true) + heldCol("r", "r.hold") + `
+),
+held AS (SELECT * FROM expired WHERE state = 'unresolved')` + heldEntry.noteSQL("noted", "held") + `
 SELECT count(*) FROM expired`
 
+// sweepPurgeSQL deletes the records due, and their keys' timelines; and,
+// as many as $1 again, the entries of keys without a record (a deleted
+// record's) whose expires_at has passed. It counts the records.
 const sweepPurgeSQL = `
 WITH due AS (
 	SELECT tenant, namespace, key FROM idem_records
@@ -211,10 +236,29 @@ WITH due AS (
 	ORDER BY expires_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+),
+purged AS (
+	DELETE FROM idem_records r
+	USING due
+	WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key
+	RETURNING r.tenant, r.namespace, r.key
+),
+entries AS (
+	DELETE FROM idem_timeline t
+	USING purged p
+	WHERE t.tenant = p.tenant AND t.namespace = p.namespace AND t.key = p.key
+),
+orphans AS (
+	DELETE FROM idem_timeline t
+	WHERE (t.tenant, t.namespace, t.key, t.seq) IN (
+		SELECT o.tenant, o.namespace, o.key, o.seq FROM idem_timeline o
+		WHERE o.expires_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM idem_records r WHERE r.tenant = o.tenant AND r.namespace = o.namespace AND r.key = o.key)
+		ORDER BY o.expires_at
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED)
 )
-DELETE FROM idem_records r
-USING due
-WHERE r.tenant = due.tenant AND r.namespace = due.namespace AND r.key = due.key`
+SELECT count(*) FROM purged`
 
 // sweepExpire runs sweepExpireSQL and returns how many records it changed.
 func (d driver) sweepExpire(ctx context.Context, limit int) (int, error) {
@@ -227,11 +271,11 @@ func (d driver) sweepExpire(ctx context.Context, limit int) (int, error) {
 
 // sweepPurge runs sweepPurgeSQL and returns how many records it deleted.
 func (d driver) sweepPurge(ctx context.Context, limit int) (int, error) {
-	tag, err := d.q.Exec(ctx, sweepPurgeSQL, planned, limit)
-	if err != nil {
+	var n int64
+	if err := d.q.QueryRow(ctx, sweepPurgeSQL, planned, limit).Scan(&n); err != nil {
 		return 0, interpretError(err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // SweepExpire implements store.Store.

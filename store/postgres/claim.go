@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 
 	"github.com/idemhq/idem/store"
 )
@@ -34,7 +35,7 @@ func claimTries(ctx context.Context, d driver, p *store.ClaimParams, tries int) 
 		decided := decideClaim(p, row)
 		if decided.write == nil {
 			if decided.settled {
-				return decided.res, decided.err
+				return settled(ctx, d, p, decided)
 			}
 			continue
 		}
@@ -58,6 +59,18 @@ type claimDecided struct {
 	write   *claimWrite
 }
 
+// settled is the answer of the Claim p that decided settles; a refused
+// fingerprint is kept on the record's timeline first, and a Claim whose
+// entry could not be written fails as the statement did.
+func settled(ctx context.Context, d driver, p *store.ClaimParams, decided claimDecided) (*store.ClaimResult, error) {
+	if errors.Is(decided.err, store.ErrFingerprintMismatch) {
+		if err := d.noteMismatch(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return decided.res, decided.err
+}
+
 // decideClaim decides the Claim p on the row its statement returned.
 func decideClaim(p *store.ClaimParams, row claimRow) claimDecided {
 	switch {
@@ -70,9 +83,9 @@ func decideClaim(p *store.ClaimParams, row claimRow) claimDecided {
 	case store.ClaimAnswer:
 		return claimDecided{settled: true, res: d.Answer, err: d.Err}
 	case store.ClaimMakeUnresolved:
-		return claimDecided{write: &claimWrite{p: p, hold: true, version: row.version}}
+		return claimDecided{write: &claimWrite{p: p, hold: true, version: row.version, prev: row.rec}}
 	}
-	return claimDecided{write: &claimWrite{p: p, version: row.version}}
+	return claimDecided{write: &claimWrite{p: p, version: row.version, prev: row.rec}}
 }
 
 // wroteClaim is the answer of a Claim whose write w did what it did, or
@@ -127,7 +140,7 @@ func claimBatch(ctx context.Context, d driver, ps []*store.ClaimParams, batch []
 		case decided.write != nil:
 			writes, writers = append(writes, *decided.write), append(writers, i)
 		case decided.settled:
-			res[i], errs[i] = decided.res, decided.err
+			res[i], errs[i] = settled(ctx, d, ps[i], decided)
 		default:
 			again = append(again, i)
 		}

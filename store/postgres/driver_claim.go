@@ -149,34 +149,44 @@ func fingerprint(p *store.ClaimParams) []byte {
 }
 
 // takeOverSQL takes the record over (store.ClaimAcquire) if it is still at
-// version $4. The token is drawn after that version was read, so it is
-// greater than its token; the waiters flag was the ended lease's.
+// version $4, and keeps the takeover on its timeline with the lease taken
+// over ($10–$12, as the Claim read it at that version). The token is drawn
+// after that version was read, so it is greater than its token; the
+// waiters flag was the ended lease's.
 var takeOverSQL = `
-UPDATE idem_records SET state = 'processing', token = nextval('idem_token_seq'), attempt = attempt + 1,
-	claimant = $5::text, lease_expires_at = now() + $6::bigint * interval '1 microsecond',
-	retention = $7::bigint * interval '1 microsecond', policy = $8::text, hold = $9::boolean,
-	result = NULL, error = NULL, completed_at = NULL, expires_at = NULL, waiters = false, updated_at = now()
-WHERE tenant = $1 AND namespace = $2 AND key = $3 AND xmin = $4::xid
-RETURNING true, now(), ` + recordCols + `, ` + stepsCol
+WITH took AS (
+	UPDATE idem_records SET state = 'processing', token = nextval('idem_token_seq'), attempt = attempt + 1,
+		claimant = $5::text, lease_expires_at = now() + $6::bigint * interval '1 microsecond',
+		retention = $7::bigint * interval '1 microsecond', policy = $8::text, hold = $9::boolean,
+		result = NULL, error = NULL, completed_at = NULL, expires_at = NULL, waiters = false, updated_at = now()
+	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND xmin = $4::xid
+	RETURNING ` + recordCols + `, ` + stepsCol + `
+)` + entry{kind: "'taken_over'", token: "token", state: "'processing'", previousToken: "$10::bigint",
+	previousState: "$11::text", claimant: "claimant", previousClaimant: "$12::text"}.noteSQL("noted", "took") + `
+SELECT true, now(), ` + recordNames + `, steps FROM took`
 
 // holdSQL makes a held record whose lease ran out UNRESOLVED
-// (store.ClaimMakeUnresolved) if it is still at version $4, and wakes its
-// waiting Claims. An UNRESOLVED record waits for a resolution however
-// long: one that was EXPIRED or RELEASED loses its expires_at.
+// (store.ClaimMakeUnresolved) if it is still at version $4, keeps that on
+// its timeline, and wakes its waiting Claims and the held watches of its
+// tenant.
 var holdSQL = `
 WITH held AS (
 	UPDATE idem_records SET state = 'unresolved', expires_at = NULL, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND xmin = $4::xid
-	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + `
-)
+	RETURNING ` + recordCols + `, ` + stepsCol + wakeCol("idem_records", true) + heldCol("idem_records", "true") + `
+)` + heldEntry.noteSQL("noted", "held") + `
 SELECT true, now(), ` + recordNames + `, steps FROM held`
 
+// heldEntry is the entry of a lease held: the record is UNRESOLVED.
+var heldEntry = entry{kind: "'held'", token: "token", state: "'unresolved'", previousState: "'processing'", claimant: "claimant"}
+
 // claimWrite is a takeover or a lapsed hold that one Claim decided on the
-// record it saw at version.
+// record it saw at version, prev.
 type claimWrite struct {
 	p       *store.ClaimParams
 	hold    bool
 	version uint32
+	prev    *store.Record
 }
 
 // written is what a claimWrite did: wrote rec at now, or nothing (rec nil)
@@ -193,7 +203,8 @@ func (w claimWrite) statement() (string, []any) {
 		return holdSQL, []any{p.Tenant, p.Namespace, p.Key, w.version}
 	}
 	return takeOverSQL, []any{p.Tenant, p.Namespace, p.Key, w.version,
-		p.Claimant, micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold}
+		p.Claimant, micros(p.LeaseTTL), micros(p.Retention), p.Policy, p.Hold,
+		w.prev.Token, string(w.prev.State), w.prev.Claimant}
 }
 
 // scanWritten reads the row of a claimWrite's statement, which has none

@@ -30,14 +30,15 @@ func tokenAppliesSQL(alias, token string) string {
 // tokenOneSQL is a token-bearing call in one statement: the update where
 // tokenAppliesSQL holds, else the row, so that the caller learns why in the
 // same round trip. $1–$3 are the record's id, $4 the token, $5 on the
-// call's own values; when wakes, the update notifies waiting Claims.
-func tokenOneSQL(set string, wakes bool) string {
+// call's own values; when wakes, the update notifies waiting Claims; note,
+// when not empty, is a CTE that keeps the change on the timeline.
+func tokenOneSQL(set string, wakes bool, note string) string {
 	return `
 WITH changed AS (
 	UPDATE idem_records SET ` + set + `, updated_at = now()
 	WHERE tenant = $1 AND namespace = $2 AND key = $3 AND ` + tokenAppliesSQL("", "$4") + `
 	RETURNING ` + recordCols + wakeCol("idem_records", wakes) + `
-)
+)` + note + `
 SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, ` + recordCols + ` FROM idem_records
@@ -47,9 +48,10 @@ SELECT false, ` + recordCols + ` FROM idem_records
 // tokenChange is how one kind of token call changes a record, for
 // tokenManySQL: arrays are its own arrays after the ids and tokens, names
 // their elements' names; cols and vals the columns and values it proposes
-// for each row (set reads them as excluded.<col>); set the update.
+// for each row (set reads them as excluded.<col>); set the update; note,
+// when not empty, a CTE that keeps the change on the timeline.
 type tokenChange struct {
-	arrays, names, cols, vals, set string
+	arrays, names, cols, vals, set, note string
 }
 
 // tokenManySQL is tokenOneSQL for many keys. locked takes the row locks
@@ -80,7 +82,7 @@ changed AS (
 	ON CONFLICT (tenant, namespace, key) DO UPDATE SET ` + change.set + `, updated_at = now()
 	WHERE ` + tokenAppliesSQL("r", "excluded.token") + `
 	RETURNING ` + recordColsOf("r") + wakeCol("r", wakes) + `
-)
+)` + change.note + `
 SELECT true, ` + recordNames + ` FROM changed
 UNION ALL
 SELECT false, ` + recordNames + ` FROM locked
@@ -98,9 +100,13 @@ var (
 	heartbeatSet = `state = 'processing', lease_expires_at = now() + $5::bigint * interval '1 microsecond',
 			expires_at = NULL`
 
-	completeOneSQL  = tokenOneSQL(completeSet, true)
-	failOneSQL      = tokenOneSQL(failSet, true)
-	heartbeatOneSQL = tokenOneSQL(heartbeatSet, false)
+	// A Fail is an exception in the record's life: its entry's kind is the
+	// state it leaves, failed or released.
+	failNote = entry{kind: "state", token: "token", state: "state", claimant: "claimant", err: "error"}.noteSQL("noted", "changed")
+
+	completeOneSQL  = tokenOneSQL(completeSet, true, "")
+	failOneSQL      = tokenOneSQL(failSet, true, failNote)
+	heartbeatOneSQL = tokenOneSQL(heartbeatSet, false, "")
 
 	completeManySQL = tokenManySQL(tokenChange{
 		arrays: "$5::bytea[]", names: "in_result",
@@ -114,6 +120,7 @@ var (
 		set: `state = excluded.state, error = excluded.error, result = NULL,
 			lease_expires_at = NULL, completed_at = CASE WHEN excluded.state = 'released' THEN NULL ELSE now() END,
 			expires_at = now() + r.retention`,
+		note: failNote,
 	}, true)
 	heartbeatManySQL = tokenManySQL(tokenChange{
 		arrays: "$5::bigint[]", names: "in_lease_us",

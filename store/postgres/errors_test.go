@@ -112,7 +112,7 @@ func TestRefusedConnectionIsUnavailable(t *testing.T) {
 			requireErr(t, "RecordList", err, store.ErrUnavailable)
 			_, err = s.RecordStats(ctx, &store.StatsParams{Tenant: "acme"})
 			requireErr(t, "RecordStats", err, store.ErrUnavailable)
-			_, err = s.RecordDelete(ctx, recordID("k"))
+			_, err = s.RecordDelete(ctx, &store.DeleteParams{RecordID: recordID("k")})
 			requireErr(t, "RecordDelete", err, store.ErrUnavailable)
 			_, err = s.RecordResolve(ctx, &store.ResolveParams{RecordID: recordID("k"), Resolution: store.ResolveReleased})
 			requireErr(t, "RecordResolve", err, store.ErrUnavailable)

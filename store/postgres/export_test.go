@@ -46,7 +46,7 @@ func HotStatements() []HotStatement {
 	return []HotStatement{
 		{"claim", claimSQL, one + `, 'c', '', 60000000, 3600000000, '', false`},
 		{"claim batch", claimManySQL, two + `, '{c,c}', '{"",""}', '{60000000,60000000}', '{3600000000,3600000000}', '{"",""}', '{f,f}'`},
-		{"takeover", takeOverSQL, one + `, '5', 'c', 60000000, 3600000000, '', false`},
+		{"takeover", takeOverSQL, one + `, '5', 'c', 60000000, 3600000000, '', false, 4, 'expired', 'b'`},
 		{"hold", holdSQL, one + `, '5'`},
 		{"complete", completeOneSQL, one + `, 1, 'result'`},
 		{"complete batch", completeManySQL, two + `, '{1,2}', '{r1,r2}'`},
@@ -57,10 +57,14 @@ func HotStatements() []HotStatement {
 		{"lookup", getSQL, one},
 		{"lookup batch", getManySQL, two},
 		{"a waiting claim's mark", markWaitedSQL, one + `, 1`},
-		{"resolve", resolveSQL, one + `, 'completed', 'result', ''`},
-		{"delete", deleteSQL, one},
+		{"resolve", resolveSQL, one + `, 'completed', 'result', '', 0, 'acme', 'alice', '', 'why'`},
+		{"delete", deleteSQL, one + `, 'acme', 'alice', '', 'why'`},
+		{"fingerprint mismatch", mismatchSQL, one + `, 'c', 'fp'`},
 		{"finish a step", stepOneSQL, one + `, 1, 'charge', 'ch_1', false, 64, 65536`},
 		{"start a step", stepOneSQL, one + `, 1, 'charge', NULL, true, 64, 65536`},
 		{"step batch", stepManySQL, two + `, '{1,2}', '{a,b}', '{"\\x01",NULL}', '{f,t}', 64, 65536`},
 	}
 }
+
+// ListHeldSQL is the statement of RecordListHeld, for the plan test.
+var ListHeldSQL = listHeldSQL

@@ -81,3 +81,62 @@ func (n *planNode) walk(f func(*planNode)) {
 		n.Plans[i].walk(f)
 	}
 }
+
+// TestOrdinaryPathLeavesTheTimeline: the statements of the ordinary path (a
+// Claim, a Complete, a Heartbeat, a Lookup, a waiting Claim's mark, one row
+// or many) do not touch the timeline, so that a job without exceptions costs
+// what it cost before timelines; the statements of the exceptions write it.
+func TestOrdinaryPathLeavesTheTimeline(t *testing.T) {
+	t.Parallel()
+	exceptions := map[string]bool{"takeover": true, "hold": true, "fail": true, "fail batch": true,
+		"resolve": true, "delete": true, "fingerprint mismatch": true}
+	for _, st := range postgres.HotStatements() {
+		if writes := strings.Contains(st.SQL, "INSERT INTO idem_timeline"); writes != exceptions[st.Name] {
+			t.Errorf("%s: writes the timeline: %v, want %v", st.Name, writes, exceptions[st.Name])
+		}
+		if !exceptions[st.Name] && strings.Contains(st.SQL, "idem_timeline") {
+			t.Errorf("%s: names idem_timeline; the ordinary path must not touch it:\n%s", st.Name, st.SQL)
+		}
+	}
+}
+
+// TestListHeldUsesThePurgeIndex: a listing of a tenant's held records reads
+// the few UNRESOLVED records through the purge's partial index (the only
+// records there without an expires_at), not the tenant's every record in
+// key order, on a table whose statistics show them to be few.
+func TestListHeldUsesThePurgeIndex(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := t.Context()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, retention,
+			created_at, updated_at, expires_at, lease_expires_at)
+		SELECT 'acme', 'ns' || (i % 7), 'k' || i,
+			CASE WHEN i % 2000 = 0 THEN 'unresolved' WHEN i % 5 = 0 THEN 'processing' ELSE 'completed' END,
+			i, 1, interval '1 day', now(), now(),
+			CASE WHEN i % 2000 = 0 OR i % 5 = 0 THEN NULL ELSE now() + interval '1 day' END,
+			CASE WHEN i % 5 = 0 THEN now() + interval '5 minutes' END
+		FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "ANALYZE idem_records"); err != nil {
+		t.Fatal(err)
+	}
+	sql := strings.NewReplacer("$1", "'acme'", "$2", "''", "$3", "''", "$4", "100").Replace(postgres.ListHeldSQL)
+	var out []byte
+	if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct{ Plan planNode }
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", out, err)
+	}
+	var scans []string
+	plans[0].Plan.walk(func(n *planNode) {
+		if n.Relation == "idem_records" {
+			scans = append(scans, n.NodeType+" "+n.IndexName)
+		}
+	})
+	if len(scans) != 1 || !strings.HasSuffix(scans[0], "idem_records_purge_due") {
+		t.Fatalf("the held listing reads idem_records by %v; want the purge's partial index. Plan:\n%s", scans, out)
+	}
+}

@@ -38,8 +38,10 @@ type Store struct {
 	pool *pgxpool.Pool
 
 	// The waiting Claims of this process, and the connection that hears
-	// the notifications that wake them (wait.go).
+	// the notifications that wake them (wait.go); it also hears of records
+	// that become UNRESOLVED, for the held watches (timeline.go).
 	watches store.Watches
+	held    store.Watches
 	listen  *notifier.Listener
 }
 
@@ -49,8 +51,9 @@ func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool}
 	s.TokenCalls = s.runTokenCall
 	s.TokenCallsMany = s.runTokenCallsMany
-	s.listen = &notifier.Listener{Watches: &s.watches, Config: pool.Config().ConnConfig}
+	s.listen = &notifier.Listener{Watches: &s.watches, Held: &s.held, Config: pool.Config().ConnConfig}
 	s.watches.OnFirst, s.watches.OnLast = s.listen.Start, s.listen.Idle
+	s.held.OnFirst, s.held.OnLast = s.listen.Start, s.listen.Idle
 	return s
 }
 

@@ -146,6 +146,12 @@ func (harness) SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at 
 	}
 }
 
+func (harness) AgeOutTimeline(t *testing.T, st store.Store, id store.RecordID) int {
+	t.Helper()
+	return execOn(t, st, `UPDATE idem_timeline SET expires_at = now() - interval '1 second'
+		WHERE tenant = $1 AND namespace = $2 AND key = $3 AND expires_at IS NOT NULL`, id.Tenant, id.Namespace, id.Key)
+}
+
 // Close closes the store's pool, as idemd does at shutdown; testdb's cleanup
 // closing it again is harmless.
 func (harness) Close(t *testing.T, st store.Store) {

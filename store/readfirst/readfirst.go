@@ -13,6 +13,7 @@ package readfirst
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"sync/atomic"
 
@@ -98,9 +99,10 @@ func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([
 }
 
 // answer is the Claim p's answer from rec, the record as a read found it,
-// when that read settles it: a record still finished is replayed (or its
-// fingerprint mismatch refused), as store.DecideClaim says for any store.
-// Anything else leaves p to the inner store's Claim (answered false).
+// when that read settles it: a record still finished is replayed, as
+// store.DecideClaim says for any store. Anything else leaves p to the inner
+// store's Claim (answered false), and so does a refused fingerprint, which
+// the inner store keeps on the record's timeline.
 func (s *Store) answer(p *store.ClaimParams, rec *store.Record, err error) (*store.ClaimResult, bool, error) {
 	if err != nil || (rec.State != store.StateCompleted && rec.State != store.StateFailed) {
 		s.forget(p.RecordID)
@@ -108,7 +110,7 @@ func (s *Store) answer(p *store.ClaimParams, rec *store.Record, err error) (*sto
 	}
 	// A finished record's answer does not depend on the clock.
 	d := store.DecideClaim(rec, p, rec.UpdatedAt)
-	if d.Action != store.ClaimAnswer {
+	if d.Action != store.ClaimAnswer || errors.Is(d.Err, store.ErrFingerprintMismatch) {
 		return nil, false, nil
 	}
 	return d.Answer, true, d.Err

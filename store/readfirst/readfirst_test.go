@@ -105,8 +105,8 @@ func TestReplayIsARead(t *testing.T) {
 		if errs[0] != nil || ress[0].Outcome != store.OutcomeCompleted || errs[1] != nil || ress[1].Outcome != store.OutcomeAcquired {
 			t.Fatalf("many: %+v %v; want COMPLETED and ACQUIRED", ress, errs)
 		}
-		if got := inner.claims.Load() - before; got != 1 {
-			t.Fatalf("%d Claims reached the inner store; want 1 (the new key's): replays of a finished record are reads", got)
+		if got := inner.claims.Load() - before; got != 2 {
+			t.Fatalf("%d Claims reached the inner store; want 2 (the refused fingerprint's, which the inner store keeps on the record's timeline, and the new key's): replays of a finished record are reads", got)
 		}
 	})
 }
@@ -116,7 +116,7 @@ func TestDeletedRecordIsClaimedAfresh(t *testing.T) {
 	forEachStore(t, func(t *testing.T, inner *counting, st *readfirst.Store) {
 		ctx := t.Context()
 		done := finish(t, st, "k", "")
-		if _, err := st.RecordDelete(ctx, done.RecordID); err != nil {
+		if _, err := st.RecordDelete(ctx, &store.DeleteParams{RecordID: done.RecordID}); err != nil {
 			t.Fatal(err)
 		}
 		res, err := st.RecordClaim(ctx, claimParams("k", ""))
@@ -167,7 +167,7 @@ func TestReplaysRaceADelete(t *testing.T) {
 			})
 		}
 		close(start)
-		if _, err := st.RecordDelete(ctx, done.RecordID); err != nil {
+		if _, err := st.RecordDelete(ctx, &store.DeleteParams{RecordID: done.RecordID}); err != nil {
 			t.Fatal(err)
 		}
 		wg.Wait()

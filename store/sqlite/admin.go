@@ -82,15 +82,23 @@ func readRows[T any](ctx context.Context, s *Store, query string, scan func(*sql
 
 const deleteSQL = `DELETE FROM idem_records WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`
 
+// keepEntriesSQL makes the entries of a deleted record's key, which its
+// purge no longer reaches, expire at ?4 at the earliest.
+const keepEntriesSQL = `UPDATE idem_timeline SET expires_at = max(ifnull(expires_at, 0), ?4)
+	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`
+
 // RecordDelete implements store.Store: the record and its steps are read,
 // then deleted (the delete's trigger takes the steps with it), under the
-// same write lock.
-func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Record, error) {
-	if err := id.CheckText(); err != nil {
+// same write lock; the deletion stays on the key's timeline, whose entries
+// expire with the record's retention from now, unless a new record of the
+// key holds them longer.
+func (s *Store) RecordDelete(ctx context.Context, p *store.DeleteParams) (*store.Record, error) {
+	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
+	id := p.RecordID
 	var rec *store.Record
-	err := s.inWriteTx(ctx, func(tx *writeTx, _ time.Time) error {
+	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
 		found, steps, err := scanRecordSteps(tx.QueryRow(getSQL, id.Tenant, id.Namespace, id.Key))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -106,7 +114,15 @@ func (s *Store) RecordDelete(ctx context.Context, id store.RecordID) (*store.Rec
 		}
 		rec = found
 		tx.WakeAfterCommit(id)
-		return nil
+		if rec.State == store.StateUnresolved {
+			tx.HeldAfterCommit(id.Tenant)
+		}
+		expires := now.Add(rec.Retention).UnixMicro()
+		if _, err := tx.Exec(keepEntriesSQL, id.Tenant, id.Namespace, id.Key, expires); err != nil {
+			return err
+		}
+		return note(tx, id, now, store.TimelineEntry{Kind: store.EntryDeleted, Token: rec.Token, PreviousState: rec.State,
+			Actor: p.Actor, Reason: p.Reason}, sql.NullInt64{Int64: expires, Valid: true})
 	})
 	if err != nil {
 		return nil, err
@@ -170,35 +186,70 @@ const sweepExpireSQL = `UPDATE idem_records SET state = CASE WHEN ` + heldSQL + 
 		SELECT rowid FROM idem_records
 		WHERE state = 'processing' AND lease_expires_at <= ?1
 		ORDER BY lease_expires_at
-		LIMIT ?2)`
+		LIMIT ?2)
+	RETURNING ` + recordCols
 
-const sweepPurgeSQL = `DELETE FROM idem_records
+// The purge's statements. The records due are chosen in one order, unique
+// by rowid, so that the timeline's and the records' statements take the
+// same ones in the one transaction.
+const (
+	sweepPurgeEntriesSQL = `DELETE FROM idem_timeline WHERE (tenant, namespace, key) IN (
+		SELECT tenant, namespace, key FROM idem_records
+		WHERE state <> 'processing' AND expires_at <= ?1
+		ORDER BY expires_at, rowid
+		LIMIT ?2)`
+	sweepPurgeSQL = `DELETE FROM idem_records
 	WHERE rowid IN (
 		SELECT rowid FROM idem_records
 		WHERE state <> 'processing' AND expires_at <= ?1
+		ORDER BY expires_at, rowid
+		LIMIT ?2)`
+	// sweepOrphansSQL deletes the entries of keys without a record (a
+	// deleted record's) whose expires_at has passed.
+	sweepOrphansSQL = `DELETE FROM idem_timeline
+	WHERE seq IN (
+		SELECT seq FROM idem_timeline t
+		WHERE expires_at <= ?1
+			AND NOT EXISTS (SELECT 1 FROM idem_records r WHERE r.tenant = t.tenant AND r.namespace = t.namespace AND r.key = t.key)
 		ORDER BY expires_at
 		LIMIT ?2)`
+)
 
 // SweepExpire implements store.Store, waking the Claims waiting on the
-// records it expired or made UNRESOLVED.
+// records it expired or made UNRESOLVED, and keeping each lease held on its
+// record's timeline.
 func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
-	if !s.watches.Active() {
-		// No Claim waits: a Claim that waits from now on reads the
-		// record after it opens its watch, so no ids need reading back.
-		return s.sweep(ctx, sweepExpireSQL, limit)
-	}
 	var n int
 	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
+		var held []*store.Record
 		n = 0
-		return tx.Query(sweepExpireSQL+` RETURNING tenant, namespace, key`, func(rows *sql.Rows) error {
-			var id store.RecordID
-			if err := rows.Scan(&id.Tenant, &id.Namespace, &id.Key); err != nil {
+		// The rows are read whole before the entries are written.
+		err := tx.Query(sweepExpireSQL, func(rows *sql.Rows) error {
+			rec, err := scanRecord(rows)
+			if err != nil {
 				return err
 			}
-			tx.WakeAfterCommit(id)
+			if s.watches.Active() {
+				// A Claim that waits from now on reads the record after it
+				// opens its watch: no wake is needed when none waits.
+				tx.WakeAfterCommit(rec.RecordID)
+			}
+			if rec.State == store.StateUnresolved {
+				held = append(held, rec)
+			}
 			n++
 			return nil
 		}, now.UnixMicro(), max(limit, 0)) // SQLite reads a negative LIMIT as none
+		if err != nil {
+			return err
+		}
+		for _, rec := range held {
+			if err := noted(tx, rec.RecordID, now, heldEntry(rec)); err != nil {
+				return err
+			}
+			tx.HeldAfterCommit(rec.Tenant)
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -206,21 +257,25 @@ func (s *Store) SweepExpire(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-// SweepPurge implements store.Store.
+// SweepPurge implements store.Store: the records due and their keys'
+// timelines, and, as many as limit again, the entries of keys without a
+// record whose expires_at has passed. It counts the records.
 func (s *Store) SweepPurge(ctx context.Context, limit int) (int, error) {
-	return s.sweep(ctx, sweepPurgeSQL, limit)
-}
-
-func (s *Store) sweep(ctx context.Context, query string, limit int) (int, error) {
 	// SQLite reads a negative LIMIT as no limit at all.
 	limit = max(limit, 0)
 	var n int64
 	err := s.inWriteTx(ctx, func(tx *writeTx, now time.Time) error {
-		res, err := tx.Exec(query, now.UnixMicro(), limit)
+		if _, err := tx.Exec(sweepPurgeEntriesSQL, now.UnixMicro(), limit); err != nil {
+			return err
+		}
+		res, err := tx.Exec(sweepPurgeSQL, now.UnixMicro(), limit)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(sweepOrphansSQL, now.UnixMicro(), limit)
 		return err
 	})
 	if err != nil {

@@ -94,14 +94,24 @@ func claimIn(tx *writeTx, p *store.ClaimParams, now time.Time) (res *store.Claim
 	}
 	switch d := store.DecideClaim(rec, p, now); d.Action {
 	case store.ClaimAnswer:
+		if errors.Is(d.Err, store.ErrFingerprintMismatch) {
+			if err := noteMismatch(tx, p, rec, now); err != nil {
+				return nil, nil, err
+			}
+		}
 		return d.Answer, d.Err, nil
 	case store.ClaimMakeUnresolved:
 		if rec, err = scanRecord(tx.QueryRow(holdSQL, p.Tenant, p.Namespace, p.Key, now.UnixMicro())); err != nil {
 			return nil, nil, err
 		}
+		if err := noted(tx, p.RecordID, now, heldEntry(rec)); err != nil {
+			return nil, nil, err
+		}
 		tx.WakeAfterCommit(p.RecordID) // a Claim waiting on the lease sees it ended
+		tx.HeldAfterCommit(p.Tenant)
 		return store.Unresolved(keepSteps(rec), now), nil, nil
 	}
+	prev := rec
 	// A takeover. The counter never goes back, whatever is purged or
 	// deleted, so the token is greater than all earlier ones (writer.go).
 	if token, err = tx.drawToken(); err != nil {
@@ -110,6 +120,10 @@ func claimIn(tx *writeTx, p *store.ClaimParams, now time.Time) (res *store.Claim
 	written, err := scanRecord(tx.QueryRow(takeoverSQL, p.Tenant, p.Namespace, p.Key, token,
 		p.Claimant, now.UnixMicro(), p.LeaseTTL.Microseconds(), p.Retention.Microseconds(), p.Policy, p.Hold))
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := noted(tx, p.RecordID, now, store.TimelineEntry{Kind: store.EntryTakenOver, Token: written.Token, State: written.State,
+		PreviousToken: prev.Token, PreviousState: prev.State, Claimant: written.Claimant, PreviousClaimant: prev.Claimant}); err != nil {
 		return nil, nil, err
 	}
 	return store.Acquired(keepSteps(written), now), nil, nil

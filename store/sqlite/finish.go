@@ -41,19 +41,28 @@ func (s *Store) runTokenCall(ctx context.Context, call *store.TokenCall) (*store
 	case store.CallHeartbeat:
 		args = append(args, call.LeaseTTL.Microseconds())
 	}
+	var after func(tx *writeTx, rec *store.Record, now time.Time) error
+	if call.Kind == store.CallFail {
+		// A Fail is an exception in the record's life: its entry's kind is
+		// the state it leaves, failed or released.
+		after = func(tx *writeTx, rec *store.Record, now time.Time) error {
+			return noted(tx, call.RecordID, now, store.TimelineEntry{Kind: store.EntryKind(rec.State), Token: rec.Token,
+				State: rec.State, Claimant: rec.Claimant, Error: rec.Error})
+		}
+	}
 	return s.change(ctx, call.RecordID, call.Kind != store.CallHeartbeat, false, call.Decide, func(tx *writeTx, now time.Time) *sql.Row {
 		args[4] = now.UnixMicro()
 		return tx.QueryRow(tokenCalls[call.Kind], args...)
-	})
+	}, after)
 }
 
 // change runs update, which changes the record under a condition (no row
-// when it does not apply), and otherwise answers what decide says of the
-// record, read under the same write lock; wakes wakes waiting Claims. With
-// steps, update returns recordStepCols and the answer carries the record's
-// steps.
+// when it does not apply), then after, when set, on the changed record;
+// otherwise it answers what decide says of the record, read under the same
+// write lock. wakes wakes waiting Claims. With steps, update returns
+// recordStepCols and the answer carries the record's steps.
 func (s *Store) change(ctx context.Context, id store.RecordID, wakes, steps bool, decide func(*store.Record) store.ChangeDecision,
-	update func(tx *writeTx, now time.Time) *sql.Row) (*store.Record, error) {
+	update func(tx *writeTx, now time.Time) *sql.Row, after func(tx *writeTx, rec *store.Record, now time.Time) error) (*store.Record, error) {
 	var (
 		out     *store.Record
 		refusal error
@@ -68,6 +77,11 @@ func (s *Store) change(ctx context.Context, id store.RecordID, wakes, steps bool
 			rec, err = scanRecord(update(tx, now))
 		}
 		if err == nil {
+			if after != nil {
+				if err := after(tx, rec, now); err != nil {
+					return err
+				}
+			}
 			if wakes {
 				tx.WakeAfterCommit(id)
 			}
@@ -109,11 +123,12 @@ func (s *Store) change(ctx context.Context, id store.RecordID, wakes, steps bool
 }
 
 // resolveSQL moves an UNRESOLVED record on to state ?4 at ?5, keeping its
-// token as the one an operator resolved, with result ?6 or error ?7.
+// token (?8 when not 0) as the one an operator resolved, with result ?6 or
+// error ?7.
 const resolveSQL = `UPDATE idem_records SET state = ?4, result = ?6, error = CASE WHEN ?4 = 'failed' THEN ?7 END, resolved_token = token, lease_expires_at = NULL,
 		completed_at = CASE WHEN ?4 = 'released' THEN NULL ELSE ?5 END,
 		expires_at = ?5 + retention_us, updated_at = ?5
-	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND state = 'unresolved'
+	WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND state = 'unresolved' AND (?8 = 0 OR token = ?8)
 	RETURNING ` + recordStepCols
 
 // RecordResolve implements store.Store.
@@ -126,6 +141,10 @@ func (s *Store) RecordResolve(ctx context.Context, p *store.ResolveParams) (*sto
 		return nil, err
 	}
 	return s.change(ctx, p.RecordID, true, true, p.Decide, func(tx *writeTx, now time.Time) *sql.Row {
-		return tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), now.UnixMicro(), target.Result, target.Error)
+		return tx.QueryRow(resolveSQL, p.Tenant, p.Namespace, p.Key, string(target.State), now.UnixMicro(), target.Result, target.Error, p.Token)
+	}, func(tx *writeTx, rec *store.Record, now time.Time) error {
+		tx.HeldAfterCommit(p.Tenant)
+		return noted(tx, p.RecordID, now, store.TimelineEntry{Kind: store.EntryResolved, Token: rec.Token, State: rec.State,
+			PreviousState: store.StateUnresolved, Error: rec.Error, Actor: p.Actor, Reason: p.Reason})
 	})
 }

@@ -85,9 +85,13 @@ func TestOpenConcurrently(t *testing.T) {
 		}
 	}
 	_, raw := open(t, path)
+	ms, err := sqlite.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var applied int
-	if err := raw.QueryRowContext(t.Context(), "SELECT count(*) FROM idem_schema_migrations").Scan(&applied); err != nil || applied != sqlite.LatestVersion() {
-		t.Fatalf("%d migrations recorded (%v), want %d", applied, err, sqlite.LatestVersion())
+	if err := raw.QueryRowContext(t.Context(), "SELECT count(*) FROM idem_schema_migrations").Scan(&applied); err != nil || applied != len(ms) {
+		t.Fatalf("%d migrations recorded (%v), want %d", applied, err, len(ms))
 	}
 }
 

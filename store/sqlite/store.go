@@ -53,10 +53,11 @@ type Store struct {
 	readStmts map[string]*sql.Stmt
 	closed    atomic.Bool
 	watches   store.Watches // the Claims waiting on a record (wait.go)
+	held      store.Watches // the held watches, by tenant (timeline.go)
 }
 
 // readQueries are the statements Open prepares on the read connections.
-var readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL, stepsSQL}
+var readQueries = []string{pingSQL, getSQL, listSQL, statsSQL, countByStateSQL, stepsSQL, timelineSQL, listHeldSQL}
 
 // errClosed is what every call returns once Close has run.
 var errClosed = fmt.Errorf("%w: the SQLite store is closed", store.ErrUnavailable)
@@ -98,7 +99,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 		return nil, interpretError(ctx, err)
 	}
 	s := &Store{write: write}
-	s.w = startWriter(conn, &s.watches)
+	s.w = startWriter(conn, &s.watches, &s.held)
 	s.TokenCalls = s.runTokenCall
 	// The writer's group commit takes concurrent calls together.
 	s.TokenCallsMany = store.Concurrently(s.runTokenCall)

@@ -161,6 +161,13 @@ func (h harness) AgeOutAll(t *testing.T, st store.Store) int {
 		micros(h.Now(t, st).Add(-time.Second)))
 }
 
+func (h harness) AgeOutTimeline(t *testing.T, st store.Store, id store.RecordID) int {
+	t.Helper()
+	return rawExec(t, st, `UPDATE idem_timeline SET expires_at = ?4
+		WHERE tenant = ?1 AND namespace = ?2 AND key = ?3 AND expires_at IS NOT NULL`,
+		id.Tenant, id.Namespace, id.Key, micros(h.Now(t, st).Add(-time.Second)))
+}
+
 func (harness) SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at time.Time) {
 	t.Helper()
 	if n := rawExec(t, st, `UPDATE idem_records SET updated_at = ?4 WHERE tenant = ?1 AND namespace = ?2 AND key = ?3`,

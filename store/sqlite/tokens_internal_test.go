@@ -57,7 +57,7 @@ func TestTokensIncreaseAcrossBatches(t *testing.T) {
 		}
 		// Gone, one by delete and the rest by a purge: the next round
 		// creates them anew.
-		if _, err := f.s.RecordDelete(f.ctx, batchID("k0")); err != nil {
+		if _, err := f.s.RecordDelete(f.ctx, &store.DeleteParams{RecordID: batchID("k0")}); err != nil {
 			t.Fatal(err)
 		}
 		f.rawExec(t, `UPDATE idem_records SET state = 'completed', expires_at = 1`)
@@ -159,7 +159,7 @@ func TestTokensAcrossReopen(t *testing.T) {
 				t.Fatalf("round %d claim %d: token %d, not above the earlier %d", round, i, res.Record.Token, last)
 			}
 			last = res.Record.Token
-			if _, err := s.RecordDelete(t.Context(), batchID(fmt.Sprint("k", i))); err != nil {
+			if _, err := s.RecordDelete(t.Context(), &store.DeleteParams{RecordID: batchID(fmt.Sprint("k", i))}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -38,8 +38,10 @@ type writeCall struct {
 	// goroutine, where the server's recovery sees it.
 	panicked any
 	done     chan struct{} // closed once err is set
-	// wakes are the records to wake once the batch has committed.
+	// wakes are the records to wake once the batch has committed, held the
+	// tenants whose held watches to wake.
 	wakes []store.RecordID
+	held  []string
 }
 
 // writer runs the queued calls of a Store in batches on the write connection.
@@ -59,6 +61,7 @@ type writer struct {
 	batches, batched, statements int64
 	batchCalls                   prometheus.Histogram // idem_sqlite_batch_calls
 	watches                      *store.Watches       // woken after commit
+	held                         *store.Watches       // the held watches, woken after commit
 
 	ran    int64        // the prepared statements of the running batch
 	tokens tokenCounter // the token counter as the running batch sees it
@@ -74,9 +77,9 @@ func newBatchCalls() prometheus.Histogram {
 }
 
 // startWriter starts the writer on conn, the write connection.
-func startWriter(conn *sql.Conn, watches *store.Watches) *writer {
+func startWriter(conn *sql.Conn, watches, held *store.Watches) *writer {
 	w := &writer{conn: conn, stmts: map[string]*sql.Stmt{}, exited: make(chan struct{}),
-		batchCalls: newBatchCalls(), watches: watches}
+		batchCalls: newBatchCalls(), watches: watches, held: held}
 	w.queued.L = &w.mu
 	go w.run()
 	return w
@@ -228,7 +231,10 @@ func (w *writer) runBatch(batch []*writeCall) {
 		for _, id := range c.wakes {
 			w.watches.Wake(id)
 		}
-		c.wakes = nil
+		for _, tenant := range c.held {
+			w.held.Wake(store.RecordID{Tenant: tenant})
+		}
+		c.wakes, c.held = nil, nil
 		c.answer(nil)
 	}
 }
@@ -297,6 +303,12 @@ type writeTx struct {
 // change is visible.
 func (tx *writeTx) WakeAfterCommit(id store.RecordID) {
 	tx.call.wakes = append(tx.call.wakes, id)
+}
+
+// HeldAfterCommit wakes the held watches of tenant once the call's batch
+// has committed: a record of it became UNRESOLVED.
+func (tx *writeTx) HeldAfterCommit(tenant string) {
+	tx.call.held = append(tx.call.held, tenant)
 }
 
 // QueryRow runs query, which returns at most one row.

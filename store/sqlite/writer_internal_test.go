@@ -309,8 +309,12 @@ func TestBatchMixesEveryOutcome(t *testing.T) {
 		completeCall(&unknown, "unknown", 1),
 		func() { expired, expireErr = f.s.SweepExpire(f.ctx, 100) },
 		func() { purgedN, purgeErr = f.s.SweepPurge(f.ctx, 100) },
-		func() { deleted.rec, deleted.err = f.s.RecordDelete(f.ctx, batchID("to-delete")) },
-		func() { deleteMissing.rec, deleteMissing.err = f.s.RecordDelete(f.ctx, batchID("never")) },
+		func() {
+			deleted.rec, deleted.err = f.s.RecordDelete(f.ctx, &store.DeleteParams{RecordID: batchID("to-delete")})
+		},
+		func() {
+			deleteMissing.rec, deleteMissing.err = f.s.RecordDelete(f.ctx, &store.DeleteParams{RecordID: batchID("never")})
+		},
 		claim(&fresh2, batchClaim("new2", "w1")),
 	}
 	before := f.stats()

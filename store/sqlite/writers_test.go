@@ -61,7 +61,7 @@ func work(ctx context.Context, st store.Store, worker, round int) error {
 		if _, err := st.SweepPurge(ctx, 100); err != nil {
 			return fmt.Errorf("SweepPurge: %w", err)
 		}
-		if _, err := st.RecordDelete(ctx, id(fmt.Sprintf("w%d-%d", worker, round-1))); err != nil {
+		if _, err := st.RecordDelete(ctx, &store.DeleteParams{RecordID: id(fmt.Sprintf("w%d-%d", worker, round-1))}); err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
 	}

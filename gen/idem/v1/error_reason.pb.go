@@ -162,7 +162,15 @@ const (
 	// RESOURCE_EXHAUSTED: the job's steps would hold more bytes of names and
 	// results than the server allows (--max-step-bytes); the message gives
 	// the bound. Retrying is no use.
-	ErrorReason_ERROR_REASON_STEPS_TOO_LARGE ErrorReason = 63
+	ErrorReason_ERROR_REASON_STEPS_TOO_LARGE ErrorReason = 63 // Resolvers and timelines.
+	// INVALID_ARGUMENT (IdempotencyService.Resolve): resolver is empty, longer
+	// than 128 bytes, or holds a control character. A resolver names itself
+	// on every decision, so that the record's timeline and idemd's log say
+	// which one decided.
+	ErrorReason_ERROR_REASON_INVALID_RESOLVER ErrorReason = 70
+	// INVALID_ARGUMENT (Resolve, AdminService.ResolveRecord and DeleteRecord):
+	// the reason is longer than 1024 bytes.
+	ErrorReason_ERROR_REASON_INVALID_REASON ErrorReason = 71
 )
 
 // Enum value maps for ErrorReason.
@@ -207,6 +215,8 @@ var (
 		61: "ERROR_REASON_STEP_ALREADY_FINISHED",
 		62: "ERROR_REASON_TOO_MANY_STEPS",
 		63: "ERROR_REASON_STEPS_TOO_LARGE",
+		70: "ERROR_REASON_INVALID_RESOLVER",
+		71: "ERROR_REASON_INVALID_REASON",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -248,6 +258,8 @@ var (
 		"ERROR_REASON_STEP_ALREADY_FINISHED": 61,
 		"ERROR_REASON_TOO_MANY_STEPS":        62,
 		"ERROR_REASON_STEPS_TOO_LARGE":       63,
+		"ERROR_REASON_INVALID_RESOLVER":      70,
+		"ERROR_REASON_INVALID_REASON":        71,
 	}
 )
 
@@ -282,7 +294,7 @@ var File_idem_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xb9\n" +
+	"\x1aidem/v1/error_reason.proto\x12\aidem.v1*\xfd\n" +
 	"\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
@@ -324,7 +336,9 @@ const file_idem_v1_error_reason_proto_rawDesc = "" +
 	"\x1eERROR_REASON_INVALID_STEP_NAME\x10<\x12&\n" +
 	"\"ERROR_REASON_STEP_ALREADY_FINISHED\x10=\x12\x1f\n" +
 	"\x1bERROR_REASON_TOO_MANY_STEPS\x10>\x12 \n" +
-	"\x1cERROR_REASON_STEPS_TOO_LARGE\x10?B\x87\x01\n" +
+	"\x1cERROR_REASON_STEPS_TOO_LARGE\x10?\x12!\n" +
+	"\x1dERROR_REASON_INVALID_RESOLVER\x10F\x12\x1f\n" +
+	"\x1bERROR_REASON_INVALID_REASON\x10GB\x87\x01\n" +
 	"\vcom.idem.v1B\x10ErrorReasonProtoP\x01Z)github.com/idemhq/idem/gen/idem/v1;idemv1\xa2\x02\x03IXX\xaa\x02\aIdem.V1\xca\x02\aIdem\\V1\xe2\x02\x13Idem\\V1\\GPBMetadata\xea\x02\bIdem::V1b\x06proto3"
 
 var (

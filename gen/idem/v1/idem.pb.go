@@ -27,9 +27,12 @@
 //   - FAILED_PRECONDITION / RESOLVED_BY_OPERATOR: an operator resolved the
 //     record (AdminService.ResolveRecord), and this call does not carry the
 //     value the resolution stored: its result or error was not stored.
-//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
-//     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
-//     resolution given.
+//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord,
+//     ResolverService.Resolve): the record is not UNRESOLVED.
+//     INVALID_ARGUMENT / INVALID_RESOLUTION: no resolution given;
+//     INVALID_RESOLVER: a resolver's name that is empty, over 128 bytes or
+//     has a control character; INVALID_REASON: a reason (of a resolution
+//     or a deletion) over 1024 bytes. Nothing was written.
 //   - ABORTED / LEASE_LOST: the token is not the record's current token; the
 //     lease was taken over by another worker. Stop and do not retry.
 //   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged
@@ -326,6 +329,84 @@ func (x StepState) Number() protoreflect.EnumNumber {
 // Deprecated: Use StepState.Descriptor instead.
 func (StepState) EnumDescriptor() ([]byte, []int) {
 	return file_idem_v1_idem_proto_rawDescGZIP(), []int{2}
+}
+
+// TimelineEntryKind is what a TimelineEntry records.
+type TimelineEntryKind int32
+
+const (
+	// Never sent by the server.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_UNSPECIFIED TimelineEntryKind = 0
+	// A Claim acquired the record from an earlier attempt: its lease had run
+	// out (the holder stalled or died), it was EXPIRED, or RELEASED.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_TAKEN_OVER TimelineEntryKind = 1
+	// The holder's Fail with retryable=false: the record is FAILED.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_FAILED TimelineEntryKind = 2
+	// The holder's Fail with retryable=true: the record is RELEASED.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_RELEASED TimelineEntryKind = 3
+	// The lease ran out under a hold policy: the record is UNRESOLVED (by
+	// the sweeper, or by the Claim that found it so).
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_HELD TimelineEntryKind = 4
+	// A person (AdminService.ResolveRecord) or a resolver
+	// (ResolverService.Resolve) resolved the UNRESOLVED record.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_RESOLVED TimelineEntryKind = 5
+	// AdminService.DeleteRecord deleted the record.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_DELETED TimelineEntryKind = 6
+	// A Claim with another fingerprint was refused (FINGERPRINT_MISMATCH).
+	// One entry per lease and refused fingerprint, however often the Claim
+	// comes back.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH TimelineEntryKind = 7
+)
+
+// Enum value maps for TimelineEntryKind.
+var (
+	TimelineEntryKind_name = map[int32]string{
+		0: "TIMELINE_ENTRY_KIND_UNSPECIFIED",
+		1: "TIMELINE_ENTRY_KIND_TAKEN_OVER",
+		2: "TIMELINE_ENTRY_KIND_FAILED",
+		3: "TIMELINE_ENTRY_KIND_RELEASED",
+		4: "TIMELINE_ENTRY_KIND_HELD",
+		5: "TIMELINE_ENTRY_KIND_RESOLVED",
+		6: "TIMELINE_ENTRY_KIND_DELETED",
+		7: "TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH",
+	}
+	TimelineEntryKind_value = map[string]int32{
+		"TIMELINE_ENTRY_KIND_UNSPECIFIED":          0,
+		"TIMELINE_ENTRY_KIND_TAKEN_OVER":           1,
+		"TIMELINE_ENTRY_KIND_FAILED":               2,
+		"TIMELINE_ENTRY_KIND_RELEASED":             3,
+		"TIMELINE_ENTRY_KIND_HELD":                 4,
+		"TIMELINE_ENTRY_KIND_RESOLVED":             5,
+		"TIMELINE_ENTRY_KIND_DELETED":              6,
+		"TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH": 7,
+	}
+)
+
+func (x TimelineEntryKind) Enum() *TimelineEntryKind {
+	p := new(TimelineEntryKind)
+	*p = x
+	return p
+}
+
+func (x TimelineEntryKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TimelineEntryKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_idem_v1_idem_proto_enumTypes[3].Descriptor()
+}
+
+func (TimelineEntryKind) Type() protoreflect.EnumType {
+	return &file_idem_v1_idem_proto_enumTypes[3]
+}
+
+func (x TimelineEntryKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TimelineEntryKind.Descriptor instead.
+func (TimelineEntryKind) EnumDescriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{3}
 }
 
 // Record is the server's state for one (namespace, key).
@@ -1223,9 +1304,12 @@ type LookupRequest struct {
 	// The namespace of the record.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// The key of the record.
-	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Also read the record's timeline (LookupResponse.history). A record
+	// that does not exist is NOT_FOUND all the same.
+	IncludeHistory bool `protobuf:"varint,3,opt,name=include_history,json=includeHistory,proto3" json:"include_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LookupRequest) Reset() {
@@ -1272,11 +1356,22 @@ func (x *LookupRequest) GetKey() string {
 	return ""
 }
 
+func (x *LookupRequest) GetIncludeHistory() bool {
+	if x != nil {
+		return x.IncludeHistory
+	}
+	return false
+}
+
 // LookupResponse carries the record.
 type LookupResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The record.
-	Record        *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// With include_history: the exceptions in the life of the record's key,
+	// oldest first (see TimelineEntry); empty for a record whose life had
+	// none. At most the latest 1000.
+	History       []*TimelineEntry `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,6 +1409,13 @@ func (*LookupResponse) Descriptor() ([]byte, []int) {
 func (x *LookupResponse) GetRecord() *Record {
 	if x != nil {
 		return x.Record
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetHistory() []*TimelineEntry {
+	if x != nil {
+		return x.History
 	}
 	return nil
 }
@@ -2467,6 +2569,229 @@ func (x *CompleteStepResponse) GetStep() *Step {
 	return nil
 }
 
+// TimelineEntry is one exception in the life of a record's key: what
+// happened, when, and who did it. The ordinary path (a Claim that creates
+// the record, a Complete by its holder, a Heartbeat, a Claim answered from
+// the record) leaves no entry. Entries live as long as their record and are
+// purged with it. A deleted record's entries, its DELETED entry last, stay
+// under the key: they are shown with the next record of the key and purged
+// with it, or, when no record of the key follows, dropped once the deleted
+// record's retention has passed since the deletion.
+type TimelineEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Kind TimelineEntryKind `protobuf:"varint,1,opt,name=kind,proto3,enum=idem.v1.TimelineEntryKind" json:"kind,omitempty"`
+	// When, by the store's clock.
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The record's token when it happened; for TAKEN_OVER, the new one.
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The state it left the record in; STATE_UNSPECIFIED for DELETED.
+	State State `protobuf:"varint,4,opt,name=state,proto3,enum=idem.v1.State" json:"state,omitempty"`
+	// TAKEN_OVER: the token taken over.
+	PreviousToken int64 `protobuf:"varint,5,opt,name=previous_token,json=previousToken,proto3" json:"previous_token,omitempty"`
+	// TAKEN_OVER: the state the record was taken over from (PROCESSING: its
+	// lease had run out; EXPIRED; RELEASED). RESOLVED: UNRESOLVED. DELETED:
+	// the state it was deleted in. HELD: PROCESSING.
+	PreviousState State `protobuf:"varint,6,opt,name=previous_state,json=previousState,proto3,enum=idem.v1.State" json:"previous_state,omitempty"`
+	// TAKEN_OVER: the new holder's claimant. FAILED, RELEASED, HELD: the
+	// holder's. FINGERPRINT_MISMATCH: the refused Claim's.
+	Claimant string `protobuf:"bytes,7,opt,name=claimant,proto3" json:"claimant,omitempty"`
+	// TAKEN_OVER: the claimant of the lease taken over.
+	PreviousClaimant string `protobuf:"bytes,8,opt,name=previous_claimant,json=previousClaimant,proto3" json:"previous_claimant,omitempty"`
+	// FAILED, RELEASED: the holder's error. RESOLVED as FAILED: the
+	// resolution's error.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// RESOLVED, DELETED: who made the call.
+	Actor *Actor `protobuf:"bytes,10,opt,name=actor,proto3" json:"actor,omitempty"`
+	// RESOLVED, DELETED: the free-text reason the call gave; may be empty.
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// FINGERPRINT_MISMATCH: the fingerprint the refused Claim carried (the
+	// record keeps its own).
+	Fingerprint   []byte `protobuf:"bytes,12,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimelineEntry) Reset() {
+	*x = TimelineEntry{}
+	mi := &file_idem_v1_idem_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimelineEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimelineEntry) ProtoMessage() {}
+
+func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
+func (*TimelineEntry) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TimelineEntry) GetKind() TimelineEntryKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TimelineEntryKind_TIMELINE_ENTRY_KIND_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetPreviousToken() int64 {
+	if x != nil {
+		return x.PreviousToken
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetPreviousState() State {
+	if x != nil {
+		return x.PreviousState
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetClaimant() string {
+	if x != nil {
+		return x.Claimant
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetPreviousClaimant() string {
+	if x != nil {
+		return x.PreviousClaimant
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetActor() *Actor {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+// Actor is who made a call that a timeline entry records.
+type Actor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's tenant.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The name idemd's config gives the caller's token (named_tokens); empty
+	// for a token without one, or a client certificate.
+	Operator string `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	// The name the resolver gave (ResolverService.Resolve); empty for a
+	// person's call.
+	Resolver      string `protobuf:"bytes,3,opt,name=resolver,proto3" json:"resolver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Actor) Reset() {
+	*x = Actor{}
+	mi := &file_idem_v1_idem_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Actor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Actor) ProtoMessage() {}
+
+func (x *Actor) ProtoReflect() protoreflect.Message {
+	mi := &file_idem_v1_idem_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Actor.ProtoReflect.Descriptor instead.
+func (*Actor) Descriptor() ([]byte, []int) {
+	return file_idem_v1_idem_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Actor) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Actor) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *Actor) GetResolver() string {
+	if x != nil {
+		return x.Resolver
+	}
+	return ""
+}
+
 var File_idem_v1_idem_proto protoreflect.FileDescriptor
 
 const file_idem_v1_idem_proto_rawDesc = "" +
@@ -2539,12 +2864,14 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x126\n" +
 	"\tlease_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"<\n" +
 	"\x11HeartbeatResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"?\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"h\n" +
 	"\rLookupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"9\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12'\n" +
+	"\x0finclude_history\x18\x03 \x01(\bR\x0eincludeHistory\"k\n" +
 	"\x0eLookupResponse\x12'\n" +
-	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\"F\n" +
+	"\x06record\x18\x01 \x01(\v2\x0f.idem.v1.RecordR\x06record\x120\n" +
+	"\ahistory\x18\x02 \x03(\v2\x16.idem.v1.TimelineEntryR\ahistory\"F\n" +
 	"\x11BatchClaimRequest\x121\n" +
 	"\brequests\x18\x01 \x03(\v2\x15.idem.v1.ClaimRequestR\brequests\"I\n" +
 	"\x12BatchClaimResponse\x123\n" +
@@ -2599,7 +2926,25 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\x04step\x18\x04 \x01(\tR\x04step\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\"9\n" +
 	"\x14CompleteStepResponse\x12!\n" +
-	"\x04step\x18\x01 \x01(\v2\r.idem.v1.StepR\x04step*\x98\x01\n" +
+	"\x04step\x18\x01 \x01(\v2\r.idem.v1.StepR\x04step\"\xc4\x03\n" +
+	"\rTimelineEntry\x12.\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.idem.v1.TimelineEntryKindR\x04kind\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12$\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x12%\n" +
+	"\x0eprevious_token\x18\x05 \x01(\x03R\rpreviousToken\x125\n" +
+	"\x0eprevious_state\x18\x06 \x01(\x0e2\x0e.idem.v1.StateR\rpreviousState\x12\x1a\n" +
+	"\bclaimant\x18\a \x01(\tR\bclaimant\x12+\n" +
+	"\x11previous_claimant\x18\b \x01(\tR\x10previousClaimant\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12$\n" +
+	"\x05actor\x18\n" +
+	" \x01(\v2\x0e.idem.v1.ActorR\x05actor\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12 \n" +
+	"\vfingerprint\x18\f \x01(\fR\vfingerprint\"W\n" +
+	"\x05Actor\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x1a\n" +
+	"\bresolver\x18\x03 \x01(\tR\bresolver*\x98\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_PROCESSING\x10\x01\x12\x13\n" +
@@ -2618,7 +2963,16 @@ const file_idem_v1_idem_proto_rawDesc = "" +
 	"\tStepState\x12\x1a\n" +
 	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12STEP_STATE_STARTED\x10\x01\x12\x17\n" +
-	"\x13STEP_STATE_FINISHED\x10\x022\xba\v\n" +
+	"\x13STEP_STATE_FINISHED\x10\x02*\xad\x02\n" +
+	"\x11TimelineEntryKind\x12#\n" +
+	"\x1fTIMELINE_ENTRY_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eTIMELINE_ENTRY_KIND_TAKEN_OVER\x10\x01\x12\x1e\n" +
+	"\x1aTIMELINE_ENTRY_KIND_FAILED\x10\x02\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_RELEASED\x10\x03\x12\x1c\n" +
+	"\x18TIMELINE_ENTRY_KIND_HELD\x10\x04\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_RESOLVED\x10\x05\x12\x1f\n" +
+	"\x1bTIMELINE_ENTRY_KIND_DELETED\x10\x06\x12,\n" +
+	"(TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH\x10\a2\xba\v\n" +
 	"\x12IdempotencyService\x12q\n" +
 	"\x05Claim\x12\x15.idem.v1.ClaimRequest\x1a\x16.idem.v1.ClaimResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./v1/namespaces/{namespace}/records/{key}:claim\x12}\n" +
 	"\bComplete\x12\x18.idem.v1.CompleteRequest\x1a\x19.idem.v1.CompleteResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/namespaces/{namespace}/records/{key}:complete\x12m\n" +
@@ -2647,120 +3001,129 @@ func file_idem_v1_idem_proto_rawDescGZIP() []byte {
 	return file_idem_v1_idem_proto_rawDescData
 }
 
-var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_idem_v1_idem_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_idem_v1_idem_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_idem_v1_idem_proto_goTypes = []any{
 	(State)(0),                     // 0: idem.v1.State
 	(Outcome)(0),                   // 1: idem.v1.Outcome
 	(StepState)(0),                 // 2: idem.v1.StepState
-	(*Record)(nil),                 // 3: idem.v1.Record
-	(*Step)(nil),                   // 4: idem.v1.Step
-	(*ClaimRequest)(nil),           // 5: idem.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 6: idem.v1.ClaimResponse
-	(*CompleteRequest)(nil),        // 7: idem.v1.CompleteRequest
-	(*CompleteResponse)(nil),       // 8: idem.v1.CompleteResponse
-	(*FailRequest)(nil),            // 9: idem.v1.FailRequest
-	(*FailResponse)(nil),           // 10: idem.v1.FailResponse
-	(*HeartbeatRequest)(nil),       // 11: idem.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 12: idem.v1.HeartbeatResponse
-	(*LookupRequest)(nil),          // 13: idem.v1.LookupRequest
-	(*LookupResponse)(nil),         // 14: idem.v1.LookupResponse
-	(*BatchClaimRequest)(nil),      // 15: idem.v1.BatchClaimRequest
-	(*BatchClaimResponse)(nil),     // 16: idem.v1.BatchClaimResponse
-	(*BatchClaimResult)(nil),       // 17: idem.v1.BatchClaimResult
-	(*BatchCompleteRequest)(nil),   // 18: idem.v1.BatchCompleteRequest
-	(*BatchCompleteResponse)(nil),  // 19: idem.v1.BatchCompleteResponse
-	(*BatchCompleteResult)(nil),    // 20: idem.v1.BatchCompleteResult
-	(*BatchFailRequest)(nil),       // 21: idem.v1.BatchFailRequest
-	(*BatchFailResponse)(nil),      // 22: idem.v1.BatchFailResponse
-	(*BatchFailResult)(nil),        // 23: idem.v1.BatchFailResult
-	(*BatchHeartbeatRequest)(nil),  // 24: idem.v1.BatchHeartbeatRequest
-	(*BatchHeartbeatResponse)(nil), // 25: idem.v1.BatchHeartbeatResponse
-	(*BatchHeartbeatResult)(nil),   // 26: idem.v1.BatchHeartbeatResult
-	(*BatchLookupRequest)(nil),     // 27: idem.v1.BatchLookupRequest
-	(*BatchLookupResponse)(nil),    // 28: idem.v1.BatchLookupResponse
-	(*BatchLookupResult)(nil),      // 29: idem.v1.BatchLookupResult
-	(*StartStepRequest)(nil),       // 30: idem.v1.StartStepRequest
-	(*StartStepResponse)(nil),      // 31: idem.v1.StartStepResponse
-	(*CompleteStepRequest)(nil),    // 32: idem.v1.CompleteStepRequest
-	(*CompleteStepResponse)(nil),   // 33: idem.v1.CompleteStepResponse
-	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 35: google.protobuf.Duration
-	(*status.Status)(nil),          // 36: google.rpc.Status
+	(TimelineEntryKind)(0),         // 3: idem.v1.TimelineEntryKind
+	(*Record)(nil),                 // 4: idem.v1.Record
+	(*Step)(nil),                   // 5: idem.v1.Step
+	(*ClaimRequest)(nil),           // 6: idem.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 7: idem.v1.ClaimResponse
+	(*CompleteRequest)(nil),        // 8: idem.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 9: idem.v1.CompleteResponse
+	(*FailRequest)(nil),            // 10: idem.v1.FailRequest
+	(*FailResponse)(nil),           // 11: idem.v1.FailResponse
+	(*HeartbeatRequest)(nil),       // 12: idem.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 13: idem.v1.HeartbeatResponse
+	(*LookupRequest)(nil),          // 14: idem.v1.LookupRequest
+	(*LookupResponse)(nil),         // 15: idem.v1.LookupResponse
+	(*BatchClaimRequest)(nil),      // 16: idem.v1.BatchClaimRequest
+	(*BatchClaimResponse)(nil),     // 17: idem.v1.BatchClaimResponse
+	(*BatchClaimResult)(nil),       // 18: idem.v1.BatchClaimResult
+	(*BatchCompleteRequest)(nil),   // 19: idem.v1.BatchCompleteRequest
+	(*BatchCompleteResponse)(nil),  // 20: idem.v1.BatchCompleteResponse
+	(*BatchCompleteResult)(nil),    // 21: idem.v1.BatchCompleteResult
+	(*BatchFailRequest)(nil),       // 22: idem.v1.BatchFailRequest
+	(*BatchFailResponse)(nil),      // 23: idem.v1.BatchFailResponse
+	(*BatchFailResult)(nil),        // 24: idem.v1.BatchFailResult
+	(*BatchHeartbeatRequest)(nil),  // 25: idem.v1.BatchHeartbeatRequest
+	(*BatchHeartbeatResponse)(nil), // 26: idem.v1.BatchHeartbeatResponse
+	(*BatchHeartbeatResult)(nil),   // 27: idem.v1.BatchHeartbeatResult
+	(*BatchLookupRequest)(nil),     // 28: idem.v1.BatchLookupRequest
+	(*BatchLookupResponse)(nil),    // 29: idem.v1.BatchLookupResponse
+	(*BatchLookupResult)(nil),      // 30: idem.v1.BatchLookupResult
+	(*StartStepRequest)(nil),       // 31: idem.v1.StartStepRequest
+	(*StartStepResponse)(nil),      // 32: idem.v1.StartStepResponse
+	(*CompleteStepRequest)(nil),    // 33: idem.v1.CompleteStepRequest
+	(*CompleteStepResponse)(nil),   // 34: idem.v1.CompleteStepResponse
+	(*TimelineEntry)(nil),          // 35: idem.v1.TimelineEntry
+	(*Actor)(nil),                  // 36: idem.v1.Actor
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
+	(*status.Status)(nil),          // 39: google.rpc.Status
 }
 var file_idem_v1_idem_proto_depIdxs = []int32{
 	0,  // 0: idem.v1.Record.state:type_name -> idem.v1.State
-	34, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
-	34, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
-	34, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
-	34, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 6: idem.v1.Record.steps:type_name -> idem.v1.Step
+	37, // 1: idem.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
+	37, // 2: idem.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	37, // 3: idem.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 4: idem.v1.Record.completed_at:type_name -> google.protobuf.Timestamp
+	37, // 5: idem.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 6: idem.v1.Record.steps:type_name -> idem.v1.Step
 	2,  // 7: idem.v1.Step.state:type_name -> idem.v1.StepState
-	34, // 8: idem.v1.Step.started_at:type_name -> google.protobuf.Timestamp
-	34, // 9: idem.v1.Step.finished_at:type_name -> google.protobuf.Timestamp
-	35, // 10: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	35, // 11: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
-	35, // 12: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	37, // 8: idem.v1.Step.started_at:type_name -> google.protobuf.Timestamp
+	37, // 9: idem.v1.Step.finished_at:type_name -> google.protobuf.Timestamp
+	38, // 10: idem.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	38, // 11: idem.v1.ClaimRequest.retention:type_name -> google.protobuf.Duration
+	38, // 12: idem.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 13: idem.v1.ClaimResponse.outcome:type_name -> idem.v1.Outcome
-	3,  // 14: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
-	35, // 15: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	3,  // 16: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
-	3,  // 17: idem.v1.FailResponse.record:type_name -> idem.v1.Record
-	35, // 18: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
-	3,  // 19: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
-	3,  // 20: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
-	5,  // 21: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
-	17, // 22: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
-	6,  // 23: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
-	36, // 24: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
-	7,  // 25: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
-	20, // 26: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
-	8,  // 27: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
-	36, // 28: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
-	9,  // 29: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
-	23, // 30: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
-	10, // 31: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
-	36, // 32: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
-	11, // 33: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
-	26, // 34: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
-	12, // 35: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
-	36, // 36: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
-	13, // 37: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
-	29, // 38: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
-	14, // 39: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
-	36, // 40: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
-	4,  // 41: idem.v1.StartStepResponse.step:type_name -> idem.v1.Step
-	4,  // 42: idem.v1.CompleteStepResponse.step:type_name -> idem.v1.Step
-	5,  // 43: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
-	7,  // 44: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
-	9,  // 45: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
-	11, // 46: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
-	13, // 47: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
-	15, // 48: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
-	18, // 49: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
-	21, // 50: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
-	24, // 51: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
-	27, // 52: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
-	30, // 53: idem.v1.IdempotencyService.StartStep:input_type -> idem.v1.StartStepRequest
-	32, // 54: idem.v1.IdempotencyService.CompleteStep:input_type -> idem.v1.CompleteStepRequest
-	6,  // 55: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
-	8,  // 56: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
-	10, // 57: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
-	12, // 58: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
-	14, // 59: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
-	16, // 60: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
-	19, // 61: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
-	22, // 62: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
-	25, // 63: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
-	28, // 64: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
-	31, // 65: idem.v1.IdempotencyService.StartStep:output_type -> idem.v1.StartStepResponse
-	33, // 66: idem.v1.IdempotencyService.CompleteStep:output_type -> idem.v1.CompleteStepResponse
-	55, // [55:67] is the sub-list for method output_type
-	43, // [43:55] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	4,  // 14: idem.v1.ClaimResponse.record:type_name -> idem.v1.Record
+	38, // 15: idem.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	4,  // 16: idem.v1.CompleteResponse.record:type_name -> idem.v1.Record
+	4,  // 17: idem.v1.FailResponse.record:type_name -> idem.v1.Record
+	38, // 18: idem.v1.HeartbeatRequest.lease_ttl:type_name -> google.protobuf.Duration
+	4,  // 19: idem.v1.HeartbeatResponse.record:type_name -> idem.v1.Record
+	4,  // 20: idem.v1.LookupResponse.record:type_name -> idem.v1.Record
+	35, // 21: idem.v1.LookupResponse.history:type_name -> idem.v1.TimelineEntry
+	6,  // 22: idem.v1.BatchClaimRequest.requests:type_name -> idem.v1.ClaimRequest
+	18, // 23: idem.v1.BatchClaimResponse.results:type_name -> idem.v1.BatchClaimResult
+	7,  // 24: idem.v1.BatchClaimResult.response:type_name -> idem.v1.ClaimResponse
+	39, // 25: idem.v1.BatchClaimResult.error:type_name -> google.rpc.Status
+	8,  // 26: idem.v1.BatchCompleteRequest.requests:type_name -> idem.v1.CompleteRequest
+	21, // 27: idem.v1.BatchCompleteResponse.results:type_name -> idem.v1.BatchCompleteResult
+	9,  // 28: idem.v1.BatchCompleteResult.response:type_name -> idem.v1.CompleteResponse
+	39, // 29: idem.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
+	10, // 30: idem.v1.BatchFailRequest.requests:type_name -> idem.v1.FailRequest
+	24, // 31: idem.v1.BatchFailResponse.results:type_name -> idem.v1.BatchFailResult
+	11, // 32: idem.v1.BatchFailResult.response:type_name -> idem.v1.FailResponse
+	39, // 33: idem.v1.BatchFailResult.error:type_name -> google.rpc.Status
+	12, // 34: idem.v1.BatchHeartbeatRequest.requests:type_name -> idem.v1.HeartbeatRequest
+	27, // 35: idem.v1.BatchHeartbeatResponse.results:type_name -> idem.v1.BatchHeartbeatResult
+	13, // 36: idem.v1.BatchHeartbeatResult.response:type_name -> idem.v1.HeartbeatResponse
+	39, // 37: idem.v1.BatchHeartbeatResult.error:type_name -> google.rpc.Status
+	14, // 38: idem.v1.BatchLookupRequest.requests:type_name -> idem.v1.LookupRequest
+	30, // 39: idem.v1.BatchLookupResponse.results:type_name -> idem.v1.BatchLookupResult
+	15, // 40: idem.v1.BatchLookupResult.response:type_name -> idem.v1.LookupResponse
+	39, // 41: idem.v1.BatchLookupResult.error:type_name -> google.rpc.Status
+	5,  // 42: idem.v1.StartStepResponse.step:type_name -> idem.v1.Step
+	5,  // 43: idem.v1.CompleteStepResponse.step:type_name -> idem.v1.Step
+	3,  // 44: idem.v1.TimelineEntry.kind:type_name -> idem.v1.TimelineEntryKind
+	37, // 45: idem.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	0,  // 46: idem.v1.TimelineEntry.state:type_name -> idem.v1.State
+	0,  // 47: idem.v1.TimelineEntry.previous_state:type_name -> idem.v1.State
+	36, // 48: idem.v1.TimelineEntry.actor:type_name -> idem.v1.Actor
+	6,  // 49: idem.v1.IdempotencyService.Claim:input_type -> idem.v1.ClaimRequest
+	8,  // 50: idem.v1.IdempotencyService.Complete:input_type -> idem.v1.CompleteRequest
+	10, // 51: idem.v1.IdempotencyService.Fail:input_type -> idem.v1.FailRequest
+	12, // 52: idem.v1.IdempotencyService.Heartbeat:input_type -> idem.v1.HeartbeatRequest
+	14, // 53: idem.v1.IdempotencyService.Lookup:input_type -> idem.v1.LookupRequest
+	16, // 54: idem.v1.IdempotencyService.BatchClaim:input_type -> idem.v1.BatchClaimRequest
+	19, // 55: idem.v1.IdempotencyService.BatchComplete:input_type -> idem.v1.BatchCompleteRequest
+	22, // 56: idem.v1.IdempotencyService.BatchFail:input_type -> idem.v1.BatchFailRequest
+	25, // 57: idem.v1.IdempotencyService.BatchHeartbeat:input_type -> idem.v1.BatchHeartbeatRequest
+	28, // 58: idem.v1.IdempotencyService.BatchLookup:input_type -> idem.v1.BatchLookupRequest
+	31, // 59: idem.v1.IdempotencyService.StartStep:input_type -> idem.v1.StartStepRequest
+	33, // 60: idem.v1.IdempotencyService.CompleteStep:input_type -> idem.v1.CompleteStepRequest
+	7,  // 61: idem.v1.IdempotencyService.Claim:output_type -> idem.v1.ClaimResponse
+	9,  // 62: idem.v1.IdempotencyService.Complete:output_type -> idem.v1.CompleteResponse
+	11, // 63: idem.v1.IdempotencyService.Fail:output_type -> idem.v1.FailResponse
+	13, // 64: idem.v1.IdempotencyService.Heartbeat:output_type -> idem.v1.HeartbeatResponse
+	15, // 65: idem.v1.IdempotencyService.Lookup:output_type -> idem.v1.LookupResponse
+	17, // 66: idem.v1.IdempotencyService.BatchClaim:output_type -> idem.v1.BatchClaimResponse
+	20, // 67: idem.v1.IdempotencyService.BatchComplete:output_type -> idem.v1.BatchCompleteResponse
+	23, // 68: idem.v1.IdempotencyService.BatchFail:output_type -> idem.v1.BatchFailResponse
+	26, // 69: idem.v1.IdempotencyService.BatchHeartbeat:output_type -> idem.v1.BatchHeartbeatResponse
+	29, // 70: idem.v1.IdempotencyService.BatchLookup:output_type -> idem.v1.BatchLookupResponse
+	32, // 71: idem.v1.IdempotencyService.StartStep:output_type -> idem.v1.StartStepResponse
+	34, // 72: idem.v1.IdempotencyService.CompleteStep:output_type -> idem.v1.CompleteStepResponse
+	61, // [61:73] is the sub-list for method output_type
+	49, // [49:61] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_idem_v1_idem_proto_init() }
@@ -2793,8 +3156,8 @@ func file_idem_v1_idem_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idem_v1_idem_proto_rawDesc), len(file_idem_v1_idem_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   31,
+			NumEnums:      4,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

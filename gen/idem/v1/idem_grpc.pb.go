@@ -27,9 +27,12 @@
 //   - FAILED_PRECONDITION / RESOLVED_BY_OPERATOR: an operator resolved the
 //     record (AdminService.ResolveRecord), and this call does not carry the
 //     value the resolution stored: its result or error was not stored.
-//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
-//     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
-//     resolution given.
+//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord,
+//     ResolverService.Resolve): the record is not UNRESOLVED.
+//     INVALID_ARGUMENT / INVALID_RESOLUTION: no resolution given;
+//     INVALID_RESOLVER: a resolver's name that is empty, over 128 bytes or
+//     has a control character; INVALID_REASON: a reason (of a resolution
+//     or a deletion) over 1024 bytes. Nothing was written.
 //   - ABORTED / LEASE_LOST: the token is not the record's current token; the
 //     lease was taken over by another worker. Stop and do not retry.
 //   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged

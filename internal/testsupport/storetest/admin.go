@@ -198,16 +198,16 @@ func testDeleteReturnsOldRecord(t *testing.T, h Harness) {
 	var maxToken int64
 	for state, before := range recs {
 		maxToken = max(maxToken, before.Token)
-		deleted, err := b.store.RecordDelete(b.ctx, before.RecordID)
+		deleted, err := b.store.RecordDelete(b.ctx, &store.DeleteParams{RecordID: before.RecordID})
 		if err != nil {
 			t.Fatalf("RecordDelete of a %s record: %v", state, err)
 		}
 		requireSameRecord(t, "deleted "+string(state)+" record", deleted, before)
 		b.requireGone(t, before.RecordID)
-		_, err = b.store.RecordDelete(b.ctx, before.RecordID)
+		_, err = b.store.RecordDelete(b.ctx, &store.DeleteParams{RecordID: before.RecordID})
 		requireErr(t, "RecordDelete again", err, store.ErrNotFound)
 	}
-	_, err := b.store.RecordDelete(b.ctx, recordID("never-there"))
+	_, err := b.store.RecordDelete(b.ctx, &store.DeleteParams{RecordID: recordID("never-there")})
 	requireErr(t, "RecordDelete of a missing key", err, store.ErrNotFound)
 	requireSameRecord(t, "the other tenant's record", b.get(t, other.RecordID), other)
 

@@ -21,7 +21,7 @@ func storeCalls(ctx context.Context, st store.Store, id store.RecordID, token in
 	_, errs["SweepPurge"] = st.SweepPurge(ctx, 10)
 	errs["Ping"] = st.Ping(ctx)
 	_, errs["RecordList"] = st.RecordList(ctx, &store.ListParams{Tenant: id.Tenant, Limit: 10})
-	_, errs["RecordDelete"] = st.RecordDelete(ctx, id)
+	_, errs["RecordDelete"] = st.RecordDelete(ctx, &store.DeleteParams{RecordID: id})
 	_, errs["RecordStats"] = st.RecordStats(ctx, &store.StatsParams{Tenant: id.Tenant})
 	_, errs["CountByState"] = st.CountByState(ctx)
 	return errs

@@ -387,7 +387,7 @@ func testStepsGoWithRecord(t *testing.T, h Harness) {
 
 	x := b.acquire(t, deleted, "w")
 	b.step(t, stepParams(deleted, x.Token, "charge"))
-	gone, err := b.store.RecordDelete(b.ctx, deleted)
+	gone, err := b.store.RecordDelete(b.ctx, &store.DeleteParams{RecordID: deleted})
 	if err != nil {
 		t.Fatalf("RecordDelete: %v", err)
 	}

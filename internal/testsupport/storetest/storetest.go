@@ -46,6 +46,11 @@ type Harness interface {
 	AgeOutAll(t *testing.T, st store.Store) int
 	// SetUpdatedAt sets the updated_at of the record id.
 	SetUpdatedAt(t *testing.T, st store.Store, id store.RecordID, at time.Time)
+	// AgeOutTimeline sets the expires_at of the timeline entries of id's
+	// key that have one to one second before the store's now, as if the
+	// retention that keeps them had run out, and returns how many it
+	// changed.
+	AgeOutTimeline(t *testing.T, st store.Store, id store.RecordID) int
 	// Close closes st as a server does when it shuts down. The suite calls
 	// it at most once per store; t.Cleanup may release the store again.
 	Close(t *testing.T, st store.Store)
@@ -122,6 +127,18 @@ var tests = []struct {
 	{"DeleteReturnsOldRecord", testDeleteReturnsOldRecord},
 	{"Stats", testStats},
 	{"CountByState", testCountByState},
+
+	{"TimelineOrdinaryPathWritesNothing", testTimelineOrdinaryPathWritesNothing},
+	{"TimelineTakeover", testTimelineTakeover},
+	{"TimelineFail", testTimelineFail},
+	{"TimelineHeld", testTimelineHeld},
+	{"TimelineResolved", testTimelineResolved},
+	{"TimelineDeleted", testTimelineDeleted},
+	{"TimelineFingerprintMismatch", testTimelineFingerprintMismatch},
+	{"TimelinePurgedWithRecord", testTimelinePurgedWithRecord},
+	{"TimelineLatestEntries", testTimelineLatestEntries},
+	{"ListHeld", testListHeld},
+	{"WatchHeld", testWatchHeld},
 
 	{"InvalidTextIsRefused", testInvalidTextIsRefused},
 	{"TextRoundTrips", testTextRoundTrips},

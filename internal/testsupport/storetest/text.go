@@ -72,7 +72,7 @@ func testInvalidTextIsRefused(t *testing.T, h Harness) {
 				return err
 			}},
 			call{"RecordDelete", field, func(bad string) error {
-				_, err := st.RecordDelete(ctx, with(heldID, field, bad))
+				_, err := st.RecordDelete(ctx, &store.DeleteParams{RecordID: with(heldID, field, bad)})
 				return err
 			}},
 		)

@@ -3,7 +3,8 @@
 // Channel while any Claim of the process waits, and wakes them all each
 // time it listens again, since what was sent while nobody listened is lost.
 // Behind a transaction pooler, where no connection keeps a LISTEN, a Poll
-// stands in for it.
+// stands in for it. The same connection hears HeldChannel for the watches
+// of records that become UNRESOLVED (store.Timeline.RecordWatchHeld).
 package notifier
 
 import (
@@ -21,6 +22,15 @@ import (
 
 // Channel is what the store notifies on, a record's id as a JSON array.
 const Channel = "idem_records"
+
+// HeldChannel is what the store notifies on when a record becomes
+// UNRESOLVED, its tenant as the payload.
+const HeldChannel = "idem_held"
+
+// heldPollTicks is how many PollIntervals a Listener with a Poll lets pass
+// between wakes of every held watch, which it cannot hear: each wake makes
+// a watcher list its tenant's held records again.
+const heldPollTicks = 8
 
 // PollInterval is how often a Listener with a Poll looks.
 const PollInterval = 250 * time.Millisecond
@@ -47,6 +57,7 @@ type Version struct {
 // Start and not changed after.
 type Listener struct {
 	Watches *store.Watches  // the waiting Claims it wakes
+	Held    *store.Watches  // the held watches it wakes, by tenant; may be nil
 	Config  *pgx.ConnConfig // what LISTEN connects with
 	Poll    Poll            // when set, looked at every PollInterval instead
 
@@ -64,8 +75,8 @@ func (l *Listener) Listens() int64 { return l.listens.Load() }
 // Polls is how many times the Poll looked.
 func (l *Listener) Polls() int64 { return l.polls.Load() }
 
-// Start runs the listener unless it runs: the Watches' OnFirst, which must
-// not block.
+// Start runs the listener unless it runs: the OnFirst of Watches and
+// Held, which must not block.
 func (l *Listener) Start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -81,8 +92,8 @@ func (l *Listener) Start() {
 	go l.run(ctx)
 }
 
-// Idle stops the listener listenerLinger from now unless a Claim waits
-// again by then: the Watches' OnLast.
+// Idle stops the listener listenerLinger from now unless a Claim waits or
+// a held watch opens again by then: the OnLast of Watches and Held.
 func (l *Listener) Idle() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -92,12 +103,26 @@ func (l *Listener) Idle() {
 	l.linger = time.AfterFunc(listenerLinger, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.Watches.Active() || l.cancel == nil {
+		if l.active() || l.cancel == nil {
 			return
 		}
 		l.cancel()
 		l.cancel = nil
 	})
+}
+
+// active reports whether any watch of either kind is open.
+func (l *Listener) active() bool {
+	return l.Watches.Active() || l.Held != nil && l.Held.Active()
+}
+
+// wakeAll wakes every watch of either kind: what was sent while nobody
+// listened is lost.
+func (l *Listener) wakeAll() {
+	l.Watches.WakeAll()
+	if l.Held != nil {
+		l.Held.WakeAll()
+	}
 }
 
 // Close stops the listener for good.
@@ -143,6 +168,9 @@ func (l *Listener) session(ctx context.Context) (listened bool) {
 	if err == nil {
 		_, err = conn.Exec(connectCtx, "LISTEN "+Channel)
 	}
+	if err == nil && l.Held != nil {
+		_, err = conn.Exec(connectCtx, "LISTEN "+HeldChannel)
+	}
 	cancel()
 	if conn != nil {
 		defer conn.Close(context.WithoutCancel(ctx))
@@ -151,7 +179,7 @@ func (l *Listener) session(ctx context.Context) (listened bool) {
 		return false
 	}
 	l.listens.Add(1)
-	l.Watches.WakeAll()
+	l.wakeAll()
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, listenerPing)
 		n, err := conn.WaitForNotification(waitCtx)
@@ -170,6 +198,10 @@ func (l *Listener) session(ctx context.Context) (listened bool) {
 		case err != nil:
 			return true
 		}
+		if n.Channel == HeldChannel {
+			l.Held.Wake(store.RecordID{Tenant: n.Payload})
+			continue
+		}
 		var id []string
 		if json.Unmarshal([]byte(n.Payload), &id) == nil && len(id) == 3 {
 			l.Watches.Wake(store.RecordID{Tenant: id[0], Namespace: id[1], Key: id[2]})
@@ -179,16 +211,19 @@ func (l *Listener) session(ctx context.Context) (listened bool) {
 
 // pollLoop looks at the watched records every PollInterval until ctx ends,
 // and wakes those that changed since its last look, or, at its first, that
-// no live lease holds.
+// no live lease holds; every heldPollTicks it wakes every held watch.
 func (l *Listener) pollLoop(ctx context.Context) {
 	seen := map[store.RecordID]string{}
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
-	for {
+	for ticks := 1; ; ticks++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if l.Held != nil && ticks%heldPollTicks == 0 {
+			l.Held.WakeAll()
 		}
 		ids := l.Watches.IDs()
 		if len(ids) == 0 {

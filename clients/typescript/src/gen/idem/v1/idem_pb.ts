@@ -27,9 +27,12 @@
 //   - FAILED_PRECONDITION / RESOLVED_BY_OPERATOR: an operator resolved the
 //     record (AdminService.ResolveRecord), and this call does not carry the
 //     value the resolution stored: its result or error was not stored.
-//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
-//     record is not UNRESOLVED. INVALID_ARGUMENT / INVALID_RESOLUTION: no
-//     resolution given.
+//   - FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord,
+//     ResolverService.Resolve): the record is not UNRESOLVED.
+//     INVALID_ARGUMENT / INVALID_RESOLUTION: no resolution given;
+//     INVALID_RESOLVER: a resolver's name that is empty, over 128 bytes or
+//     has a control character; INVALID_REASON: a reason (of a resolution
+//     or a deletion) over 1024 bytes. Nothing was written.
 //   - ABORTED / LEASE_LOST: the token is not the record's current token; the
 //     lease was taken over by another worker. Stop and do not retry.
 //   - NOT_FOUND / NOT_FOUND: there is no such record (never claimed, purged
@@ -106,7 +109,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idem/v1/idem.proto.
  */
 export const file_idem_v1_idem: GenFile = /*@__PURE__*/
-  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEiigQKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCBIcCgVzdGVwcxgeIAMoCzINLmlkZW0udjEuU3RlcBIXCg9ob2xkX3VuZmluaXNoZWQYHyABKAgitwEKBFN0ZXASDAoEbmFtZRgBIAEoCRIhCgVzdGF0ZRgCIAEoDjISLmlkZW0udjEuU3RlcFN0YXRlEg4KBnJlc3VsdBgDIAEoDBINCgV0b2tlbhgEIAEoAxIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2gEKDENsYWltUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEhMKC2ZpbmdlcnByaW50GAMgASgMEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIQCghjbGFpbWFudBgFIAEoCRIsCglyZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKDAQoNQ2xhaW1SZXNwb25zZRIhCgdvdXRjb21lGAEgASgOMhAuaWRlbS52MS5PdXRjb21lEh8KBnJlY29yZBgCIAEoCzIPLmlkZW0udjEuUmVjb3JkEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIlAKD0NvbXBsZXRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgDEg4KBnJlc3VsdBgEIAEoDCIzChBDb21wbGV0ZVJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIl4KC0ZhaWxSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDQoFZXJyb3IYBCABKAkSEQoJcmV0cnlhYmxlGAUgASgIIi8KDEZhaWxSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZCJvChBIZWFydGJlYXRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjQKEUhlYXJ0YmVhdFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIi8KDUxvb2t1cFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCSIxCg5Mb29rdXBSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZCI8ChFCYXRjaENsYWltUmVxdWVzdBInCghyZXF1ZXN0cxgBIAMoCzIVLmlkZW0udjEuQ2xhaW1SZXF1ZXN0IkAKEkJhdGNoQ2xhaW1SZXNwb25zZRIqCgdyZXN1bHRzGAEgAygLMhkuaWRlbS52MS5CYXRjaENsYWltUmVzdWx0Im0KEEJhdGNoQ2xhaW1SZXN1bHQSKgoIcmVzcG9uc2UYASABKAsyFi5pZGVtLnYxLkNsYWltUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkIKFEJhdGNoQ29tcGxldGVSZXF1ZXN0EioKCHJlcXVlc3RzGAEgAygLMhguaWRlbS52MS5Db21wbGV0ZVJlcXVlc3QiRgoVQmF0Y2hDb21wbGV0ZVJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5pZGVtLnYxLkJhdGNoQ29tcGxldGVSZXN1bHQicwoTQmF0Y2hDb21wbGV0ZVJlc3VsdBItCghyZXNwb25zZRgBIAEoCzIZLmlkZW0udjEuQ29tcGxldGVSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiOgoQQmF0Y2hGYWlsUmVxdWVzdBImCghyZXF1ZXN0cxgBIAMoCzIULmlkZW0udjEuRmFpbFJlcXVlc3QiPgoRQmF0Y2hGYWlsUmVzcG9uc2USKQoHcmVzdWx0cxgBIAMoCzIYLmlkZW0udjEuQmF0Y2hGYWlsUmVzdWx0ImsKD0JhdGNoRmFpbFJlc3VsdBIpCghyZXNwb25zZRgBIAEoCzIVLmlkZW0udjEuRmFpbFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCJEChVCYXRjaEhlYXJ0YmVhdFJlcXVlc3QSKwoIcmVxdWVzdHMYASADKAsyGS5pZGVtLnYxLkhlYXJ0YmVhdFJlcXVlc3QiSAoWQmF0Y2hIZWFydGJlYXRSZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0uaWRlbS52MS5CYXRjaEhlYXJ0YmVhdFJlc3VsdCJ1ChRCYXRjaEhlYXJ0YmVhdFJlc3VsdBIuCghyZXNwb25zZRgBIAEoCzIaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0Ij4KEkJhdGNoTG9va3VwUmVxdWVzdBIoCghyZXF1ZXN0cxgBIAMoCzIWLmlkZW0udjEuTG9va3VwUmVxdWVzdCJCChNCYXRjaExvb2t1cFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5pZGVtLnYxLkJhdGNoTG9va3VwUmVzdWx0Im8KEUJhdGNoTG9va3VwUmVzdWx0EisKCHJlc3BvbnNlGAEgASgLMhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiTwoQU3RhcnRTdGVwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgDEgwKBHN0ZXAYBCABKAkiMAoRU3RhcnRTdGVwUmVzcG9uc2USGwoEc3RlcBgBIAEoCzINLmlkZW0udjEuU3RlcCJiChNDb21wbGV0ZVN0ZXBSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDAoEc3RlcBgEIAEoCRIOCgZyZXN1bHQYBSABKAwiMwoUQ29tcGxldGVTdGVwUmVzcG9uc2USGwoEc3RlcBgBIAEoCzINLmlkZW0udjEuU3RlcCqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBSpYCglTdGVwU3RhdGUSGgoWU1RFUF9TVEFURV9VTlNQRUNJRklFRBAAEhYKElNURVBfU1RBVEVfU1RBUlRFRBABEhcKE1NURVBfU1RBVEVfRklOSVNIRUQQAjK6CwoSSWRlbXBvdGVuY3lTZXJ2aWNlEnEKBUNsYWltEhUuaWRlbS52MS5DbGFpbVJlcXVlc3QaFi5pZGVtLnYxLkNsYWltUmVzcG9uc2UiOYLT5JMCMzoBKiIuL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpjbGFpbRJ9CghDb21wbGV0ZRIYLmlkZW0udjEuQ29tcGxldGVSZXF1ZXN0GhkuaWRlbS52MS5Db21wbGV0ZVJlc3BvbnNlIjyC0+STAjY6ASoiMS92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y29tcGxldGUSbQoERmFpbBIULmlkZW0udjEuRmFpbFJlcXVlc3QaFS5pZGVtLnYxLkZhaWxSZXNwb25zZSI4gtPkkwIyOgEqIi0vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmZhaWwSgQEKCUhlYXJ0YmVhdBIZLmlkZW0udjEuSGVhcnRiZWF0UmVxdWVzdBoaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2UiPYLT5JMCNzoBKiIyL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpoZWFydGJlYXQSawoGTG9va3VwEhYuaWRlbS52MS5Mb29rdXBSZXF1ZXN0GhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZSIwgtPkkwIqEigvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9EmgKCkJhdGNoQ2xhaW0SGi5pZGVtLnYxLkJhdGNoQ2xhaW1SZXF1ZXN0GhsuaWRlbS52MS5CYXRjaENsYWltUmVzcG9uc2UiIYLT5JMCGzoBKiIWL3YxL3JlY29yZHM6YmF0Y2hDbGFpbRJ0Cg1CYXRjaENvbXBsZXRlEh0uaWRlbS52MS5CYXRjaENvbXBsZXRlUmVxdWVzdBoeLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlc3BvbnNlIiSC0+STAh46ASoiGS92MS9yZWNvcmRzOmJhdGNoQ29tcGxldGUSZAoJQmF0Y2hGYWlsEhkuaWRlbS52MS5CYXRjaEZhaWxSZXF1ZXN0GhouaWRlbS52MS5CYXRjaEZhaWxSZXNwb25zZSIggtPkkwIaOgEqIhUvdjEvcmVjb3JkczpiYXRjaEZhaWwSeAoOQmF0Y2hIZWFydGJlYXQSHi5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVxdWVzdBofLmlkZW0udjEuQmF0Y2hIZWFydGJlYXRSZXNwb25zZSIlgtPkkwIfOgEqIhovdjEvcmVjb3JkczpiYXRjaEhlYXJ0YmVhdBJsCgtCYXRjaExvb2t1cBIbLmlkZW0udjEuQmF0Y2hMb29rdXBSZXF1ZXN0GhwuaWRlbS52MS5CYXRjaExvb2t1cFJlc3BvbnNlIiKC0+STAhw6ASoiFy92MS9yZWNvcmRzOmJhdGNoTG9va3VwEooBCglTdGFydFN0ZXASGS5pZGVtLnYxLlN0YXJ0U3RlcFJlcXVlc3QaGi5pZGVtLnYxLlN0YXJ0U3RlcFJlc3BvbnNlIkaC0+STAkA6ASoiOy92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX0vc3RlcHMve3N0ZXB9OnN0YXJ0EpYBCgxDb21wbGV0ZVN0ZXASHC5pZGVtLnYxLkNvbXBsZXRlU3RlcFJlcXVlc3QaHS5pZGVtLnYxLkNvbXBsZXRlU3RlcFJlc3BvbnNlIkmC0+STAkM6ASoiPi92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX0vc3RlcHMve3N0ZXB9OmNvbXBsZXRlYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChJpZGVtL3YxL2lkZW0ucHJvdG8SB2lkZW0udjEiigQKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEh0KBXN0YXRlGAMgASgOMg4uaWRlbS52MS5TdGF0ZRINCgV0b2tlbhgEIAEoAxIPCgdhdHRlbXB0GAUgASgFEhAKCGNsYWltYW50GAYgASgJEhMKC2ZpbmdlcnByaW50GAcgASgMEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgJIAEoDBINCgVlcnJvchgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnBvbGljeRgPIAEoCRIOCgZ0ZW5hbnQYECABKAkSDAoEaG9sZBgRIAEoCBIcCgVzdGVwcxgeIAMoCzINLmlkZW0udjEuU3RlcBIXCg9ob2xkX3VuZmluaXNoZWQYHyABKAgitwEKBFN0ZXASDAoEbmFtZRgBIAEoCRIhCgVzdGF0ZRgCIAEoDjISLmlkZW0udjEuU3RlcFN0YXRlEg4KBnJlc3VsdBgDIAEoDBINCgV0b2tlbhgEIAEoAxIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2gEKDENsYWltUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEhMKC2ZpbmdlcnByaW50GAMgASgMEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIQCghjbGFpbWFudBgFIAEoCRIsCglyZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKDAQoNQ2xhaW1SZXNwb25zZRIhCgdvdXRjb21lGAEgASgOMhAuaWRlbS52MS5PdXRjb21lEh8KBnJlY29yZBgCIAEoCzIPLmlkZW0udjEuUmVjb3JkEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIlAKD0NvbXBsZXRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgDEg4KBnJlc3VsdBgEIAEoDCIzChBDb21wbGV0ZVJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIl4KC0ZhaWxSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDQoFZXJyb3IYBCABKAkSEQoJcmV0cnlhYmxlGAUgASgIIi8KDEZhaWxSZXNwb25zZRIfCgZyZWNvcmQYASABKAsyDy5pZGVtLnYxLlJlY29yZCJvChBIZWFydGJlYXRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSLAoJbGVhc2VfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjQKEUhlYXJ0YmVhdFJlc3BvbnNlEh8KBnJlY29yZBgBIAEoCzIPLmlkZW0udjEuUmVjb3JkIkgKDUxvb2t1cFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRIXCg9pbmNsdWRlX2hpc3RvcnkYAyABKAgiWgoOTG9va3VwUmVzcG9uc2USHwoGcmVjb3JkGAEgASgLMg8uaWRlbS52MS5SZWNvcmQSJwoHaGlzdG9yeRgCIAMoCzIWLmlkZW0udjEuVGltZWxpbmVFbnRyeSI8ChFCYXRjaENsYWltUmVxdWVzdBInCghyZXF1ZXN0cxgBIAMoCzIVLmlkZW0udjEuQ2xhaW1SZXF1ZXN0IkAKEkJhdGNoQ2xhaW1SZXNwb25zZRIqCgdyZXN1bHRzGAEgAygLMhkuaWRlbS52MS5CYXRjaENsYWltUmVzdWx0Im0KEEJhdGNoQ2xhaW1SZXN1bHQSKgoIcmVzcG9uc2UYASABKAsyFi5pZGVtLnYxLkNsYWltUmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IkIKFEJhdGNoQ29tcGxldGVSZXF1ZXN0EioKCHJlcXVlc3RzGAEgAygLMhguaWRlbS52MS5Db21wbGV0ZVJlcXVlc3QiRgoVQmF0Y2hDb21wbGV0ZVJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5pZGVtLnYxLkJhdGNoQ29tcGxldGVSZXN1bHQicwoTQmF0Y2hDb21wbGV0ZVJlc3VsdBItCghyZXNwb25zZRgBIAEoCzIZLmlkZW0udjEuQ29tcGxldGVSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiOgoQQmF0Y2hGYWlsUmVxdWVzdBImCghyZXF1ZXN0cxgBIAMoCzIULmlkZW0udjEuRmFpbFJlcXVlc3QiPgoRQmF0Y2hGYWlsUmVzcG9uc2USKQoHcmVzdWx0cxgBIAMoCzIYLmlkZW0udjEuQmF0Y2hGYWlsUmVzdWx0ImsKD0JhdGNoRmFpbFJlc3VsdBIpCghyZXNwb25zZRgBIAEoCzIVLmlkZW0udjEuRmFpbFJlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCJEChVCYXRjaEhlYXJ0YmVhdFJlcXVlc3QSKwoIcmVxdWVzdHMYASADKAsyGS5pZGVtLnYxLkhlYXJ0YmVhdFJlcXVlc3QiSAoWQmF0Y2hIZWFydGJlYXRSZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0uaWRlbS52MS5CYXRjaEhlYXJ0YmVhdFJlc3VsdCJ1ChRCYXRjaEhlYXJ0YmVhdFJlc3VsdBIuCghyZXNwb25zZRgBIAEoCzIaLmlkZW0udjEuSGVhcnRiZWF0UmVzcG9uc2VIABIjCgVlcnJvchgCIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0Ij4KEkJhdGNoTG9va3VwUmVxdWVzdBIoCghyZXF1ZXN0cxgBIAMoCzIWLmlkZW0udjEuTG9va3VwUmVxdWVzdCJCChNCYXRjaExvb2t1cFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5pZGVtLnYxLkJhdGNoTG9va3VwUmVzdWx0Im8KEUJhdGNoTG9va3VwUmVzdWx0EisKCHJlc3BvbnNlGAEgASgLMhcuaWRlbS52MS5Mb29rdXBSZXNwb25zZUgAEiMKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiTwoQU3RhcnRTdGVwUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgDEgwKBHN0ZXAYBCABKAkiMAoRU3RhcnRTdGVwUmVzcG9uc2USGwoEc3RlcBgBIAEoCzINLmlkZW0udjEuU3RlcCJiChNDb21wbGV0ZVN0ZXBSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRILCgNrZXkYAiABKAkSDQoFdG9rZW4YAyABKAMSDAoEc3RlcBgEIAEoCRIOCgZyZXN1bHQYBSABKAwiMwoUQ29tcGxldGVTdGVwUmVzcG9uc2USGwoEc3RlcBgBIAEoCzINLmlkZW0udjEuU3RlcCLPAgoNVGltZWxpbmVFbnRyeRIoCgRraW5kGAEgASgOMhouaWRlbS52MS5UaW1lbGluZUVudHJ5S2luZBImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFdG9rZW4YAyABKAMSHQoFc3RhdGUYBCABKA4yDi5pZGVtLnYxLlN0YXRlEhYKDnByZXZpb3VzX3Rva2VuGAUgASgDEiYKDnByZXZpb3VzX3N0YXRlGAYgASgOMg4uaWRlbS52MS5TdGF0ZRIQCghjbGFpbWFudBgHIAEoCRIZChFwcmV2aW91c19jbGFpbWFudBgIIAEoCRINCgVlcnJvchgJIAEoCRIdCgVhY3RvchgKIAEoCzIOLmlkZW0udjEuQWN0b3ISDgoGcmVhc29uGAsgASgJEhMKC2ZpbmdlcnByaW50GAwgASgMIjsKBUFjdG9yEg4KBnRlbmFudBgBIAEoCRIQCghvcGVyYXRvchgCIAEoCRIQCghyZXNvbHZlchgDIAEoCSqYAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIUChBTVEFURV9QUk9DRVNTSU5HEAESEwoPU1RBVEVfQ09NUExFVEVEEAISEAoMU1RBVEVfRkFJTEVEEAMSEgoOU1RBVEVfUkVMRUFTRUQQBBIRCg1TVEFURV9FWFBJUkVEEAUSFAoQU1RBVEVfVU5SRVNPTFZFRBAGKpQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxACEhUKEU9VVENPTUVfQ09NUExFVEVEEAMSEgoOT1VUQ09NRV9GQUlMRUQQBBIWChJPVVRDT01FX1VOUkVTT0xWRUQQBSpYCglTdGVwU3RhdGUSGgoWU1RFUF9TVEFURV9VTlNQRUNJRklFRBAAEhYKElNURVBfU1RBVEVfU1RBUlRFRBABEhcKE1NURVBfU1RBVEVfRklOSVNIRUQQAiqtAgoRVGltZWxpbmVFbnRyeUtpbmQSIwofVElNRUxJTkVfRU5UUllfS0lORF9VTlNQRUNJRklFRBAAEiIKHlRJTUVMSU5FX0VOVFJZX0tJTkRfVEFLRU5fT1ZFUhABEh4KGlRJTUVMSU5FX0VOVFJZX0tJTkRfRkFJTEVEEAISIAocVElNRUxJTkVfRU5UUllfS0lORF9SRUxFQVNFRBADEhwKGFRJTUVMSU5FX0VOVFJZX0tJTkRfSEVMRBAEEiAKHFRJTUVMSU5FX0VOVFJZX0tJTkRfUkVTT0xWRUQQBRIfChtUSU1FTElORV9FTlRSWV9LSU5EX0RFTEVURUQQBhIsCihUSU1FTElORV9FTlRSWV9LSU5EX0ZJTkdFUlBSSU5UX01JU01BVENIEAcyugsKEklkZW1wb3RlbmN5U2VydmljZRJxCgVDbGFpbRIVLmlkZW0udjEuQ2xhaW1SZXF1ZXN0GhYuaWRlbS52MS5DbGFpbVJlc3BvbnNlIjmC0+STAjM6ASoiLi92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06Y2xhaW0SfQoIQ29tcGxldGUSGC5pZGVtLnYxLkNvbXBsZXRlUmVxdWVzdBoZLmlkZW0udjEuQ29tcGxldGVSZXNwb25zZSI8gtPkkwI2OgEqIjEvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9OmNvbXBsZXRlEm0KBEZhaWwSFC5pZGVtLnYxLkZhaWxSZXF1ZXN0GhUuaWRlbS52MS5GYWlsUmVzcG9uc2UiOILT5JMCMjoBKiItL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fTpmYWlsEoEBCglIZWFydGJlYXQSGS5pZGVtLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGi5pZGVtLnYxLkhlYXJ0YmVhdFJlc3BvbnNlIj2C0+STAjc6ASoiMi92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3JlY29yZHMve2tleX06aGVhcnRiZWF0EmsKBkxvb2t1cBIWLmlkZW0udjEuTG9va3VwUmVxdWVzdBoXLmlkZW0udjEuTG9va3VwUmVzcG9uc2UiMILT5JMCKhIoL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcmVjb3Jkcy97a2V5fRJoCgpCYXRjaENsYWltEhouaWRlbS52MS5CYXRjaENsYWltUmVxdWVzdBobLmlkZW0udjEuQmF0Y2hDbGFpbVJlc3BvbnNlIiGC0+STAhs6ASoiFi92MS9yZWNvcmRzOmJhdGNoQ2xhaW0SdAoNQmF0Y2hDb21wbGV0ZRIdLmlkZW0udjEuQmF0Y2hDb21wbGV0ZVJlcXVlc3QaHi5pZGVtLnYxLkJhdGNoQ29tcGxldGVSZXNwb25zZSIkgtPkkwIeOgEqIhkvdjEvcmVjb3JkczpiYXRjaENvbXBsZXRlEmQKCUJhdGNoRmFpbBIZLmlkZW0udjEuQmF0Y2hGYWlsUmVxdWVzdBoaLmlkZW0udjEuQmF0Y2hGYWlsUmVzcG9uc2UiIILT5JMCGjoBKiIVL3YxL3JlY29yZHM6YmF0Y2hGYWlsEngKDkJhdGNoSGVhcnRiZWF0Eh4uaWRlbS52MS5CYXRjaEhlYXJ0YmVhdFJlcXVlc3QaHy5pZGVtLnYxLkJhdGNoSGVhcnRiZWF0UmVzcG9uc2UiJYLT5JMCHzoBKiIaL3YxL3JlY29yZHM6YmF0Y2hIZWFydGJlYXQSbAoLQmF0Y2hMb29rdXASGy5pZGVtLnYxLkJhdGNoTG9va3VwUmVxdWVzdBocLmlkZW0udjEuQmF0Y2hMb29rdXBSZXNwb25zZSIigtPkkwIcOgEqIhcvdjEvcmVjb3JkczpiYXRjaExvb2t1cBKKAQoJU3RhcnRTdGVwEhkuaWRlbS52MS5TdGFydFN0ZXBSZXF1ZXN0GhouaWRlbS52MS5TdGFydFN0ZXBSZXNwb25zZSJGgtPkkwJAOgEqIjsvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9L3N0ZXBzL3tzdGVwfTpzdGFydBKWAQoMQ29tcGxldGVTdGVwEhwuaWRlbS52MS5Db21wbGV0ZVN0ZXBSZXF1ZXN0Gh0uaWRlbS52MS5Db21wbGV0ZVN0ZXBSZXNwb25zZSJJgtPkkwJDOgEqIj4vdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9yZWNvcmRzL3trZXl9L3N0ZXBzL3tzdGVwfTpjb21wbGV0ZWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Record is the server's state for one (namespace, key).
@@ -684,6 +687,14 @@ export type LookupRequest = Message<"idem.v1.LookupRequest"> & {
    * @generated from field: string key = 2;
    */
   key: string;
+
+  /**
+   * Also read the record's timeline (LookupResponse.history). A record
+   * that does not exist is NOT_FOUND all the same.
+   *
+   * @generated from field: bool include_history = 3;
+   */
+  includeHistory: boolean;
 };
 
 /**
@@ -705,6 +716,15 @@ export type LookupResponse = Message<"idem.v1.LookupResponse"> & {
    * @generated from field: idem.v1.Record record = 1;
    */
   record?: Record | undefined;
+
+  /**
+   * With include_history: the exceptions in the life of the record's key,
+   * oldest first (see TimelineEntry); empty for a record whose life had
+   * none. At most the latest 1000.
+   *
+   * @generated from field: repeated idem.v1.TimelineEntry history = 2;
+   */
+  history: TimelineEntry[];
 };
 
 /**
@@ -1250,6 +1270,153 @@ export const CompleteStepResponseSchema: GenMessage<CompleteStepResponse> = /*@_
   messageDesc(file_idem_v1_idem, 30);
 
 /**
+ * TimelineEntry is one exception in the life of a record's key: what
+ * happened, when, and who did it. The ordinary path (a Claim that creates
+ * the record, a Complete by its holder, a Heartbeat, a Claim answered from
+ * the record) leaves no entry. Entries live as long as their record and are
+ * purged with it. A deleted record's entries, its DELETED entry last, stay
+ * under the key: they are shown with the next record of the key and purged
+ * with it, or, when no record of the key follows, dropped once the deleted
+ * record's retention has passed since the deletion.
+ *
+ * @generated from message idem.v1.TimelineEntry
+ */
+export type TimelineEntry = Message<"idem.v1.TimelineEntry"> & {
+  /**
+   * What happened.
+   *
+   * @generated from field: idem.v1.TimelineEntryKind kind = 1;
+   */
+  kind: TimelineEntryKind;
+
+  /**
+   * When, by the store's clock.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * The record's token when it happened; for TAKEN_OVER, the new one.
+   *
+   * @generated from field: int64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * The state it left the record in; STATE_UNSPECIFIED for DELETED.
+   *
+   * @generated from field: idem.v1.State state = 4;
+   */
+  state: State;
+
+  /**
+   * TAKEN_OVER: the token taken over.
+   *
+   * @generated from field: int64 previous_token = 5;
+   */
+  previousToken: bigint;
+
+  /**
+   * TAKEN_OVER: the state the record was taken over from (PROCESSING: its
+   * lease had run out; EXPIRED; RELEASED). RESOLVED: UNRESOLVED. DELETED:
+   * the state it was deleted in. HELD: PROCESSING.
+   *
+   * @generated from field: idem.v1.State previous_state = 6;
+   */
+  previousState: State;
+
+  /**
+   * TAKEN_OVER: the new holder's claimant. FAILED, RELEASED, HELD: the
+   * holder's. FINGERPRINT_MISMATCH: the refused Claim's.
+   *
+   * @generated from field: string claimant = 7;
+   */
+  claimant: string;
+
+  /**
+   * TAKEN_OVER: the claimant of the lease taken over.
+   *
+   * @generated from field: string previous_claimant = 8;
+   */
+  previousClaimant: string;
+
+  /**
+   * FAILED, RELEASED: the holder's error. RESOLVED as FAILED: the
+   * resolution's error.
+   *
+   * @generated from field: string error = 9;
+   */
+  error: string;
+
+  /**
+   * RESOLVED, DELETED: who made the call.
+   *
+   * @generated from field: idem.v1.Actor actor = 10;
+   */
+  actor?: Actor | undefined;
+
+  /**
+   * RESOLVED, DELETED: the free-text reason the call gave; may be empty.
+   *
+   * @generated from field: string reason = 11;
+   */
+  reason: string;
+
+  /**
+   * FINGERPRINT_MISMATCH: the fingerprint the refused Claim carried (the
+   * record keeps its own).
+   *
+   * @generated from field: bytes fingerprint = 12;
+   */
+  fingerprint: Uint8Array;
+};
+
+/**
+ * Describes the message idem.v1.TimelineEntry.
+ * Use `create(TimelineEntrySchema)` to create a new message.
+ */
+export const TimelineEntrySchema: GenMessage<TimelineEntry> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 31);
+
+/**
+ * Actor is who made a call that a timeline entry records.
+ *
+ * @generated from message idem.v1.Actor
+ */
+export type Actor = Message<"idem.v1.Actor"> & {
+  /**
+   * The caller's tenant.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * The name idemd's config gives the caller's token (named_tokens); empty
+   * for a token without one, or a client certificate.
+   *
+   * @generated from field: string operator = 2;
+   */
+  operator: string;
+
+  /**
+   * The name the resolver gave (ResolverService.Resolve); empty for a
+   * person's call.
+   *
+   * @generated from field: string resolver = 3;
+   */
+  resolver: string;
+};
+
+/**
+ * Describes the message idem.v1.Actor.
+ * Use `create(ActorSchema)` to create a new message.
+ */
+export const ActorSchema: GenMessage<Actor> = /*@__PURE__*/
+  messageDesc(file_idem_v1_idem, 32);
+
+/**
  * State is where a record is in its life.
  *
  * @generated from enum idem.v1.State
@@ -1424,6 +1591,80 @@ export enum StepState {
  */
 export const StepStateSchema: GenEnum<StepState> = /*@__PURE__*/
   enumDesc(file_idem_v1_idem, 2);
+
+/**
+ * TimelineEntryKind is what a TimelineEntry records.
+ *
+ * @generated from enum idem.v1.TimelineEntryKind
+ */
+export enum TimelineEntryKind {
+  /**
+   * Never sent by the server.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A Claim acquired the record from an earlier attempt: its lease had run
+   * out (the holder stalled or died), it was EXPIRED, or RELEASED.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_TAKEN_OVER = 1;
+   */
+  TAKEN_OVER = 1,
+
+  /**
+   * The holder's Fail with retryable=false: the record is FAILED.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_FAILED = 2;
+   */
+  FAILED = 2,
+
+  /**
+   * The holder's Fail with retryable=true: the record is RELEASED.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_RELEASED = 3;
+   */
+  RELEASED = 3,
+
+  /**
+   * The lease ran out under a hold policy: the record is UNRESOLVED (by
+   * the sweeper, or by the Claim that found it so).
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_HELD = 4;
+   */
+  HELD = 4,
+
+  /**
+   * A person (AdminService.ResolveRecord) or a resolver
+   * (ResolverService.Resolve) resolved the UNRESOLVED record.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_RESOLVED = 5;
+   */
+  RESOLVED = 5,
+
+  /**
+   * AdminService.DeleteRecord deleted the record.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_DELETED = 6;
+   */
+  DELETED = 6,
+
+  /**
+   * A Claim with another fingerprint was refused (FINGERPRINT_MISMATCH).
+   * One entry per lease and refused fingerprint, however often the Claim
+   * comes back.
+   *
+   * @generated from enum value: TIMELINE_ENTRY_KIND_FINGERPRINT_MISMATCH = 7;
+   */
+  FINGERPRINT_MISMATCH = 7,
+}
+
+/**
+ * Describes the enum idem.v1.TimelineEntryKind.
+ */
+export const TimelineEntryKindSchema: GenEnum<TimelineEntryKind> = /*@__PURE__*/
+  enumDesc(file_idem_v1_idem, 3);
 
 /**
  * IdempotencyService coordinates workers so that each job's side effect
