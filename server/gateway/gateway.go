@@ -184,6 +184,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// vanguard gets a copy to adapt: net/http still reads the request it
 	// gave, to drain or close what is left of an unread body.
 	r = r.Clone(context.WithValue(r.Context(), callKey{}, c))
+	r.ContentLength = -1 // body may inflate it past its Content-Length
 	switch ct := strings.ToLower(r.Header.Get("Content-Type")); {
 	case strings.HasPrefix(ct, "application/grpc"):
 		c.protocol = protocolGRPCWeb
