@@ -193,7 +193,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if c.gzipped = enc == "gzip"; enc != "" && enc != "identity" && !c.gzipped {
-		c.refusal = unsupportedMedia("Content-Encoding", fmt.Sprintf("Content-Encoding %q is not one this API reads; send gzip or an uncompressed body", enc))
+		c.refusal = unsupported("Content-Encoding", fmt.Sprintf("Content-Encoding %q is not one this API reads; send gzip or an uncompressed body", enc))
 	}
 	r.Header.Del("Content-Encoding") // body inflates it
 	switch c.protocol {
@@ -325,17 +325,17 @@ func checkContentType(contentType string, connectCall bool) (string, error) {
 	mt, params, err := mime.ParseMediaType(contentType)
 	switch {
 	case contentType == "" && connectCall:
-		err = unsupportedMedia("Content-Type", "the request has no Content-Type; "+want)
+		err = unsupported("Content-Type", "the request has no Content-Type; "+want)
 	case contentType == "":
 		err = nil
 	case err != nil:
-		err = unsupportedMedia("Content-Type", fmt.Sprintf("Content-Type %q does not parse (%v); %s", contentType, err, want))
+		err = unsupported("Content-Type", fmt.Sprintf("Content-Type %q does not parse (%v); %s", contentType, err, want))
 	case params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8"):
-		err = unsupportedMedia("Content-Type", fmt.Sprintf("Content-Type %q: the body must be UTF-8; send charset=utf-8 or no charset", contentType))
+		err = unsupported("Content-Type", fmt.Sprintf("Content-Type %q: the body must be UTF-8; send charset=utf-8 or no charset", contentType))
 	case mt == "application/proto" && connectCall:
 		return vanguard.CodecProto, nil
 	case mt != "application/json" && (connectCall || mt != "application/x-www-form-urlencoded"):
-		err = unsupportedMedia("Content-Type", fmt.Sprintf("Content-Type %q is not one this API reads; %s", contentType, want))
+		err = unsupported("Content-Type", fmt.Sprintf("Content-Type %q is not one this API reads; %s", contentType, want))
 	}
 	return vanguard.CodecJSON, err
 }
