@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -58,5 +59,28 @@ func TestJSONAnswersOfAnySize(t *testing.T) {
 	a := doHTTP(t, req, "")
 	if a.header.Get("Grpc-Status") != "8" || !strings.Contains(a.header.Get("Grpc-Message"), "the limit is") {
 		t.Fatalf("gRPC-Web Complete of %d bytes: HTTP %d %v %.300q; want RESOURCE_EXHAUSTED naming the limit", len(frame), a.status, a.header, a.raw)
+	}
+}
+
+// TestJSONGRPCWebInflateLimit: a gRPC-Web message compressed with gzip is
+// inflated no further than the largest valid request, and refused past it
+// with RESOURCE_EXHAUSTED, so that a small message cannot make the server
+// buffer a huge one.
+func TestJSONGRPCWebInflateLimit(t *testing.T) {
+	t.Parallel()
+	ts := testserver.StartWith(t, testserver.Options{JSON: true})
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	_, _ = zw.Write([]byte(`{"namespace":"answers","key":"bomb","token":"1","result":"` + strings.Repeat("A", 8<<20) + `"}`))
+	_ = zw.Close()
+	frame := append([]byte{1, 0, 0, 0, 0}, zipped.Bytes()...)
+	binary.BigEndian.PutUint32(frame[1:5], uint32(zipped.Len()))
+	req, _ := http.NewRequest(http.MethodPost, ts.JSONURL+"/idem.v1.IdempotencyService/Complete", bytes.NewReader(frame))
+	req.Header.Set("Content-Type", "application/grpc-web+json")
+	req.Header.Set("Grpc-Encoding", "gzip")
+	a := doHTTP(t, req, "")
+	if a.header.Get("Grpc-Status") != "8" || !strings.Contains(a.header.Get("Grpc-Message"), "inflates to over") {
+		t.Fatalf("gRPC-Web Complete of %d bytes inflating to 8 MiB: HTTP %d %v %.300q; want RESOURCE_EXHAUSTED saying it inflates past the limit",
+			len(frame), a.status, a.header, a.raw)
 	}
 }

@@ -465,3 +465,25 @@ func TestJSONRefusalRateLimited(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONGzipBody: a gzip body is read as the JSON it holds, over Connect
+// and REST, though it inflates past its Content-Length.
+func TestJSONGzipBody(t *testing.T) {
+	t.Parallel()
+	s := startStrict(t)
+	claimant := strings.Repeat("w", 100)
+	for _, call := range []rawCall{
+		connectRaw("Claim", `{"namespace":"strict","key":"gz-connect","claimant":"`+claimant+`"}`),
+		restRaw("gz-rest", "claim", `{"claimant":"`+claimant+`"}`),
+	} {
+		var zipped bytes.Buffer
+		zw := gzip.NewWriter(&zipped)
+		_, _ = zw.Write(call.body)
+		_ = zw.Close()
+		call.body, call.encoding = zipped.Bytes(), "gzip"
+		a := call.do(t, s.JSONURL)
+		if a.status != http.StatusOK || a.body["outcome"] != "OUTCOME_ACQUIRED" || field(a.body, "record", "claimant") != claimant {
+			t.Errorf("%s with a gzip body: HTTP %d %s; want ACQUIRED with the claimant", call.path, a.status, a.raw)
+		}
+	}
+}

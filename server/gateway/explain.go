@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -35,43 +37,42 @@ var strictJSON = protojson.UnmarshalOptions{}
 // (INVALID_LEASE_TTL), UNKNOWN_FIELD with the field it may have meant, and
 // MALFORMED_REQUEST with a byte offset for what is not JSON.
 func explain(body []byte, desc protoreflect.MessageDescriptor, inPath map[protoreflect.Name]bool) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return malformed("", "the body is empty; send the request as a JSON object ({} when no field is set)")
+	if err := scan(body); err != nil {
+		return err
 	}
-	if depth(body) > maxDepth {
-		return malformed("", "the body nests objects and arrays more than %d deep; no request nests more than 2", maxDepth)
+	if top := bytes.TrimLeft(body, " \t\r\n"); top[0] != '{' {
+		kind := map[byte]string{'[': "an array", '"': "a string", 't': "true or false", 'f': "true or false", 'n': "null"}[top[0]]
+		return malformed("", "the body is %s; send the request as one JSON object of its fields: {\"field\": value, …}", cmp.Or(kind, "a number"))
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var top json.RawMessage
-	var syntax *json.SyntaxError
-	switch err := dec.Decode(&top); {
-	case errors.As(err, &syntax):
-		return malformed("", "the body is not JSON: %s at byte %d", syntax.Error(), syntax.Offset-1)
-	case err != nil:
-		return malformed("", "the body is not JSON: it ends in the middle of a value (byte %d); is it cut short?", len(body))
-	}
-	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
-		return malformed("", "the body is not JSON: data after the end of the JSON value at byte %d", len(body)-len(rest))
-	}
-	if top[0] != '{' {
-		return malformed("", "the body is %s; send the request as one JSON object of its fields: {\"field\": value, …}", kindOf(top))
-	}
-	return explainObject(top, desc, "", inPath)
+	return explainObject(body, desc, "", inPath)
 }
 
-// kindOf names the kind of a JSON value.
-func kindOf(v json.RawMessage) string {
-	switch v[0] {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "true or false"
-	case 'n':
-		return "null"
+// scan checks that body is one JSON value, nested at most maxDepth deep.
+func scan(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for level, n := 0, 0; ; n++ {
+		end := dec.InputOffset()
+		tok, err := dec.Token()
+		var syntax *json.SyntaxError
+		switch {
+		case err == io.EOF && n == 0:
+			return malformed("", "the body is empty; send the request as a JSON object ({} when no field is set)")
+		case err == io.EOF && level == 0:
+			return nil
+		case level == 0 && n > 0:
+			return malformed("", "the body is not JSON: data after the end of the JSON value at byte %d", end)
+		case errors.As(err, &syntax):
+			return malformed("", "the body is not JSON: %s at byte %d", syntax.Error(), syntax.Offset-1)
+		case err != nil:
+			return malformed("", "the body is not JSON: it ends in the middle of a value (byte %d); is it cut short?", len(body))
+		case tok == json.Delim('{') || tok == json.Delim('['):
+			if level++; level > maxDepth {
+				return malformed("", "the body nests objects and arrays more than %d deep; no request nests more than 2", maxDepth)
+			}
+		case tok == json.Delim('}') || tok == json.Delim(']'):
+			level--
+		}
 	}
-	return "a number"
 }
 
 // explainObject explains the members of v, the object of a message desc at
@@ -86,14 +87,12 @@ func explainObject(v json.RawMessage, desc protoreflect.MessageDescriptor, prefi
 		name, field := token.(string), prefix+token.(string)
 		var value json.RawMessage
 		_ = dec.Decode(&value) // explain decoded the whole body
-		fd := desc.Fields().ByJSONName(name)
-		if fd == nil {
-			fd = desc.Fields().ByName(protoreflect.Name(name))
-		}
+		fd := cmp.Or(desc.Fields().ByJSONName(name), desc.Fields().ByName(protoreflect.Name(name)))
 		if fd == nil {
 			return noSuchField(desc, field, name, inPath)
 		}
 		first, twice := seen[fd.Number()]
+		seen[fd.Number()] = name
 		switch od := fd.ContainingOneof(); {
 		case inPath[fd.Name()]:
 			return malformed(field, "%s is in the route's path; leave it out of the body", field)
@@ -102,12 +101,11 @@ func explainObject(v json.RawMessage, desc protoreflect.MessageDescriptor, prefi
 		case twice:
 			return malformed(field, "%s is given twice, as %s and as %s; give each field once", fd.JSONName(), prefix+first, field)
 		case od != nil && !od.IsSynthetic() && oneofs[od.Name()] != "" && string(value) != "null":
-			return services.NewError(codes.InvalidArgument, fieldReason(fd), fmt.Sprintf("%s and %s are both set; %s takes one of them",
-				prefix+oneofs[od.Name()], field, prefix+string(od.Name())), map[string]string{"field": field})
+			return invalid(fieldReason(fd), field, fmt.Sprintf("%s and %s are both set; %s takes one of them",
+				prefix+oneofs[od.Name()], field, prefix+string(od.Name())))
 		case od != nil && string(value) != "null":
 			oneofs[od.Name()] = name
 		}
-		seen[fd.Number()] = name
 		if err := explainValue(desc, fd, name, field, value); err != nil {
 			return err
 		}
@@ -169,63 +167,47 @@ func noSuchField(desc protoreflect.MessageDescriptor, field, name string, inPath
 
 // editDistance is Levenshtein's distance between a and b.
 func editDistance(a, b []rune) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	row := make([]int, len(b)+1)
+	for j := range row {
+		row[j] = j
 	}
 	for i := range a {
-		cur := []int{i + 1}
+		diagonal := row[0]
+		row[0] = i + 1
 		for j := range b {
-			cost := 1
-			if a[i] == b[j] {
-				cost = 0
+			substitute := diagonal
+			if a[i] != b[j] {
+				substitute++
 			}
-			cur = append(cur, min(prev[j+1]+1, cur[j]+1, prev[j]+cost))
-		}
-		prev = cur
-	}
-	return prev[len(b)]
-}
-
-// depth is how deeply body nests objects and arrays.
-func depth(body []byte) int {
-	d, deepest, inString := 0, 0, false
-	for i := 0; i < len(body); i++ {
-		switch c := body[i]; {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case !inString && (c == '{' || c == '['):
-			d++
-			deepest = max(deepest, d)
-		case !inString && (c == '}' || c == ']'):
-			d--
+			diagonal, row[j+1] = row[j+1], min(row[j+1]+1, row[j]+1, substitute)
 		}
 	}
-	return deepest
+	return row[len(b)]
 }
 
-// malformed is INVALID_ARGUMENT / MALFORMED_REQUEST, naming field when it
-// is not "".
-func malformed(field, format string, args ...any) error {
+// invalid is INVALID_ARGUMENT with reason, naming field in its metadata
+// when it is not "", with U+FFFD for what of it is not UTF-8, which a
+// status must be.
+func invalid(reason idemv1.ErrorReason, field, msg string) error {
 	var md map[string]string
 	if field != "" {
-		md = map[string]string{"field": field}
+		md = map[string]string{"field": strings.ToValidUTF8(field, "\uFFFD")}
 	}
-	return services.NewError(codes.InvalidArgument, idemv1.ErrorReason_ERROR_REASON_MALFORMED_REQUEST, fmt.Sprintf(format, args...), md)
+	return services.NewError(codes.InvalidArgument, reason, msg, md)
 }
 
-// unknownField is INVALID_ARGUMENT / UNKNOWN_FIELD for field, where what
-// says ("field", "query parameter"). The metadata has U+FFFD for what of
-// the name is not UTF-8, which a status must be.
+func malformed(field, format string, args ...any) error {
+	return invalid(idemv1.ErrorReason_ERROR_REASON_MALFORMED_REQUEST, field, fmt.Sprintf(format, args...))
+}
+
+// unknownField is UNKNOWN_FIELD for field, where what says what it is
+// ("field", "query parameter").
 func unknownField(field, what, format string, args ...any) error {
-	return services.NewError(codes.InvalidArgument, idemv1.ErrorReason_ERROR_REASON_UNKNOWN_FIELD,
-		fmt.Sprintf("unknown %s %q", what, field)+fmt.Sprintf(format, args...), map[string]string{"field": strings.ToValidUTF8(field, "\uFFFD")})
+	return invalid(idemv1.ErrorReason_ERROR_REASON_UNKNOWN_FIELD, field, fmt.Sprintf("unknown %s %q", what, field)+fmt.Sprintf(format, args...))
 }
 
-// unsupportedMedia is MALFORMED_REQUEST naming the header, answered 415.
-func unsupportedMedia(header, msg string) error {
+// unsupported is MALFORMED_REQUEST naming a header, which is answered 415.
+func unsupported(header, msg string) error {
 	return services.NewError(codes.InvalidArgument, idemv1.ErrorReason_ERROR_REASON_MALFORMED_REQUEST, msg, map[string]string{"header": header})
 }
 
@@ -249,8 +231,7 @@ func invalidValue(fd protoreflect.FieldDescriptor, field string, v json.RawMessa
 	if !utf8.ValidString(shown) {
 		shown = strconv.QuoteToASCII(shown)
 	}
-	return services.NewError(codes.InvalidArgument, fieldReason(fd),
-		fmt.Sprintf("%s is %s; it must be %s", field, limits.Ellipsis(shown, 64), expected(fd)), map[string]string{"field": field})
+	return invalid(fieldReason(fd), field, fmt.Sprintf("%s is %s; it must be %s", field, limits.Ellipsis(shown, 64), expected(fd)))
 }
 
 // invalidUTF8 is fd's reason, sent as field, for value, text that is not
@@ -270,26 +251,21 @@ func expected(fd protoreflect.FieldDescriptor) string {
 		return "an array"
 	case fd.Message() != nil && fd.Message().FullName() == "google.protobuf.Duration":
 		return `a duration: a string of seconds with the suffix s, such as "30s" or "1.5s", of at most 315576000000s`
-	case fd.Message() != nil:
-		return "an object"
-	}
-	switch fd.Kind() {
-	case protoreflect.StringKind:
-		return "a string"
-	case protoreflect.BytesKind:
-		return "a string of base64 (RFC 4648, with or without padding)"
-	case protoreflect.BoolKind:
-		return "true or false"
-	case protoreflect.Int32Kind:
-		return "an integer from -2147483648 to 2147483647"
-	case protoreflect.Int64Kind:
-		return `an integer from -9223372036854775808 to 9223372036854775807, as a string ("7") or a number`
-	case protoreflect.EnumKind:
+	case fd.Enum() != nil:
 		var names []string
 		for i := range fd.Enum().Values().Len() {
 			names = append(names, string(fd.Enum().Values().Get(i).Name()))
 		}
 		return "one of " + strings.Join(names, ", ") + ", or its number"
 	}
-	return "a " + fd.Kind().String()
+	return cmp.Or(expectedOf[fd.Kind()], "a "+fd.Kind().String())
+}
+
+var expectedOf = map[protoreflect.Kind]string{
+	protoreflect.MessageKind: "an object",
+	protoreflect.StringKind:  "a string",
+	protoreflect.BytesKind:   "a string of base64 (RFC 4648, with or without padding)",
+	protoreflect.BoolKind:    "true or false",
+	protoreflect.Int32Kind:   "an integer from -2147483648 to 2147483647",
+	protoreflect.Int64Kind:   `an integer from -9223372036854775808 to 9223372036854775807, as a string ("7") or a number`,
 }
