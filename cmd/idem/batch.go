@@ -329,25 +329,9 @@ func (c *claimCmd) runMany(a *app) error {
 	if err := checkBatchSize(c.BatchSize); err != nil {
 		return err
 	}
-	var jobs []claimLine
-	if c.Stdin {
-		var err error
-		jobs, err = readLines(a, claimLineFields, func(n int, l *claimLine) error {
-			if l.Key == "" {
-				return usageError("stdin line %d has no \"key\"; every line needs one: %s", n, claimLineFields)
-			}
-			if _, err := hex.DecodeString(l.Fingerprint); err != nil {
-				return usageError("stdin line %d: \"fingerprint\" %q is not hex: %v", n, l.Fingerprint, err)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	} else {
-		for _, k := range c.Keys {
-			jobs = append(jobs, claimLine{Key: k})
-		}
+	jobs, err := c.jobs(a)
+	if err != nil {
+		return err
 	}
 	if len(jobs) == 0 {
 		a.say("no jobs on stdin: nothing to claim")
@@ -393,6 +377,27 @@ func (c *claimCmd) runMany(a *app) error {
 		return err
 	}
 	return t.exit()
+}
+
+// jobs are the keys of a claim of many: the arguments, or the lines of
+// --stdin, each checked as it is read.
+func (c *claimCmd) jobs(a *app) ([]claimLine, error) {
+	if !c.Stdin {
+		jobs := make([]claimLine, 0, len(c.Keys))
+		for _, k := range c.Keys {
+			jobs = append(jobs, claimLine{Key: k})
+		}
+		return jobs, nil
+	}
+	return readLines(a, claimLineFields, func(n int, l *claimLine) error {
+		if l.Key == "" {
+			return usageError("stdin line %d has no \"key\"; every line needs one: %s", n, claimLineFields)
+		}
+		if _, err := hex.DecodeString(l.Fingerprint); err != nil {
+			return usageError("stdin line %d: \"fingerprint\" %q is not hex: %v", n, l.Fingerprint, err)
+		}
+		return nil
+	})
 }
 
 // claimResultLine is the line of one Claim of a batch, with the exit code

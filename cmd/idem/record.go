@@ -146,19 +146,9 @@ func (c *claimCmd) Run(a *app) error {
 		a.Timeout += c.Wait
 		defer func() { a.Timeout = timeout }()
 	}
-	switch {
-	case c.Fingerprint != "":
-		fp, err := hex.DecodeString(c.Fingerprint)
-		if err != nil {
-			return usageError("--fingerprint %q is not hex: %v; pass hex digits, or --fingerprint-of FILE to hash a payload", c.Fingerprint, err)
-		}
-		req.Fingerprint = fp
-	case c.FingerprintOf != "":
-		payload, err := a.readInput("--fingerprint-of", c.FingerprintOf)
-		if err != nil {
-			return err
-		}
-		req.Fingerprint = client.Fingerprint(payload)
+	var err error
+	if req.Fingerprint, err = c.fingerprint(a); err != nil {
+		return err
 	}
 	conn, err := a.client()
 	if err != nil {
@@ -169,7 +159,33 @@ func (c *claimCmd) Run(a *app) error {
 		return err
 	}
 	rec := resp.GetRecord()
-	code := exitError
+	code, err := c.report(a, resp)
+	if err != nil {
+		return err
+	}
+	if a.json() {
+		if err := a.printJSON(resp); err != nil {
+			return err
+		}
+	} else if code == exitOK {
+		fmt.Fprintln(a.stdout, rec.GetToken())
+	}
+	if code == exitCompleted && c.ResultOut != "" {
+		if err := a.writeOutput("--result-out", c.ResultOut, rec.GetResult()); err != nil {
+			return err
+		}
+	}
+	if code != exitOK {
+		return exitWith(code)
+	}
+	return nil
+}
+
+// report says what a Claim's answer means for the caller and returns its
+// exit code.
+func (c *claimCmd) report(a *app, resp *idemv1.ClaimResponse) (exitCode, error) {
+	rec := resp.GetRecord()
+	var code exitCode
 	switch resp.GetOutcome() {
 	case idemv1.Outcome_OUTCOME_ACQUIRED:
 		code = exitOK
@@ -198,24 +214,29 @@ func (c *claimCmd) Run(a *app) error {
 		a.say("%s is unresolved: its lease (token %d) ran out under the hold policy %q: do not run it; park the message until it is resolved (idem resolve)",
 			c.name(), rec.GetToken(), rec.GetPolicy())
 	default:
-		return fmt.Errorf("claim %s: idemd answered with outcome %v, which this idem does not know; upgrade idem", c.name(), resp.GetOutcome())
+		return exitError, fmt.Errorf("claim %s: idemd answered with outcome %v, which this idem does not know; upgrade idem", c.name(), resp.GetOutcome())
 	}
-	if a.json() {
-		if err := a.printJSON(resp); err != nil {
-			return err
+	return code, nil
+}
+
+// fingerprint is the fingerprint the flags give: --fingerprint in hex, or
+// the hash of --fingerprint-of's payload; none without either.
+func (c *claimCmd) fingerprint(a *app) ([]byte, error) {
+	switch {
+	case c.Fingerprint != "":
+		fp, err := hex.DecodeString(c.Fingerprint)
+		if err != nil {
+			return nil, usageError("--fingerprint %q is not hex: %v; pass hex digits, or --fingerprint-of FILE to hash a payload", c.Fingerprint, err)
 		}
-	} else if code == exitOK {
-		fmt.Fprintln(a.stdout, rec.GetToken())
-	}
-	if code == exitCompleted && c.ResultOut != "" {
-		if err := a.writeOutput("--result-out", c.ResultOut, rec.GetResult()); err != nil {
-			return err
+		return fp, nil
+	case c.FingerprintOf != "":
+		payload, err := a.readInput("--fingerprint-of", c.FingerprintOf)
+		if err != nil {
+			return nil, err
 		}
+		return client.Fingerprint(payload), nil
 	}
-	if code != exitOK {
-		return exitWith(code)
-	}
-	return nil
+	return nil, nil
 }
 
 func sizeOf(b []byte) string {
