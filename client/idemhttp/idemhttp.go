@@ -343,6 +343,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cw.send()
 		return
 	}
+	h.answer(w, r, job, res, err)
+}
+
+// answer answers a request whose handler did not run: with the stored
+// response, or with the problem that says why it may not run now.
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, job client.Job, res client.Result, err error) {
+	m := h.m
 	var (
 		busy       *client.InProgressError
 		failed     *client.JobFailedError
