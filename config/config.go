@@ -249,8 +249,7 @@ func (f *File) Validate() error {
 		return err
 	}
 	names := map[string]int{}
-	tokens := map[[sha256.Size]byte]string{}
-	subjects := map[string]string{}
+	seen := credentials{tokens: map[[sha256.Size]byte]string{}, subjects: map[string]string{}}
 	for i := range f.Tenants {
 		t := &f.Tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
@@ -261,75 +260,99 @@ func (f *File) Validate() error {
 			return fieldErrorf(p+".name", "%q is also the name of tenants[%d]", t.Name, j)
 		}
 		names[t.Name] = i
-		if len(t.Tokens) == 0 && len(t.NamedTokens) == 0 && len(t.ClientCertSubjects) == 0 {
-			return fieldErrorf(p, "tenant %q has no tokens, named_tokens or client_cert_subjects, so nobody can authenticate as it", t.Name)
+		if err := seen.check(p, t); err != nil {
+			return err
 		}
-		checkHash := func(q, tok string) error {
-			sum, ok := ParseTokenHash(tok)
-			if !ok {
-				// Never echo the value: it may be a token pasted by mistake.
-				return fieldErrorf(q, "want %q (the hash `idemd token new` prints, never the token itself)", TokenHashPrefix+"<64 hex digits>")
-			}
-			if other, dup := tokens[sum]; dup {
-				return fieldErrorf(q, "duplicate token hash; %s has it too", other)
-			}
-			tokens[sum] = q
-			return nil
-		}
-		for j, tok := range t.Tokens {
-			if err := checkHash(fmt.Sprintf("%s.tokens[%d]", p, j), tok); err != nil {
-				return err
-			}
-		}
-		for j, nt := range t.NamedTokens {
-			q := fmt.Sprintf("%s.named_tokens[%d]", p, j)
-			if err := CheckOperatorName(nt.Name); err != nil {
-				return fieldErrorf(q+".name", "%w", err)
-			}
-			if nt.Token == "" {
-				return fieldErrorf(q+".token", "missing; want %q (the hash `idemd token new --name` prints)", TokenHashPrefix+"<64 hex digits>")
-			}
-			if err := checkHash(q+".token", nt.Token); err != nil {
-				return err
-			}
-		}
-		for j, subj := range t.ClientCertSubjects {
-			q := fmt.Sprintf("%s.client_cert_subjects[%d]", p, j)
-			if err := checkSubject(subj); err != nil {
-				return fieldErrorf(q, "%w", err)
-			}
-			if other, dup := subjects[subj]; dup {
-				return fieldErrorf(q, "duplicate subject %q; %s has it too", subj, other)
-			}
-			subjects[subj] = q
-		}
-		if t.Namespaces != nil && len(t.Namespaces) == 0 {
-			return fieldErrorf(p+".namespaces", "empty, which would allow nothing; list globs, or leave it out to allow every namespace")
-		}
-		if t.Operator && t.Namespaces != nil {
-			return fieldErrorf(p+".namespaces", "tenant %q is an operator, which manages every tenant's namespaces; drop namespaces, or give the operator a tenant entry of its own", t.Name)
-		}
-		for j, pattern := range t.Namespaces {
-			if err := checkGlob(pattern); err != nil {
-				return fieldErrorf(fmt.Sprintf("%s.namespaces[%d]", p, j), "%w", err)
-			}
-		}
-		if rl := t.RateLimit; rl != nil {
-			if !(rl.PerSecond > 0) || math.IsInf(rl.PerSecond, 0) {
-				return fieldErrorf(p+".rate_limit.per_second", "%v; it must be a number above 0", rl.PerSecond)
-			}
-			if rl.Burst < 1 {
-				return fieldErrorf(p+".rate_limit.burst", "%d; it must be at least 1", rl.Burst)
-			}
-		}
-		if t.MaxResultBytes < 0 {
-			return fieldErrorf(p+".max_result_bytes", "%d; it must be positive, or left out for the server's limit", t.MaxResultBytes)
-		}
-		if err := checkPolicies(p+".policies", t.Policies); err != nil {
+		if err := t.checkLimits(p); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// credentials are the token hashes and client certificate subjects of the
+// tenants checked so far, each by where it stands: no two tenants, and no
+// two entries of one, may share one.
+type credentials struct {
+	tokens   map[[sha256.Size]byte]string
+	subjects map[string]string
+}
+
+// check checks the ways to authenticate as t, the tenant at p.
+func (c credentials) check(p string, t *Tenant) error {
+	if len(t.Tokens) == 0 && len(t.NamedTokens) == 0 && len(t.ClientCertSubjects) == 0 {
+		return fieldErrorf(p, "tenant %q has no tokens, named_tokens or client_cert_subjects, so nobody can authenticate as it", t.Name)
+	}
+	for j, tok := range t.Tokens {
+		if err := c.checkHash(fmt.Sprintf("%s.tokens[%d]", p, j), tok); err != nil {
+			return err
+		}
+	}
+	for j, nt := range t.NamedTokens {
+		q := fmt.Sprintf("%s.named_tokens[%d]", p, j)
+		if err := CheckOperatorName(nt.Name); err != nil {
+			return fieldErrorf(q+".name", "%w", err)
+		}
+		if nt.Token == "" {
+			return fieldErrorf(q+".token", "missing; want %q (the hash `idemd token new --name` prints)", TokenHashPrefix+"<64 hex digits>")
+		}
+		if err := c.checkHash(q+".token", nt.Token); err != nil {
+			return err
+		}
+	}
+	for j, subj := range t.ClientCertSubjects {
+		q := fmt.Sprintf("%s.client_cert_subjects[%d]", p, j)
+		if err := checkSubject(subj); err != nil {
+			return fieldErrorf(q, "%w", err)
+		}
+		if other, dup := c.subjects[subj]; dup {
+			return fieldErrorf(q, "duplicate subject %q; %s has it too", subj, other)
+		}
+		c.subjects[subj] = q
+	}
+	return nil
+}
+
+// checkHash checks tok, the token hash at q.
+func (c credentials) checkHash(q, tok string) error {
+	sum, ok := ParseTokenHash(tok)
+	if !ok {
+		// Never echo the value: it may be a token pasted by mistake.
+		return fieldErrorf(q, "want %q (the hash `idemd token new` prints, never the token itself)", TokenHashPrefix+"<64 hex digits>")
+	}
+	if other, dup := c.tokens[sum]; dup {
+		return fieldErrorf(q, "duplicate token hash; %s has it too", other)
+	}
+	c.tokens[sum] = q
+	return nil
+}
+
+// checkLimits checks what t, the tenant at p, may do: its namespaces, rate
+// limit, result limit and policies.
+func (t *Tenant) checkLimits(p string) error {
+	if t.Namespaces != nil && len(t.Namespaces) == 0 {
+		return fieldErrorf(p+".namespaces", "empty, which would allow nothing; list globs, or leave it out to allow every namespace")
+	}
+	if t.Operator && t.Namespaces != nil {
+		return fieldErrorf(p+".namespaces", "tenant %q is an operator, which manages every tenant's namespaces; drop namespaces, or give the operator a tenant entry of its own", t.Name)
+	}
+	for j, pattern := range t.Namespaces {
+		if err := checkGlob(pattern); err != nil {
+			return fieldErrorf(fmt.Sprintf("%s.namespaces[%d]", p, j), "%w", err)
+		}
+	}
+	if rl := t.RateLimit; rl != nil {
+		if !(rl.PerSecond > 0) || math.IsInf(rl.PerSecond, 0) {
+			return fieldErrorf(p+".rate_limit.per_second", "%v; it must be a number above 0", rl.PerSecond)
+		}
+		if rl.Burst < 1 {
+			return fieldErrorf(p+".rate_limit.burst", "%d; it must be at least 1", rl.Burst)
+		}
+	}
+	if t.MaxResultBytes < 0 {
+		return fieldErrorf(p+".max_result_bytes", "%d; it must be positive, or left out for the server's limit", t.MaxResultBytes)
+	}
+	return checkPolicies(p+".policies", t.Policies)
 }
 
 // checkPolicies checks a list of policies at path.
