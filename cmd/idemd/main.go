@@ -96,8 +96,8 @@ func (c *migrateCmd) print(ctx context.Context, stdout, stderr io.Writer) error 
 		// Not c.open: opening the SQLite store migrates it.
 		script, err = sqlite.MigrationScript(ctx, path)
 	} else {
-		db, err := c.open(ctx, nil)
-		if err != nil {
+		var db *database
+		if db, err = c.open(ctx, nil); err != nil {
 			return err
 		}
 		defer db.Close()

@@ -148,6 +148,21 @@ func TestMigratePrintPostgres(t *testing.T) {
 	}
 }
 
+// TestMigratePrintPostgresUnreadableVersion: when the schema's version
+// cannot be read, migrate --print says so and fails, instead of calling the
+// schema up to date.
+func TestMigratePrintPostgresUnreadableVersion(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, testdb.Unmigrated())
+	if _, err := db.Pool.Exec(context.Background(), "CREATE TABLE idem_schema_migrations (version text)"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runSplit(t, "migrate", "--print", "--database-url", db.URL)
+	if code == 0 || out != "" || strings.Contains(stderr, "up to date") || !strings.Contains(stderr, "migrate --print") {
+		t.Fatalf("migrate --print with an unreadable version table: exit %d, stdout %q, stderr %q; want a failure that says why", code, out, stderr)
+	}
+}
+
 // sqliteSchema describes an SQLite file's schema and the versions recorded.
 func sqliteSchema(t *testing.T, path string) string {
 	t.Helper()
