@@ -309,14 +309,14 @@ func mergeBomb() string {
 	var b strings.Builder
 	b.WriteString("tenants:\n  - &t0 {name: a, tokens: [\"" + hashA + "\"]}\n")
 	for i := 1; i <= 6; i++ {
-		b.WriteString(fmt.Sprintf("  - &t%d {<<: [", i))
+		fmt.Fprintf(&b, "  - &t%d {<<: [", i)
 		for j := range 10 {
 			if j > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(fmt.Sprintf("*t%d", i-1))
+			fmt.Fprintf(&b, "*t%d", i-1)
 		}
-		b.WriteString(fmt.Sprintf("], name: n%d}\n", i))
+		fmt.Fprintf(&b, "], name: n%d}\n", i)
 	}
 	return b.String()
 }

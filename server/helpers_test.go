@@ -149,20 +149,6 @@ func countRows(t testing.TB, pool *pgxpool.Pool, state string) int {
 	return n
 }
 
-// insertLapsed inserts n PROCESSING records of namespace "bulk" whose lease
-// ran out, with a retention of one hour, directly in SQL.
-func insertLapsed(t testing.TB, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	_, err := pool.Exec(testContext(t), `
-		INSERT INTO idem_records (tenant, namespace, key, state, token, attempt, lease_expires_at, retention, created_at, updated_at)
-		SELECT 'default', 'bulk', 'k' || g, 'processing', nextval('idem_token_seq'), 1,
-			now() - interval '1 second' - g * interval '1 millisecond', interval '1 hour', now(), now()
-		FROM generate_series(1, $1::int) AS g`, n)
-	if err != nil {
-		t.Fatalf("insert %d lapsed records: %v", n, err)
-	}
-}
-
 // ---- timestamps ----
 
 func wantUnset(t testing.TB, name string, ts *timestamppb.Timestamp) {

@@ -86,7 +86,7 @@ func (p *sfParser) parameters() error {
 		for p.peek() == ' ' {
 			p.i++
 		}
-		if c := p.peek(); !(c >= 'a' && c <= 'z' || c == '*') {
+		if c := p.peek(); (c < 'a' || c > 'z') && c != '*' {
 			return errors.New("a parameter's name must start with a lowercase letter or *")
 		}
 		for c := p.peek(); c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == '*'; c = p.peek() {

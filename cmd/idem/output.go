@@ -63,7 +63,7 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 
 // readInput reads name, or stdin when name is "-".
 func (a *app) readInput(flag, name string) ([]byte, error) {
-	var r io.Reader = a.stdin
+	r := a.stdin
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {

@@ -69,7 +69,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	case path == "":
 		return nil, errors.New("sqlite: the database path is empty; name a file such as /var/lib/idem/idem.db")
 	case strings.ContainsRune(path, '?'), strings.HasPrefix(path, "file:"), strings.HasPrefix(path, ":memory:"):
-		return nil, fmt.Errorf("sqlite: database path %q: give a plain file path, without '?', a file: URI or :memory:", path)
+		return nil, fmt.Errorf("sqlite: database path %q is a URI, :memory: or holds '?'; give a plain file path", path)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create the database's directory: %w", err)

@@ -397,7 +397,7 @@ type PatroniState struct {
 func (p *Patroni) State() ([]PatroniState, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	var last []PatroniState
-	var lastErr error = errors.New("no member's REST API answered")
+	lastErr := errors.New("no member's REST API answered")
 	for _, m := range p.Members {
 		resp, err := client.Get("http://" + m.RESTAddr + "/cluster")
 		if err != nil {

@@ -85,7 +85,7 @@ func idemdEnv() []string {
 // its /readyz says the store answers.
 func (p *idemdProcess) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: 3 * time.Second}
-	last := errors.New("not started")
+	var last error
 	for {
 		p.mu.Lock()
 		exited := p.exited

@@ -50,7 +50,7 @@ func testHeartbeatExtendsLease(t *testing.T, h Harness) {
 
 	// A heartbeat also rescues a lapsed lease that nobody has taken over yet.
 	b.lapse(t, id)
-	rec, err = b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: id, Token: held.Token, LeaseTTL: testLease})
+	_, err = b.store.RecordHeartbeat(b.ctx, &store.HeartbeatParams{RecordID: id, Token: held.Token, LeaseTTL: testLease})
 	if err != nil {
 		t.Fatalf("RecordHeartbeat on a lapsed lease: %v", err)
 	}

@@ -74,8 +74,9 @@ type clusterState struct {
 	BinDir string `json:"bin_dir"`
 }
 
-// inUse is this process's shared lock on inuse.lock, held until it exits.
-var inUse *os.File
+// inUse is this process's shared lock on inuse.lock, held until it exits:
+// never read, only kept open.
+var inUse *os.File //nolint:unused // written to keep the lock's file open
 
 func throwaway() (string, error) {
 	dir, err := stateDir()
