@@ -19,6 +19,9 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # user's module reads. The protoc plugins are tools of idem's module, so that
 # gen/ is made by the protobuf version the SDK runs with.
 BUF := go tool -modfile=tools/go.mod buf
+# golangci-lint is a tool of the same module; .golangci.yml says which
+# linters run.
+GOLANGCI_LINT := go tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
 # Modules of their own, for what pulls in dependencies an SDK user never
 # needs: the benchmark tool (Redis, HDR histograms) and the demo (NATS).
 GO_MODULES := cmd/idem-bench examples/payments
@@ -102,11 +105,13 @@ check-generate-ts: ## Fail if clients/typescript/src/gen differs from what `make
 	$(BUF) generate --template $(TS_DIR)/buf.gen.yaml --output "$$tmp" && \
 	diff -r "$$tmp/$(TS_GEN)" $(TS_GEN) && echo "$(TS_GEN) is up to date"
 
-lint: ## gofmt check, go vet, buf lint, and buf breaking against the proto at the merge base with main (the previous commit when on main).
+lint: ## gofmt check, go vet, golangci-lint (staticcheck, errcheck, unused, ineffassign; .golangci.yml), buf lint, and buf breaking against the proto at the merge base with main (the previous commit when on main).
 	@out=$$(gofmt -l .); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	@for m in $(GO_MODULES); do echo "go vet ./... (in $$m)"; (cd $$m && go vet ./...) || exit 1; done
+	$(GOLANGCI_LINT) run ./...
+	@for m in $(GO_MODULES); do echo "golangci-lint run ./... (in $$m)"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
 	$(BUF) lint
 	@base=$$(git merge-base HEAD main 2>/dev/null || true); \
 	if [ -z "$$base" ] || [ "$$base" = "$$(git rev-parse HEAD)" ]; then base=$$(git rev-parse -q --verify HEAD~1 || true); fi; \

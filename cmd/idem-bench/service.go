@@ -74,7 +74,7 @@ func (t *serviceTarget) job(ctx context.Context, key string) (outcome, time.Dura
 		return outcomeInProgress, claimTook, nil
 	}
 	if err != nil {
-		return 0, claimTook, fmt.Errorf("Claim: %w", err)
+		return 0, claimTook, fmt.Errorf("claim: %w", err)
 	}
 	switch res.Outcome {
 	case client.OutcomeAcquired:
@@ -82,13 +82,13 @@ func (t *serviceTarget) job(ctx context.Context, key string) (outcome, time.Dura
 			Namespace: t.namespace, Key: key, Token: res.Record.Token, Result: t.result,
 		})
 		if err != nil {
-			return 0, claimTook, fmt.Errorf("Complete: %w", err)
+			return 0, claimTook, fmt.Errorf("complete: %w", err)
 		}
 		return outcomeAcquired, claimTook, nil
 	case client.OutcomeCompleted, client.OutcomeFailed:
 		return outcomeReplayed, claimTook, nil
 	}
-	return 0, claimTook, fmt.Errorf("Claim answered %v", res.Outcome)
+	return 0, claimTook, fmt.Errorf("claim answered %v", res.Outcome)
 }
 
 // pgApp is the application_name of the started idemds' connections, one

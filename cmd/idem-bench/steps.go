@@ -105,14 +105,14 @@ func (t *stepsTarget) job(ctx context.Context, key string) (outcome, time.Durati
 		return outcomeInProgress, claimTook, nil
 	}
 	if err != nil {
-		return 0, claimTook, fmt.Errorf("Claim: %w", err)
+		return 0, claimTook, fmt.Errorf("claim: %w", err)
 	}
 	switch res.Outcome {
 	case client.OutcomeAcquired:
 	case client.OutcomeCompleted, client.OutcomeFailed:
 		return outcomeReplayed, claimTook, nil
 	default:
-		return 0, claimTook, fmt.Errorf("Claim answered %v", res.Outcome)
+		return 0, claimTook, fmt.Errorf("claim answered %v", res.Outcome)
 	}
 	token := res.Record.Token
 	// The effects themselves are nothing, as in the other scenarios.
@@ -129,7 +129,7 @@ func (t *stepsTarget) job(ctx context.Context, key string) (outcome, time.Durati
 		}
 	}
 	if _, err := t.client.Complete(ctx, client.CompleteRequest{Namespace: t.namespace, Key: key, Token: token, Result: t.result}); err != nil {
-		return 0, claimTook, fmt.Errorf("Complete: %w", err)
+		return 0, claimTook, fmt.Errorf("complete: %w", err)
 	}
 	return outcomeAcquired, claimTook, nil
 }

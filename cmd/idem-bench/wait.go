@@ -174,7 +174,7 @@ func (c *cli) waitJob(ctx context.Context, ca, cb *client.Client, key string) wa
 	sent := time.Now()
 	if _, err := ca.Complete(ctx, client.CompleteRequest{Namespace: c.Namespace, Key: key, Token: held.Record.Token, Result: []byte("done")}); err != nil {
 		<-answered
-		return waitSample{err: fmt.Errorf("Complete: %w", err)}
+		return waitSample{err: fmt.Errorf("complete: %w", err)}
 	}
 	completed := time.Since(sent)
 	a := <-answered
