@@ -32,7 +32,7 @@ const (
 	DefaultCountEvery = time.Minute
 	// DefaultSweepDuty: a pass with a backlog rests three times as long as
 	// each full batch took, so that a large purge leaves the database's
-	// cores to the Claims (docs/BENCHMARKS.md measures both ways).
+	// cores to the Claims.
 	DefaultSweepDuty = 0.25
 	// MinSweepDuty is the lowest Duty: below it a backlog (leases to end,
 	// records to purge) would wait on rests a hundred times its work.
