@@ -68,6 +68,8 @@ class ErrorReason(str, enum.Enum):
     STEP_ALREADY_FINISHED = "STEP_ALREADY_FINISHED"
     TOO_MANY_STEPS = "TOO_MANY_STEPS"
     STEPS_TOO_LARGE = "STEPS_TOO_LARGE"
+    INVALID_RESOLVER = "INVALID_RESOLVER"
+    INVALID_REASON = "INVALID_REASON"
 
     def __str__(self) -> str:
         return self.value
@@ -254,6 +256,8 @@ REASON_ERRORS: Dict[str, type] = {
     "STEP_ALREADY_FINISHED": IdemError,
     "TOO_MANY_STEPS": IdemError,
     "STEPS_TOO_LARGE": IdemError,
+    "INVALID_RESOLVER": InvalidArgumentError,
+    "INVALID_REASON": InvalidArgumentError,
 }
 
 # The class of an error whose reason is missing or unknown, by its code.
