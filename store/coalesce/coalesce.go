@@ -74,8 +74,9 @@ type pending[P, R any] struct {
 type runFunc[P, R any] func(ctx context.Context, batch []*pending[P, R]) error
 
 // followFunc answers follower, a call of the key that leader holds in the
-// batch, from leader's answer once leader's batch has ended, and reports
-// whether it did. A follower it does not answer goes in a later batch.
+// batch, from leader's answer (an error too, unless the whole batch
+// failed) once leader's batch has ended, and reports whether it did. A
+// follower it does not answer goes in a later batch.
 type followFunc[P, R any] func(leader, follower *pending[P, R]) bool
 
 // coalescer gathers concurrent calls of one kind into batches. It is safe
@@ -259,7 +260,7 @@ func (c *coalescer[P, R]) answer(batch []*pending[P, R], st *batchTrace) {
 					// written.
 					var zero R
 					f.Res, f.Err = zero, call.Err
-				case call.Err == nil && c.follow(call, f):
+				case c.follow(call, f):
 				default:
 					again = append(again, f)
 					continue

@@ -58,7 +58,11 @@ func newFixture(opts Options, answer func(params int) (int, error), fail func(ba
 		}
 		return nil
 	}
+	// A leader's error says nothing of its followers, as for Claims.
 	follow := func(leader, follower *pending[int, int]) bool {
+		if leader.Err != nil {
+			return false
+		}
 		follower.Res = leader.Res*1000 + follower.Params
 		return true
 	}

@@ -26,8 +26,8 @@ const (
 // Options are a Store's bounds and hooks. The zero value takes every
 // default.
 type Options struct {
-	// MaxInFlight is how many batches of one kind of call (Claim, Complete,
-	// Fail, Heartbeat) run at once; calls that arrive while they all run
+	// MaxInFlight is how many batches of one kind of call (Claim, Get,
+	// Complete, Fail, Heartbeat, Step) run at once; calls that arrive while they all run
 	// queue for the next. Fewer gives larger batches and less database work
 	// per call, more lets a call wait less behind another batch's commit. It
 	// defaults to DefaultMaxInFlight.
@@ -49,12 +49,14 @@ type Options struct {
 }
 
 // Store is a store.Store that gathers concurrent RecordClaim calls into
-// the inner store's RecordClaimMany, and the same for RecordComplete,
-// RecordFail, RecordHeartbeat and RecordStep; every other call passes
-// through.
+// the inner store's RecordClaimMany, and the same for RecordGet,
+// RecordComplete, RecordFail, RecordHeartbeat and RecordStep; every other
+// call passes through. Reads are a kind of their own, so that they never
+// queue behind a batch of writes.
 type Store struct {
 	store.Store
 	claims     *coalescer[*store.ClaimParams, *store.ClaimResult]
+	gets       *coalescer[store.RecordID, *store.Record]
 	completes  *coalescer[*store.CompleteParams, *store.Record]
 	fails      *coalescer[*store.FailParams, *store.Record]
 	heartbeats *coalescer[*store.HeartbeatParams, *store.Record]
@@ -71,6 +73,7 @@ func New(inner store.Store, opts Options) *Store {
 	s := &Store{Store: inner, batchCalls: newBatchCalls()}
 	observer := func(kind string) prometheus.Observer { return s.batchCalls.WithLabelValues(kind) }
 	s.claims = newCoalescer("claim", opts, observer("claim"), batchRun(inner.RecordClaim, inner.RecordClaimMany), followClaim)
+	s.gets = newCoalescer("get", opts, observer("get"), batchRun(inner.RecordGet, inner.RecordGetMany), followGet)
 	s.completes = newCoalescer("complete", opts, observer("complete"), batchRun(inner.RecordComplete, inner.RecordCompleteMany), nil)
 	s.fails = newCoalescer("fail", opts, observer("fail"), batchRun(inner.RecordFail, inner.RecordFailMany), nil)
 	s.heartbeats = newCoalescer("heartbeat", opts, observer("heartbeat"), batchRun(inner.RecordHeartbeat, inner.RecordHeartbeatMany), nil)
@@ -102,7 +105,7 @@ func (o Options) withDefaults() Options {
 func newBatchCalls() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_db_batch_calls",
-		Help:    "Calls answered by one batch of the store's coalescer, by kind (claim, complete, fail, heartbeat, step): 1 when calls do not overlap, more under load; Claims of a key already in the batch count with it.",
+		Help:    "Calls answered by one batch of the store's coalescer, by kind (claim, get, complete, fail, heartbeat, step): 1 when calls do not overlap, more under load; Claims of a key already in the batch count with it.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	}, []string{"kind"})
 }
@@ -119,6 +122,16 @@ func (s *Store) RecordClaim(ctx context.Context, p *store.ClaimParams) (*store.C
 // (DoMany), so they fill as few batches as MaxRows allows.
 func (s *Store) RecordClaimMany(ctx context.Context, ps []*store.ClaimParams) ([]*store.ClaimResult, []error) {
 	return doMany(ctx, s.claims, ps, func(p *store.ClaimParams) store.RecordID { return p.RecordID })
+}
+
+// RecordGet implements store.Store.
+func (s *Store) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	return s.gets.Do(ctx, id, id)
+}
+
+// RecordGetMany implements store.Store.
+func (s *Store) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	return doMany(ctx, s.gets, ids, func(id store.RecordID) store.RecordID { return id })
 }
 
 // RecordComplete implements store.Store.
@@ -236,6 +249,23 @@ func followClaim(leader, f *pending[*store.ClaimParams, *store.ClaimResult]) boo
 		d.Answer.Record = &rec
 	}
 	f.Res, f.Err = d.Answer, d.Err
+	return true
+}
+
+// followGet answers f, a read of the record leader's batch read, with
+// leader's answer: the read began after f was queued and ended before f is
+// answered, so it is true at a moment within f's call.
+func followGet(leader, f *pending[store.RecordID, *store.Record]) bool {
+	if errors.Is(leader.Err, store.ErrNotFound) {
+		f.Err = leader.Err
+		return true
+	}
+	if leader.Err != nil || leader.Res == nil {
+		return false
+	}
+	// A Record of its own (the byte slices it shares are never written).
+	rec := *leader.Res
+	f.Res = &rec
 	return true
 }
 

@@ -274,3 +274,92 @@ func TestManyCallsOfOneKeyTokenCalls(t *testing.T) {
 		})
 	}
 }
+
+// getGate is a real store whose RecordGet of the key blocker waits for
+// release, and which records the keys of every read that reaches it.
+type getGate struct {
+	store.Store
+	blocked chan struct{}
+	release chan struct{}
+
+	mu    sync.Mutex
+	reads [][]string
+}
+
+func (g *getGate) note(ids ...store.RecordID) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = id.Key
+	}
+	g.mu.Lock()
+	g.reads = append(g.reads, keys)
+	g.mu.Unlock()
+}
+
+func (g *getGate) RecordGet(ctx context.Context, id store.RecordID) (*store.Record, error) {
+	if id.Key == "blocker" {
+		close(g.blocked)
+		<-g.release
+	}
+	g.note(id)
+	return g.Store.RecordGet(ctx, id)
+}
+
+func (g *getGate) RecordGetMany(ctx context.Context, ids []store.RecordID) ([]*store.Record, []error) {
+	g.note(ids...)
+	return g.Store.RecordGetMany(ctx, ids)
+}
+
+// TestReadsQueuedTogetherAreOneRead: reads that queue while a read runs
+// reach the store as one many-row read, a key read twice once, each caller
+// getting a Record of its own; a key with no record is not found for each
+// of its readers. Reads do not wait behind Claims: they are a kind of their
+// own.
+func TestReadsQueuedTogetherAreOneRead(t *testing.T) {
+	t.Parallel()
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			g := &getGate{Store: open(t), blocked: make(chan struct{}), release: make(chan struct{})}
+			s := coalesce.New(g, coalesce.Options{MaxInFlight: 1, MaxOverflow: -1})
+			for _, key := range []string{"a", "b"} {
+				if _, err := s.RecordClaim(ctx, claimParams(key, "c")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			id := func(key string) store.RecordID { return store.RecordID{Tenant: "acme", Namespace: "ns", Key: key} }
+			go func() { _, _ = s.RecordGet(ctx, id("blocker")) }()
+			<-g.blocked
+			keys := []string{"a", "b", "a", "none", "none"}
+			recs, errs := make([]*store.Record, len(keys)), make([]error, len(keys))
+			var wg sync.WaitGroup
+			for i, key := range keys {
+				wg.Go(func() { recs[i], errs[i] = s.RecordGet(ctx, id(key)) })
+				for deadline := time.Now().Add(10 * time.Second); s.QueuedGets() < i+1; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d reads queued after 10s, want %d", s.QueuedGets(), i+1)
+					}
+				}
+			}
+			close(g.release)
+			wg.Wait()
+			for i, key := range keys[:3] {
+				if errs[i] != nil || recs[i].Key != key || recs[i].State != store.StateProcessing {
+					t.Fatalf("read %d of %s: %+v, %v; want its processing record", i, key, recs[i], errs[i])
+				}
+			}
+			if recs[0] == recs[2] {
+				t.Error("two readers of one key share a Record; want one each")
+			}
+			for i := 3; i < 5; i++ {
+				if !errors.Is(errs[i], store.ErrNotFound) {
+					t.Errorf("read %d of a key with no record: %v; want not found", i, errs[i])
+				}
+			}
+			if want := [][]string{{"blocker"}, {"a", "b", "none"}}; !slices.EqualFunc(g.reads, want, slices.Equal) {
+				t.Errorf("the store saw the reads %v; want %v", g.reads, want)
+			}
+		})
+	}
+}
