@@ -18,7 +18,8 @@ type Timeline interface {
 	// entries has none (no error), whether or not it has a record.
 	RecordTimeline(ctx context.Context, params *TimelineParams) ([]TimelineEntry, error)
 	// RecordListHeld returns at most params.Limit UNRESOLVED records of one
-	// tenant, ordered by namespace then key, starting after params.After.
+	// tenant with their steps, ordered by namespace then key, starting
+	// after params.After.
 	RecordListHeld(ctx context.Context, params *ListHeldParams) ([]*Record, error)
 	// RecordWatchHeld starts watching for records of tenant that become
 	// UNRESOLVED, in this process or any other on the same database, and

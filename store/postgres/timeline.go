@@ -115,7 +115,7 @@ func (s *Store) RecordTimeline(ctx context.Context, p *store.TimelineParams) ([]
 // record is the only one that is not PROCESSING and has no expires_at, so
 // the purge's partial index finds them all without a scan of the tenant's
 // records; there are few, and they are sorted.
-var listHeldSQL = `SELECT ` + recordCols + ` FROM idem_records
+var listHeldSQL = `SELECT ` + recordCols + `, ` + stepsColsOf("idem_records") + ` FROM idem_records
 	WHERE state <> 'processing' AND expires_at IS NULL AND state = 'unresolved'
 		AND tenant = $1 AND (namespace, key) > ($2, $3)
 	ORDER BY namespace, key
@@ -131,7 +131,7 @@ func (s *Store) RecordListHeld(ctx context.Context, p *store.ListHeldParams) ([]
 		if err != nil {
 			return nil, interpretError(err)
 		}
-		recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecord(row) })
+		recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Record, error) { return scanRecordAs(row, stepsColumns) })
 		return recs, interpretError(err)
 	})
 }

@@ -27,6 +27,13 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
+	return listWithSteps(ctx, s, listSQL, p.Tenant, p.Namespace, string(p.State), p.OlderThan.Microseconds(), now().UnixMicro(),
+		p.After.Namespace, p.After.Key, max(p.Limit, 0), p.KeyPrefix)
+}
+
+// listWithSteps runs query, which selects recordStepCols, and reads the
+// steps of the records it lists, in one read transaction.
+func listWithSteps(ctx context.Context, s *Store, query string, args ...any) ([]*store.Record, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -34,12 +41,11 @@ func (s *Store) RecordList(ctx context.Context, p *store.ListParams) ([]*store.R
 	err := s.inReadTx(ctx, func(q querier) error {
 		recs = nil
 		var counts []int
-		err := q.Query(listSQL, func(rows *sql.Rows) error {
+		err := q.Query(query, func(rows *sql.Rows) error {
 			rec, count, err := scanRecordSteps(rows)
 			recs, counts = append(recs, rec), append(counts, count)
 			return err
-		}, p.Tenant, p.Namespace, string(p.State), p.OlderThan.Microseconds(), now().UnixMicro(), p.After.Namespace, p.After.Key,
-			max(p.Limit, 0), p.KeyPrefix)
+		}, args...)
 		if err != nil {
 			return err
 		}

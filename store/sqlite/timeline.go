@@ -88,7 +88,7 @@ func (s *Store) RecordTimeline(ctx context.Context, p *store.TimelineParams) ([]
 // listHeldSQL pages through one tenant's UNRESOLVED records. An UNRESOLVED
 // record is the only one that is not PROCESSING and has no expires_at, so
 // the purge's partial index finds them all.
-const listHeldSQL = `SELECT ` + recordCols + ` FROM idem_records INDEXED BY idem_records_purge_due
+const listHeldSQL = `SELECT ` + recordStepCols + ` FROM idem_records INDEXED BY idem_records_purge_due
 	WHERE state <> 'processing' AND expires_at IS NULL AND state = 'unresolved'
 		AND tenant = ?1 AND (namespace, key) > (?2, ?3)
 	ORDER BY namespace, key
@@ -99,8 +99,7 @@ func (s *Store) RecordListHeld(ctx context.Context, p *store.ListHeldParams) ([]
 	if err := p.CheckText(); err != nil {
 		return nil, err
 	}
-	return readRows(ctx, s, listHeldSQL, func(rows *sql.Rows) (*store.Record, error) { return scanRecord(rows) },
-		p.Tenant, p.After.Namespace, p.After.Key, max(p.Limit, 0))
+	return listWithSteps(ctx, s, listHeldSQL, p.Tenant, p.After.Namespace, p.After.Key, max(p.Limit, 0))
 }
 
 // RecordWatchHeld implements store.Timeline: every write is in this

@@ -46,7 +46,9 @@ const (
 // decisions.
 type ResolverServiceClient interface {
 	// WatchHeld streams the UNRESOLVED records of the caller's tenant in the
-	// namespaces asked for: first every record held when the stream starts,
+	// namespaces asked for, each with its steps (which a resolver looks up
+	// downstream by their step keys): first every record held when the
+	// stream starts,
 	// then one message with synced set, then each record as it becomes held,
 	// and, for a delivered record that stops being held (resolved by anyone,
 	// its holder's late Complete or Fail, deleted), a message with left. A
@@ -57,7 +59,8 @@ type ResolverServiceClient interface {
 	// REST routes polls ListHeld instead.
 	WatchHeld(ctx context.Context, in *WatchHeldRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchHeldResponse], error)
 	// ListHeld pages through the UNRESOLVED records of the caller's tenant,
-	// ordered by namespace, then key: the polling fallback of WatchHeld. A
+	// with their steps, ordered by namespace, then key: the polling fallback
+	// of WatchHeld. A
 	// poller starts from the first page each time; held records are few, and
 	// a record that became held since the last poll may sort anywhere.
 	ListHeld(ctx context.Context, in *ListHeldRequest, opts ...grpc.CallOption) (*ListHeldResponse, error)
@@ -127,7 +130,9 @@ func (c *resolverServiceClient) Resolve(ctx context.Context, in *ResolveRequest,
 // decisions.
 type ResolverServiceServer interface {
 	// WatchHeld streams the UNRESOLVED records of the caller's tenant in the
-	// namespaces asked for: first every record held when the stream starts,
+	// namespaces asked for, each with its steps (which a resolver looks up
+	// downstream by their step keys): first every record held when the
+	// stream starts,
 	// then one message with synced set, then each record as it becomes held,
 	// and, for a delivered record that stops being held (resolved by anyone,
 	// its holder's late Complete or Fail, deleted), a message with left. A
@@ -138,7 +143,8 @@ type ResolverServiceServer interface {
 	// REST routes polls ListHeld instead.
 	WatchHeld(*WatchHeldRequest, grpc.ServerStreamingServer[WatchHeldResponse]) error
 	// ListHeld pages through the UNRESOLVED records of the caller's tenant,
-	// ordered by namespace, then key: the polling fallback of WatchHeld. A
+	// with their steps, ordered by namespace, then key: the polling fallback
+	// of WatchHeld. A
 	// poller starts from the first page each time; held records are few, and
 	// a record that became held since the last poll may sort anywhere.
 	ListHeld(context.Context, *ListHeldRequest) (*ListHeldResponse, error)

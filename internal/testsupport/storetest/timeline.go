@@ -440,9 +440,13 @@ func testTimelineLatestEntries(t *testing.T, h Harness) {
 // paged, and nobody else's or no other state.
 func testListHeld(t *testing.T, h Harness) {
 	b := setup(t, h)
+	withStep := nsID("alpha", "k2") // a resolver looks its steps up downstream
 	hold := func(id store.RecordID) {
 		t.Helper()
 		rec := b.claim(t, heldClaim(id, "w")).Record
+		if id == withStep {
+			b.step(t, finishParams(id, rec.Token, "charge", "ch_1"))
+		}
 		b.lapse(t, id)
 		if res := b.claim(t, claimParams(id, "other")); res.Outcome != store.OutcomeUnresolved {
 			t.Fatalf("%v: %v", rec.RecordID, res.Outcome)
@@ -476,6 +480,9 @@ func testListHeld(t *testing.T, h Harness) {
 	for _, r := range all {
 		if r.State != store.StateUnresolved {
 			t.Fatalf("listed %v in state %s", r.RecordID, r.State)
+		}
+		if wantSteps := r.RecordID == withStep; wantSteps != (len(r.Steps) == 1 && r.Steps[0].Name == "charge" && string(r.Steps[0].Result) == "ch_1") {
+			t.Fatalf("listed %v with steps %+v; want %v", r.RecordID, r.Steps, map[bool]string{true: "its step charge", false: "none"}[wantSteps])
 		}
 	}
 	var paged []*store.Record

@@ -313,7 +313,9 @@ export const ResolveResponseSchema: GenMessage<ResolveResponse> = /*@__PURE__*/
 export const ResolverService: GenService<{
   /**
    * WatchHeld streams the UNRESOLVED records of the caller's tenant in the
-   * namespaces asked for: first every record held when the stream starts,
+   * namespaces asked for, each with its steps (which a resolver looks up
+   * downstream by their step keys): first every record held when the
+   * stream starts,
    * then one message with synced set, then each record as it becomes held,
    * and, for a delivered record that stops being held (resolved by anyone,
    * its holder's late Complete or Fail, deleted), a message with left. A
@@ -332,7 +334,8 @@ export const ResolverService: GenService<{
   },
   /**
    * ListHeld pages through the UNRESOLVED records of the caller's tenant,
-   * ordered by namespace, then key: the polling fallback of WatchHeld. A
+   * with their steps, ordered by namespace, then key: the polling fallback
+   * of WatchHeld. A
    * poller starts from the first page each time; held records are few, and
    * a record that became held since the last poll may sort anywhere.
    *
