@@ -88,7 +88,14 @@ type Record struct {
 	// its lease runs out (UNRESOLVED) instead of letting a Claim take it
 	// over.
 	Hold bool
+	// Steps are the job's steps (see Attempt.Step), in the order they were
+	// first recorded.
+	Steps []Step
 }
+
+// StepKey is the key of the record's step name that a downstream system
+// takes as an idempotency key (see StepKey).
+func (r Record) StepKey(name string) string { return StepKey(r.Namespace, r.Key, name) }
 
 func recordFromProto(r *idemv1.Record) Record {
 	return Record{
@@ -108,6 +115,7 @@ func recordFromProto(r *idemv1.Record) Record {
 		ExpiresAt:      timeFromProto(r.GetExpiresAt()),
 		Policy:         r.GetPolicy(),
 		Hold:           r.GetHold(),
+		Steps:          stepsFromProto(r.GetSteps()),
 	}
 }
 

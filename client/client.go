@@ -60,10 +60,11 @@ import (
 // and Do adds the retries and the lease handling around them. It is safe for
 // concurrent use.
 type Client struct {
-	service idemv1.IdempotencyServiceClient
-	admin   idemv1.AdminServiceClient
-	conn    *grpc.ClientConn
-	retry   RetryPolicy
+	service  idemv1.IdempotencyServiceClient
+	admin    idemv1.AdminServiceClient
+	resolver idemv1.ResolverServiceClient
+	conn     *grpc.ClientConn
+	retry    RetryPolicy
 
 	// The coalescers of WithCoalescing; nil without it.
 	claims    *coalescer[*idemv1.ClaimRequest, ClaimResult]
@@ -175,10 +176,11 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("idem: client for %q: %w", target, err)
 	}
 	c := &Client{
-		service: idemv1.NewIdempotencyServiceClient(conn),
-		admin:   idemv1.NewAdminServiceClient(conn),
-		conn:    conn,
-		retry:   o.retry.withDefaults(),
+		service:  idemv1.NewIdempotencyServiceClient(conn),
+		admin:    idemv1.NewAdminServiceClient(conn),
+		resolver: idemv1.NewResolverServiceClient(conn),
+		conn:     conn,
+		retry:    o.retry.withDefaults(),
 	}
 	if o.coalesce {
 		c.claims = newCoalescer(c.claimKind())
@@ -204,6 +206,11 @@ func (c *Client) IdempotencyService() idemv1.IdempotencyServiceClient { return c
 // statuses, not decoded as the typed calls' are; Reason works on them. When
 // idemd runs with tenants, only tenants with admin: true may call it.
 func (c *Client) AdminService() idemv1.AdminServiceClient { return c.admin }
+
+// ResolverService returns the generated ResolverService client on the
+// Client's connection, for WatchHeld and ListHeld; RunResolver and Resolve
+// are the typed ways to decide held records.
+func (c *Client) ResolverService() idemv1.ResolverServiceClient { return c.resolver }
 
 // reconnect is how the channel redials a server that went away. gRPC's
 // default backoff grows to two minutes, and an RPC made while the channel

@@ -45,6 +45,11 @@ type Attempt struct {
 	// done part of the work before it failed or lost its lease. Check the
 	// downstream state before repeating a partial effect.
 	Takeover bool
+	// Steps are the job's steps as the Claim found them: a FINISHED one is
+	// done, and Step returns its result without running it again.
+	Steps []Step
+
+	steps *attemptSteps // for Step and StepKey
 }
 
 // Result is what Do returns.
@@ -190,7 +195,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 		stopBeats = c.heartbeat(fnCtx, cancelFn, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease, claimed.Add(lease))
 	}
 
-	value, panicked, fnErr := callFn(fnCtx, fn, Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1})
+	value, panicked, fnErr := callFn(fnCtx, fn, newAttempt(c, rec))
 	h := stopBeats()
 
 	// Complete and Fail record what already happened, so a caller that gives
