@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -86,7 +87,19 @@ const (
 	// STARTED, and the namespace's on_unfinished_step policy says what the
 	// redelivery does.
 	StepsCrashInsideStep Case = "steps-crash-inside-step"
+	// StepsHeldResolver runs after the others when CheckResolver gives a
+	// resolver: the worker dies inside the first step (before Complete
+	// when the handler records no step) in a namespace whose policy holds
+	// the job, the redelivery finds it UNRESOLVED, the resolver runs until
+	// it decided the record (10 s at most), and the job is delivered
+	// again. A resolver that releases a job whose effect happened makes
+	// the effect twice; one that cannot tell leaves it held.
+	StepsHeldResolver Case = "steps-held-resolver"
 )
+
+// resolverWait bounds how long StepsHeldResolver waits for the resolver's
+// decision.
+const resolverWait = 10 * time.Second
 
 // AllCases returns every Case in the order CheckHandler runs them.
 func AllCases() []Case {
@@ -101,6 +114,17 @@ type checkOptions struct {
 	job         client.Job
 	server      []Option
 	concurrency int
+	resolver    func(context.Context, client.Record) (client.Resolution, error)
+}
+
+// CheckResolver adds the case StepsHeldResolver, which checks that
+// resolve, the function a resolver of yours runs (client.RunResolver),
+// decides a held job of the handler right: completed when its effect
+// happened, release when it did not. The job's namespace must be held
+// (on_unfinished_step: hold or on_lease_expiry: hold, through
+// CheckServer). Not run by default.
+func CheckResolver(resolve func(ctx context.Context, rec client.Record) (client.Resolution, error)) CheckOption {
+	return func(o *checkOptions) { o.resolver = resolve }
 }
 
 // CheckJob is the job the cases deliver: its Namespace (whose policy
@@ -184,7 +208,11 @@ func InspectHandler(t testing.TB, h Handler, effects func() int, opts ...CheckOp
 	o.concurrency = max(o.concurrency, 2)
 	k := &kit{srv: NewServer(t, o.server...), h: h, effects: effects, o: o}
 	r := &Report{}
-	for _, c := range AllCases() {
+	cases := AllCases()
+	if o.resolver != nil {
+		cases = append(cases, StepsHeldResolver)
+	}
+	for _, c := range cases {
 		r.Cases = append(r.Cases, k.run(c))
 	}
 	return r
@@ -362,6 +390,9 @@ type caseWords struct {
 	// For an effect made outside every step, where they differ.
 	WindowUnrecorded string `json:"window_unrecorded"`
 	RemedyUnrecorded string `json:"remedy_unrecorded"`
+	// StepsHeldResolver's findings.
+	Undecided string `json:"undecided"`
+	NotHeld   string `json:"not_held"`
 }
 
 type wordsFile struct {
@@ -446,6 +477,7 @@ func (k *kit) run(c Case) *CaseReport {
 
 	before := k.effects()
 	var ds []*delivery
+	decided := false // by the resolver of StepsHeldResolver
 	switch c {
 	case TwiceInSequence:
 		ds = append(ds, k.deliver(ctx, job, nil, nil))
@@ -522,6 +554,13 @@ func (k *kit) run(c Case) *CaseReport {
 	case StepsCrashInsideStep:
 		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
 		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case StepsHeldResolver:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+		if ds[1].outcome() == outcomeUnresolved {
+			decided = k.resolve(ctx, job)
+			ds = append(ds, k.deliver(ctx, job, nil, nil))
+		}
 	}
 	end := k.effects()
 
@@ -575,6 +614,8 @@ func (k *kit) run(c Case) *CaseReport {
 		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
 	case cr.Effects <= 0:
 		cr.Finding = fill(msg["no_effect"], vars)
+	case c == StepsHeldResolver:
+		judgeResolver(cr, cw, stepOrder, vars, held, decided)
 	case cr.StepEffects != nil:
 		judgeSteps(cr, cw, stepOrder, vars, held)
 	case cr.Effects > cr.Runs:
@@ -641,7 +682,7 @@ func caseError(c Case, ds []*delivery) error {
 		return errors.New("no Complete of the first delivery was applied")
 	case c == CompleteAnswerLost && !first.f.lostAnswer():
 		return errors.New("the first delivery's Complete was not applied")
-	case (c == StepsCrashBetweenSteps || c == StepsCrashInsideStep) && !first.f.dead():
+	case (c == StepsCrashBetweenSteps || c == StepsCrashInsideStep || c == StepsHeldResolver) && !first.f.dead():
 		return errors.New("the first delivery did not reach the step call or the Complete its worker dies at")
 	case c == LeaseLapsed && len(ds) < 2:
 		return errors.New("the first delivery did not acquire the job")
@@ -927,6 +968,57 @@ func stepEffects(ds []*delivery) (map[string]int, []string) {
 		return nil, nil
 	}
 	return sum, order
+}
+
+// judgeResolver reports StepsHeldResolver: the record was not held, the
+// resolver left it held, or an effect ran twice after its decision.
+func judgeResolver(cr *CaseReport, cw caseWords, order []string, vars map[string]string, held, decided bool) {
+	switch {
+	case !held:
+		cr.Finding = fill(cw.NotHeld, vars)
+		return
+	case !decided:
+		cr.Finding = fill(cw.Undecided, vars)
+		return
+	}
+	repeated := cr.StepEffects == nil && cr.Effects > 1
+	for _, name := range order {
+		if cr.StepEffects[name] > 1 {
+			cr.RepeatedStep, cr.RepeatedUnrecorded = name, name == ""
+			repeated = true
+			break
+		}
+	}
+	if repeated {
+		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
+	}
+}
+
+// resolve runs the resolver of CheckResolver until it decided job's held
+// record, for resolverWait at most, and reports whether it did.
+func (k *kit) resolve(ctx context.Context, job client.Job) bool {
+	ctx, cancel := context.WithTimeout(ctx, resolverWait)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = k.srv.Client.RunResolver(ctx, client.ResolverOptions{Name: "idemtest", Namespaces: []string{job.Namespace},
+			Logger: slog.New(slog.DiscardHandler)}, k.o.resolver)
+	}()
+	defer func() { cancel(); <-stopped }()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		rec, err := k.srv.Client.Lookup(ctx, client.LookupRequest{Namespace: job.Namespace, Key: job.Key})
+		if err == nil && rec.State != client.StateUnresolved {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // judgeSteps names, for a handler that records steps, the first step whose

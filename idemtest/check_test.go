@@ -550,3 +550,62 @@ func TestCheckHandlerJudgesEachStep(t *testing.T) {
 		})
 	}
 }
+
+// The resolver case: a resolver that looks the charge up by its step key
+// decides the held job right; one that releases it blindly makes the
+// charge twice; one that cannot tell leaves it held; and without a hold
+// policy there is nothing to decide.
+func TestCheckResolver(t *testing.T) {
+	t.Parallel()
+	stepHold := idemtest.CheckServer(idemtest.WithTenantsYAML("policies:\n  - namespaces: [\"payments\"]\n    on_unfinished_step: hold\n"))
+	job := idemtest.CheckJob(client.Job{Namespace: "payments", Key: "order-11"})
+	lookingUp := func(api *paymentsAPI) func(context.Context, client.Record) (client.Resolution, error) {
+		return func(_ context.Context, rec client.Record) (client.Resolution, error) {
+			api.mu.Lock()
+			id, found := api.byKey[rec.StepKey("charge")]
+			api.mu.Unlock()
+			if found {
+				return client.Completed([]byte(id)).Because("charge " + id + " found"), nil
+			}
+			return client.Release().Because("no charge"), nil
+		}
+	}
+	releasing := func(*paymentsAPI) func(context.Context, client.Record) (client.Resolution, error) {
+		return func(context.Context, client.Record) (client.Resolution, error) { return client.Release(), nil }
+	}
+	unsure := func(*paymentsAPI) func(context.Context, client.Record) (client.Resolution, error) {
+		return func(context.Context, client.Record) (client.Resolution, error) {
+			return client.CantTell(), errors.New("the provider is down")
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		keyed    bool
+		resolver func(*paymentsAPI) func(context.Context, client.Record) (client.Resolution, error)
+		opts     []idemtest.CheckOption
+		ok       bool
+		want     string // in the case's report
+	}{
+		{name: "looks the charge up", keyed: true, resolver: lookingUp, opts: []idemtest.CheckOption{stepHold}, ok: true, want: "the effect ran once"},
+		{name: "releases blindly", resolver: releasing, opts: []idemtest.CheckOption{stepHold}, want: "remedy: look the effect up downstream by the step's key (a.StepKey(name)"},
+		{name: "cannot tell", keyed: true, resolver: unsure, opts: []idemtest.CheckOption{stepHold}, want: "the resolver left the record UNRESOLVED"},
+		{name: "not held", keyed: true, resolver: lookingUp, want: "the namespace's policy did not hold the record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			api := newPaymentsAPI()
+			opts := append([]idemtest.CheckOption{job, idemtest.CheckResolver(tc.resolver(api))}, tc.opts...)
+			r := idemtest.InspectHandler(t, stepsHandler(api, tc.keyed, true), api.chargesApplied, opts...)
+			cr := r.Case(idemtest.StepsHeldResolver)
+			if cr == nil {
+				t.Fatalf("no %s case in the report:\n%s", idemtest.StepsHeldResolver, r)
+			}
+			if cr.Err != nil || cr.OK() != tc.ok || !strings.Contains(cr.String(), tc.want) {
+				t.Errorf("want OK %v and %q:\n%s", tc.ok, tc.want, cr)
+			}
+			if !tc.ok && tc.name == "releases blindly" && cr.RepeatedStep != "charge" {
+				t.Errorf("repeated step %q; want charge:\n%s", cr.RepeatedStep, cr)
+			}
+		})
+	}
+}
