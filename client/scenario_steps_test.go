@@ -280,7 +280,7 @@ func scenarioResolverDecidesHeld(t *testing.T, e *scenarioEnv) {
 	for _, k := range []string{k1, k2, k3} {
 		for lookup(t, ctx, c, ns, k).State == client.StateUnresolved {
 			if time.Now().After(deadline) {
-				stop()
+				_ = stop()
 				t.Fatalf("step 3: %s is still UNRESOLVED after 10 s", k)
 			}
 			time.Sleep(50 * time.Millisecond)
