@@ -45,11 +45,8 @@ type Attempt struct {
 	// done part of the work before it failed or lost its lease. Check the
 	// downstream state before repeating a partial effect.
 	Takeover bool
-	// Steps are the job's steps as the Claim found them: a FINISHED one is
-	// done, and Step returns its result without running it again.
-	Steps []Step
 
-	steps *attemptSteps // for Step and StepKey
+	steps *attemptSteps // for Steps, Step and StepKey; a pointer keeps Attempt comparable
 }
 
 // Result is what Do returns.

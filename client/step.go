@@ -121,19 +121,30 @@ func (c *Client) CompleteStep(ctx context.Context, req StepRequest, opts ...grpc
 type attemptSteps struct {
 	c        *Client
 	ns, key  string
+	claimed  []Step
 	mu       sync.Mutex
 	finished map[string][]byte
 }
 
 // newAttempt is the Attempt of fn for the acquired record rec.
 func newAttempt(c *Client, rec Record) Attempt {
-	s := &attemptSteps{c: c, ns: rec.Namespace, key: rec.Key, finished: map[string][]byte{}}
+	s := &attemptSteps{c: c, ns: rec.Namespace, key: rec.Key, claimed: rec.Steps, finished: map[string][]byte{}}
 	for _, st := range rec.Steps {
 		if st.State == StepFinished {
 			s.finished[st.Name] = st.Result
 		}
 	}
-	return Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1, Steps: rec.Steps, steps: s}
+	return Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1, steps: s}
+}
+
+// Steps are the job's steps as the Claim found them: a FINISHED one is
+// done, and Step returns its result without running it again; a STARTED
+// one may or may not have happened.
+func (a Attempt) Steps() []Step {
+	if a.steps == nil {
+		return nil
+	}
+	return a.steps.claimed
 }
 
 // StepKey is the step's idempotency key for a downstream system (see the
