@@ -8,8 +8,14 @@
 //   - DoBatch is Do for a delivery of several jobs: one BatchClaim, one
 //     BatchHeartbeat per beat and one BatchComplete and BatchFail for all
 //     of them, each job's outcome what Do would return for it.
+//   - Attempt.Step records each effect of a job with several (charge, then
+//     send the receipt) as a step, so that a successor reuses a finished
+//     step's result instead of making its effect again.
+//   - RunResolver decides held (UNRESOLVED) records with a function that
+//     asks the downstream system whether the effect happened.
 //   - Claim, Complete, Fail, Heartbeat and Lookup mirror the RPCs one to one
-//     with Go types, for workers that need to drive the protocol themselves;
+//     with Go types, for workers that need to drive the protocol themselves,
+//     as do StartStep, CompleteStep, Resolve and LookupHistory;
 //     BatchClaim, BatchComplete, BatchFail, BatchHeartbeat and BatchLookup
 //     send many of them in one RPC and answer each on its own.
 //
@@ -19,7 +25,8 @@
 // Errors the server sends are decoded from their google.rpc.ErrorInfo reason,
 // never from message text, into values that work with errors.Is and
 // errors.As: ErrLeaseLost, ErrFingerprintMismatch, ErrNotFound,
-// ErrAlreadyTerminal, ErrResolvedByOperator, *InProgressError,
+// ErrAlreadyTerminal, ErrResolvedByOperator, ErrStepAlreadyFinished,
+// ErrNotUnresolved, *InProgressError,
 // *JobFailedError and *CompletionUnknownError. Reason returns the raw reason of any error.
 //
 // # The shape of the API
