@@ -88,7 +88,14 @@ type Record struct {
 	// its lease runs out (UNRESOLVED) instead of letting a Claim take it
 	// over.
 	Hold bool
+	// Steps are the job's steps (see Attempt.Step), in the order they were
+	// first recorded.
+	Steps []Step
 }
+
+// StepKey is the key of the record's step name that a downstream system
+// takes as an idempotency key (see StepKey).
+func (r Record) StepKey(name string) string { return StepKey(r.Namespace, r.Key, name) }
 
 func recordFromProto(r *idemv1.Record) Record {
 	return Record{
@@ -108,6 +115,7 @@ func recordFromProto(r *idemv1.Record) Record {
 		ExpiresAt:      timeFromProto(r.GetExpiresAt()),
 		Policy:         r.GetPolicy(),
 		Hold:           r.GetHold(),
+		Steps:          stepsFromProto(r.GetSteps()),
 	}
 }
 
@@ -393,4 +401,71 @@ func (c *Client) Lookup(ctx context.Context, req LookupRequest, opts ...grpc.Cal
 
 func (req LookupRequest) proto() *idemv1.LookupRequest {
 	return &idemv1.LookupRequest{Namespace: req.Namespace, Key: req.Key}
+}
+
+// TimelineEntry is one exception in the life of a record's key (a takeover,
+// a failure, a hold, a resolution, a deletion, a refused fingerprint):
+// what happened, when, and who did it. See idem.v1.TimelineEntry for which
+// fields each kind sets.
+type TimelineEntry struct {
+	// Kind is the kind without its prefix: "TAKEN_OVER", "FAILED",
+	// "RELEASED", "HELD", "RESOLVED", "DELETED" or "FINGERPRINT_MISMATCH".
+	Kind             string
+	At               time.Time
+	Token            int64
+	State            State
+	PreviousToken    int64
+	PreviousState    State
+	Claimant         string
+	PreviousClaimant string
+	Error            string
+	// Actor is who made a RESOLVED or DELETED call.
+	Actor Actor
+	// Reason is the reason a RESOLVED or DELETED call gave.
+	Reason      string
+	Fingerprint []byte
+}
+
+// Actor is who made a call that a timeline entry records.
+type Actor struct {
+	Tenant string
+	// Operator is the name idemd's config gives the caller's token.
+	Operator string
+	// Resolver is the name a resolver gave (Resolve, RunResolver); empty for
+	// a person's call.
+	Resolver string
+}
+
+func timelineFromProto(entries []*idemv1.TimelineEntry) []TimelineEntry {
+	out := make([]TimelineEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, TimelineEntry{
+			Kind:             strings.TrimPrefix(e.GetKind().String(), "TIMELINE_ENTRY_KIND_"),
+			At:               timeFromProto(e.GetAt()),
+			Token:            e.GetToken(),
+			State:            State(e.GetState()),
+			PreviousToken:    e.GetPreviousToken(),
+			PreviousState:    State(e.GetPreviousState()),
+			Claimant:         e.GetClaimant(),
+			PreviousClaimant: e.GetPreviousClaimant(),
+			Error:            e.GetError(),
+			Actor:            Actor{Tenant: e.GetActor().GetTenant(), Operator: e.GetActor().GetOperator(), Resolver: e.GetActor().GetResolver()},
+			Reason:           e.GetReason(),
+			Fingerprint:      e.GetFingerprint(),
+		})
+	}
+	return out
+}
+
+// LookupHistory is Lookup that also reads the record's timeline, oldest
+// entry first (at most the latest 1000), in one RPC without retries.
+// Errors: ErrNotFound.
+func (c *Client) LookupHistory(ctx context.Context, req LookupRequest, opts ...grpc.CallOption) (Record, []TimelineEntry, error) {
+	p := req.proto()
+	p.IncludeHistory = true
+	resp, err := c.service.Lookup(ctx, p, opts...)
+	if err != nil {
+		return Record{}, nil, decodeError(ctx, err)
+	}
+	return recordFromProto(resp.GetRecord()), timelineFromProto(resp.GetHistory()), nil
 }

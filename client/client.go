@@ -8,8 +8,14 @@
 //   - DoBatch is Do for a delivery of several jobs: one BatchClaim, one
 //     BatchHeartbeat per beat and one BatchComplete and BatchFail for all
 //     of them, each job's outcome what Do would return for it.
+//   - Attempt.Step records each effect of a job with several (charge, then
+//     send the receipt) as a step, so that a successor reuses a finished
+//     step's result instead of making its effect again.
+//   - RunResolver decides held (UNRESOLVED) records with a function that
+//     asks the downstream system whether the effect happened.
 //   - Claim, Complete, Fail, Heartbeat and Lookup mirror the RPCs one to one
-//     with Go types, for workers that need to drive the protocol themselves;
+//     with Go types, for workers that need to drive the protocol themselves,
+//     as do StartStep, CompleteStep, Resolve and LookupHistory;
 //     BatchClaim, BatchComplete, BatchFail, BatchHeartbeat and BatchLookup
 //     send many of them in one RPC and answer each on its own.
 //
@@ -19,7 +25,8 @@
 // Errors the server sends are decoded from their google.rpc.ErrorInfo reason,
 // never from message text, into values that work with errors.Is and
 // errors.As: ErrLeaseLost, ErrFingerprintMismatch, ErrNotFound,
-// ErrAlreadyTerminal, ErrResolvedByOperator, *InProgressError,
+// ErrAlreadyTerminal, ErrResolvedByOperator, ErrStepAlreadyFinished,
+// ErrNotUnresolved, *InProgressError,
 // *JobFailedError and *CompletionUnknownError. Reason returns the raw reason of any error.
 //
 // # The shape of the API
@@ -60,10 +67,11 @@ import (
 // and Do adds the retries and the lease handling around them. It is safe for
 // concurrent use.
 type Client struct {
-	service idemv1.IdempotencyServiceClient
-	admin   idemv1.AdminServiceClient
-	conn    *grpc.ClientConn
-	retry   RetryPolicy
+	service  idemv1.IdempotencyServiceClient
+	admin    idemv1.AdminServiceClient
+	resolver idemv1.ResolverServiceClient
+	conn     *grpc.ClientConn
+	retry    RetryPolicy
 
 	// The coalescers of WithCoalescing; nil without it.
 	claims    *coalescer[*idemv1.ClaimRequest, ClaimResult]
@@ -175,10 +183,11 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("idem: client for %q: %w", target, err)
 	}
 	c := &Client{
-		service: idemv1.NewIdempotencyServiceClient(conn),
-		admin:   idemv1.NewAdminServiceClient(conn),
-		conn:    conn,
-		retry:   o.retry.withDefaults(),
+		service:  idemv1.NewIdempotencyServiceClient(conn),
+		admin:    idemv1.NewAdminServiceClient(conn),
+		resolver: idemv1.NewResolverServiceClient(conn),
+		conn:     conn,
+		retry:    o.retry.withDefaults(),
 	}
 	if o.coalesce {
 		c.claims = newCoalescer(c.claimKind())
@@ -204,6 +213,11 @@ func (c *Client) IdempotencyService() idemv1.IdempotencyServiceClient { return c
 // statuses, not decoded as the typed calls' are; Reason works on them. When
 // idemd runs with tenants, only tenants with admin: true may call it.
 func (c *Client) AdminService() idemv1.AdminServiceClient { return c.admin }
+
+// ResolverService returns the generated ResolverService client on the
+// Client's connection, for WatchHeld and ListHeld; RunResolver and Resolve
+// are the typed ways to decide held records.
+func (c *Client) ResolverService() idemv1.ResolverServiceClient { return c.resolver }
 
 // reconnect is how the channel redials a server that went away. gRPC's
 // default backoff grows to two minutes, and an RPC made while the channel

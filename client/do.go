@@ -45,6 +45,8 @@ type Attempt struct {
 	// done part of the work before it failed or lost its lease. Check the
 	// downstream state before repeating a partial effect.
 	Takeover bool
+
+	steps *attemptSteps // for Steps, Step and StepKey; a pointer keeps Attempt comparable
 }
 
 // Result is what Do returns.
@@ -190,7 +192,7 @@ func (c *Client) run(ctx context.Context, job Job, rec Record, claimed time.Time
 		stopBeats = c.heartbeat(fnCtx, cancelFn, HeartbeatRequest{Namespace: job.Namespace, Key: job.Key, Token: rec.Token, LeaseTTL: job.LeaseTTL}, lease, claimed.Add(lease))
 	}
 
-	value, panicked, fnErr := callFn(fnCtx, fn, Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1})
+	value, panicked, fnErr := callFn(fnCtx, fn, newAttempt(c, rec))
 	h := stopBeats()
 
 	// Complete and Fail record what already happened, so a caller that gives

@@ -153,7 +153,7 @@ func (c *Client) runBatch(ctx context.Context, jobs []*batchJob, fn func(context
 		wg.Go(func() {
 			defer func() { <-slots }()
 			jobFn := func(ctx context.Context, a Attempt) ([]byte, error) { return fn(ctx, j.i, a) }
-			j.value, j.panicked, j.fnErr = callFn(j.ctx, jobFn, Attempt{Token: j.rec.Token, Number: j.rec.Attempt, Takeover: j.rec.Attempt > 1})
+			j.value, j.panicked, j.fnErr = callFn(j.ctx, jobFn, newAttempt(c, j.rec))
 		})
 	}
 	wg.Wait()

@@ -52,14 +52,23 @@ var (
 	// returned an error and idem did not record the failure; the error is a
 	// *FailureNotRecordedError with fn's error and the Fail's.
 	ErrFailureNotRecorded = errors.New("idem: the handler's failure was not recorded")
+	// ErrStepAlreadyFinished (FAILED_PRECONDITION / STEP_ALREADY_FINISHED):
+	// the step is FINISHED with another result, or was started again after
+	// it finished; a FINISHED step never changes.
+	ErrStepAlreadyFinished = errors.New("idem: step already finished")
+	// ErrNotUnresolved (FAILED_PRECONDITION / NOT_UNRESOLVED): a Resolve
+	// found the record no longer UNRESOLVED: someone else decided it first.
+	ErrNotUnresolved = errors.New("idem: record is not unresolved")
 )
 
 var reasonSentinels = map[idemv1.ErrorReason]error{
-	idemv1.ErrorReason_ERROR_REASON_LEASE_LOST:           ErrLeaseLost,
-	idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH: ErrFingerprintMismatch,
-	idemv1.ErrorReason_ERROR_REASON_NOT_FOUND:            ErrNotFound,
-	idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL:     ErrAlreadyTerminal,
-	idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR: ErrResolvedByOperator,
+	idemv1.ErrorReason_ERROR_REASON_LEASE_LOST:            ErrLeaseLost,
+	idemv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH:  ErrFingerprintMismatch,
+	idemv1.ErrorReason_ERROR_REASON_NOT_FOUND:             ErrNotFound,
+	idemv1.ErrorReason_ERROR_REASON_ALREADY_TERMINAL:      ErrAlreadyTerminal,
+	idemv1.ErrorReason_ERROR_REASON_RESOLVED_BY_OPERATOR:  ErrResolvedByOperator,
+	idemv1.ErrorReason_ERROR_REASON_STEP_ALREADY_FINISHED: ErrStepAlreadyFinished,
+	idemv1.ErrorReason_ERROR_REASON_NOT_UNRESOLVED:        ErrNotUnresolved,
 }
 
 // rpcError is an error status from an RPC, linked to what caused it so that

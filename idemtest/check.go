@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -73,11 +74,37 @@ const (
 	// handler returned (the handler's effect made, the delivery failed),
 	// so that the job is released; a second delivery runs it again.
 	RetryableFailure Case = "retryable-failure"
+	// StepsCrashBetweenSteps runs the handler under a 1 s lease with
+	// heartbeats held, and "kills" the worker between two of the job's
+	// effects: at the first step call after a step was recorded FINISHED,
+	// or before Complete. The redelivery takes the job over once the lease
+	// lapses: a recorded step is not run again, and an effect made outside
+	// every step is.
+	StepsCrashBetweenSteps Case = "steps-crash-between-steps"
+	// StepsCrashInsideStep is StepsCrashBetweenSteps with the worker killed
+	// inside the first step, after its effect and before its CompleteStep
+	// (before Complete when the handler records no step): the step stays
+	// STARTED, and the namespace's on_unfinished_step policy says what the
+	// redelivery does.
+	StepsCrashInsideStep Case = "steps-crash-inside-step"
+	// StepsHeldResolver runs after the others when CheckResolver gives a
+	// resolver: the worker dies inside the first step (before Complete
+	// when the handler records no step) in a namespace whose policy holds
+	// the job, the redelivery finds it UNRESOLVED, the resolver runs until
+	// it decided the record (10 s at most), and the job is delivered
+	// again. A resolver that releases a job whose effect happened makes
+	// the effect twice; one that cannot tell leaves it held.
+	StepsHeldResolver Case = "steps-held-resolver"
 )
+
+// resolverWait bounds how long StepsHeldResolver waits for the resolver's
+// decision.
+const resolverWait = 10 * time.Second
 
 // AllCases returns every Case in the order CheckHandler runs them.
 func AllCases() []Case {
-	return []Case{TwiceInSequence, Concurrent, CrashAfterEffect, CrashAfterComplete, LeaseLapsed, CompleteAnswerLost, RetryableFailure}
+	return []Case{TwiceInSequence, Concurrent, CrashAfterEffect, CrashAfterComplete, LeaseLapsed, CompleteAnswerLost, RetryableFailure,
+		StepsCrashBetweenSteps, StepsCrashInsideStep}
 }
 
 // CheckOption configures CheckHandler and InspectHandler.
@@ -87,6 +114,17 @@ type checkOptions struct {
 	job         client.Job
 	server      []Option
 	concurrency int
+	resolver    func(context.Context, client.Record) (client.Resolution, error)
+}
+
+// CheckResolver adds the case StepsHeldResolver, which checks that
+// resolve, the function a resolver of yours runs (client.RunResolver),
+// decides a held job of the handler right: completed when its effect
+// happened, release when it did not. The job's namespace must be held
+// (on_unfinished_step: hold or on_lease_expiry: hold, through
+// CheckServer). Not run by default.
+func CheckResolver(resolve func(ctx context.Context, rec client.Record) (client.Resolution, error)) CheckOption {
+	return func(o *checkOptions) { o.resolver = resolve }
 }
 
 // CheckJob is the job the cases deliver: its Namespace (whose policy
@@ -122,6 +160,12 @@ func CheckConcurrency(n int) CheckOption { return func(o *checkOptions) { o.conc
 // case where the effect did not happen once, CheckHandler fails t with the
 // report of that case: the count, what every delivery did and the window
 // and the remedy, or what else is wrong. Passing cases are logged.
+//
+// A handler that records its effects as steps (Attempt.Step) makes one
+// effect per step: the kit counts, from the step calls its worker sends,
+// what each step made and what was made outside every step, and a report
+// of a repeated effect names the step (pass its step key downstream) or
+// says it was made outside one (record it as a step).
 //
 //	func TestChargeIsExactlyOnce(t *testing.T) {
 //		provider := newFakeProvider()
@@ -164,7 +208,11 @@ func InspectHandler(t testing.TB, h Handler, effects func() int, opts ...CheckOp
 	o.concurrency = max(o.concurrency, 2)
 	k := &kit{srv: NewServer(t, o.server...), h: h, effects: effects, o: o}
 	r := &Report{}
-	for _, c := range AllCases() {
+	cases := AllCases()
+	if o.resolver != nil {
+		cases = append(cases, StepsHeldResolver)
+	}
+	for _, c := range cases {
 		r.Cases = append(r.Cases, k.run(c))
 	}
 	return r
@@ -244,12 +292,28 @@ type CaseReport struct {
 	// Err is why the case could not run as designed: the handler failed
 	// where it should succeed, a call to the server failed.
 	Err error
+	// StepEffects is, for a handler that records steps (Attempt.Step), how
+	// much the effect counter went up inside each step, by the step's
+	// name, and outside every step (""); nil for a handler that records
+	// none. Such a handler makes one effect per step, and at most one
+	// outside them.
+	StepEffects map[string]int
+	// RepeatedStep names the step whose effect ran more than once, and
+	// RepeatedUnrecorded says an effect outside every step did.
+	RepeatedStep       string
+	RepeatedUnrecorded bool
 }
 
-// OK reports whether the case ran and made the effect exactly once, inside
-// the handler.
+// OK reports whether the case ran and made the effect exactly once (each
+// step's, for a handler that records steps), inside the handler.
 func (c *CaseReport) OK() bool {
-	return c.Err == nil && c.Effects == 1 && c.Outside == 0 && c.Late == 0
+	if c.Err != nil || c.Outside != 0 || c.Late != 0 || c.Finding != "" {
+		return false
+	}
+	if c.StepEffects != nil {
+		return c.Effects >= 1 && c.RepeatedStep == "" && !c.RepeatedUnrecorded
+	}
+	return c.Effects == 1
 }
 
 // String is the case's report: a line that says whether the effect ran
@@ -258,6 +322,12 @@ func (c *CaseReport) OK() bool {
 func (c *CaseReport) String() string {
 	w := words()
 	vars := map[string]string{"id": string(c.Case), "effects": strconv.Itoa(c.Effects)}
+	switch {
+	case c.RepeatedStep != "":
+		vars["effects"] = strconv.Itoa(c.StepEffects[c.RepeatedStep])
+	case c.RepeatedUnrecorded:
+		vars["effects"] = strconv.Itoa(c.StepEffects[""])
+	}
 	var b strings.Builder
 	switch {
 	case c.Err != nil:
@@ -265,7 +335,7 @@ func (c *CaseReport) String() string {
 		b.WriteString(fill(w.Messages["error"], vars))
 	case c.Late > 0 && c.Outside == 0:
 		b.WriteString(fill(w.Messages["late"], vars))
-	case c.Effects == 1:
+	case c.OK() || c.Effects == 1:
 		b.WriteString(fill(w.Messages["ok"], vars))
 	case c.Effects > 1:
 		b.WriteString(fill(w.Messages["more"], vars))
@@ -303,6 +373,8 @@ var goTerms = map[string]string{
 	"permanent":     "client.Permanent(err)",
 	"lost_check":    "ctx.Err()",
 	"worker_client": "idemtest.WorkerClient(ctx)",
+	"step_call":     "a.Step(ctx, name, fn)",
+	"step_key_call": "a.StepKey(name)",
 }
 
 //go:embed cases.json
@@ -315,6 +387,12 @@ type caseWords struct {
 	Window string `json:"window"`
 	Remedy string `json:"remedy"`
 	Held   string `json:"held"`
+	// For an effect made outside every step, where they differ.
+	WindowUnrecorded string `json:"window_unrecorded"`
+	RemedyUnrecorded string `json:"remedy_unrecorded"`
+	// StepsHeldResolver's findings.
+	Undecided string `json:"undecided"`
+	NotHeld   string `json:"not_held"`
 }
 
 type wordsFile struct {
@@ -399,6 +477,7 @@ func (k *kit) run(c Case) *CaseReport {
 
 	before := k.effects()
 	var ds []*delivery
+	decided := false // by the resolver of StepsHeldResolver
 	switch c {
 	case TwiceInSequence:
 		ds = append(ds, k.deliver(ctx, job, nil, nil))
@@ -469,6 +548,19 @@ func (k *kit) run(c Case) *CaseReport {
 	case RetryableFailure:
 		ds = append(ds, k.deliver(ctx, job, nil, &wrap{failAfter: true}))
 		ds = append(ds, k.deliver(ctx, job, nil, nil))
+	case StepsCrashBetweenSteps:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieBetweenSteps: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case StepsCrashInsideStep:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case StepsHeldResolver:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+		if ds[1].outcome() == outcomeUnresolved {
+			decided = k.resolve(ctx, job)
+			ds = append(ds, k.deliver(ctx, job, nil, nil))
+		}
 	}
 	end := k.effects()
 
@@ -487,6 +579,8 @@ func (k *kit) run(c Case) *CaseReport {
 	}
 	cr.Effects = end - before - zombie
 	cr.Late = max(cr.Effects-cr.Outside-during, 0)
+	var stepOrder []string
+	cr.StepEffects, stepOrder = stepEffects(ds)
 	cr.Deliveries = describe(ds)
 	if rec, err := k.srv.Client.Lookup(ctx, client.LookupRequest{Namespace: job.Namespace, Key: job.Key}); err == nil {
 		cr.Record = &rec
@@ -520,12 +614,17 @@ func (k *kit) run(c Case) *CaseReport {
 		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
 	case cr.Effects <= 0:
 		cr.Finding = fill(msg["no_effect"], vars)
+	case c == StepsHeldResolver:
+		judgeResolver(cr, cw, stepOrder, vars, held, decided)
+	case cr.StepEffects != nil:
+		judgeSteps(cr, cw, stepOrder, vars, held)
 	case cr.Effects > cr.Runs:
 		cr.Finding = fill(msg["extra_effects"], vars)
 	case cr.Effects > 1 && (cw.Window == "" || c == CrashAfterComplete):
 		cr.Finding = fill(msg["extra_runs"], vars)
 	case cr.Effects > 1:
-		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
+		// A handler that records no step: the effect was made outside one.
+		cr.Window, cr.Remedy = fill(cmp.Or(cw.WindowUnrecorded, cw.Window), vars), fill(cmp.Or(cw.RemedyUnrecorded, cw.Remedy), vars)
 	case held && cw.Held != "":
 		cr.Held = fill(cw.Held, vars)
 	}
@@ -583,6 +682,8 @@ func caseError(c Case, ds []*delivery) error {
 		return errors.New("no Complete of the first delivery was applied")
 	case c == CompleteAnswerLost && !first.f.lostAnswer():
 		return errors.New("the first delivery's Complete was not applied")
+	case (c == StepsCrashBetweenSteps || c == StepsCrashInsideStep || c == StepsHeldResolver) && !first.f.dead():
+		return errors.New("the first delivery did not reach the step call or the Complete its worker dies at")
 	case c == LeaseLapsed && len(ds) < 2:
 		return errors.New("the first delivery did not acquire the job")
 	}
@@ -843,4 +944,115 @@ func describe(ds []*delivery) []string {
 		i = j
 	}
 	return out
+}
+
+// stepEffects sums what the deliveries' handlers made inside each step and
+// outside them, and returns the steps in the order they first opened; nil
+// when no handler called a step RPC. A redelivery that found every step
+// FINISHED calls none, and what it makes outside them still counts.
+func stepEffects(ds []*delivery) (map[string]int, []string) {
+	sum := map[string]int{}
+	var order []string
+	anySeen := false
+	for _, d := range ds {
+		byStep, opened, seen := d.f.steps()
+		anySeen = anySeen || seen
+		for _, name := range opened {
+			if !slices.Contains(order, name) {
+				order = append(order, name)
+			}
+			sum[name] += byStep[name]
+		}
+	}
+	if !anySeen {
+		return nil, nil
+	}
+	return sum, order
+}
+
+// judgeResolver reports StepsHeldResolver: the record was not held, the
+// resolver left it held, or an effect ran twice after its decision.
+func judgeResolver(cr *CaseReport, cw caseWords, order []string, vars map[string]string, held, decided bool) {
+	switch {
+	case !held:
+		cr.Finding = fill(cw.NotHeld, vars)
+		return
+	case !decided:
+		cr.Finding = fill(cw.Undecided, vars)
+		return
+	}
+	repeated := cr.StepEffects == nil && cr.Effects > 1
+	for _, name := range order {
+		if cr.StepEffects[name] > 1 {
+			cr.RepeatedStep, cr.RepeatedUnrecorded = name, name == ""
+			repeated = true
+			break
+		}
+	}
+	if repeated {
+		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
+	}
+}
+
+// resolve runs the resolver of CheckResolver until it decided job's held
+// record, for resolverWait at most, and reports whether it did.
+func (k *kit) resolve(ctx context.Context, job client.Job) bool {
+	ctx, cancel := context.WithTimeout(ctx, resolverWait)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = k.srv.Client.RunResolver(ctx, client.ResolverOptions{Name: "idemtest", Namespaces: []string{job.Namespace},
+			Logger: slog.New(slog.DiscardHandler)}, k.o.resolver)
+	}()
+	defer func() { cancel(); <-stopped }()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		rec, err := k.srv.Client.Lookup(ctx, client.LookupRequest{Namespace: job.Namespace, Key: job.Key})
+		if err == nil && rec.State != client.StateUnresolved {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// judgeSteps names, for a handler that records steps, the first step whose
+// effect ran more than once, or the effect outside every step that did,
+// with the case's window and remedy for it.
+func judgeSteps(cr *CaseReport, cw caseWords, order []string, vars map[string]string, held bool) {
+	steps := words().caseWords(StepsCrashInsideStep)
+	for _, name := range order {
+		if name != "" && cr.StepEffects[name] > 1 {
+			cr.RepeatedStep = name
+			vars["step"] = name
+			remedy := steps.Remedy // a step run again is closed by its key, whatever the window
+			if cw.ID == string(StepsCrashBetweenSteps) {
+				remedy = cw.Remedy // there a step is run again only when its name changed
+			}
+			if cw.Window == "" {
+				cr.Finding = fill(words().Messages["extra_runs"], vars)
+				return
+			}
+			cr.Window, cr.Remedy = fill(cw.Window, vars), fill(remedy, vars)
+			return
+		}
+	}
+	if cr.StepEffects[""] > 1 {
+		cr.RepeatedUnrecorded = true
+		if cw.Window == "" {
+			cr.Finding = fill(words().Messages["extra_runs"], vars)
+			return
+		}
+		cr.Window = fill(cmp.Or(cw.WindowUnrecorded, cw.Window), vars)
+		cr.Remedy = fill(cmp.Or(cw.RemedyUnrecorded, words().caseWords(StepsCrashBetweenSteps).RemedyUnrecorded), vars)
+		return
+	}
+	if held && cw.Held != "" {
+		cr.Held = fill(cw.Held, vars)
+	}
 }

@@ -119,10 +119,10 @@ func TestCheckHandlerFindsTheWindowsEachHandlerLeavesOpen(t *testing.T) {
 		held    []idemtest.Case
 	}{
 		{name: "naive", handler: naiveHandler,
-			open: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.RetryableFailure}},
+			open: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.RetryableFailure, idemtest.StepsCrashBetweenSteps, idemtest.StepsCrashInsideStep}},
 		{name: "downstream key", handler: keyedHandler},
 		{name: "fencing token", handler: fencedHandler,
-			open: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.RetryableFailure}},
+			open: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.RetryableFailure, idemtest.StepsCrashBetweenSteps, idemtest.StepsCrashInsideStep}},
 		{name: "takeover check", handler: takeoverCheckingHandler,
 			open: []idemtest.Case{idemtest.LeaseLapsed}},
 		{name: "naive under hold", handler: naiveHandler,
@@ -131,7 +131,7 @@ func TestCheckHandlerFindsTheWindowsEachHandlerLeavesOpen(t *testing.T) {
 				idemtest.CheckServer(idemtest.WithTenantsYAML("policies:\n  - namespaces: [\"payments\"]\n    on_lease_expiry: hold\n")),
 			},
 			open: []idemtest.Case{idemtest.RetryableFailure},
-			held: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed}},
+			held: []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.StepsCrashBetweenSteps, idemtest.StepsCrashInsideStep}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -223,10 +223,11 @@ func TestCheckHandlerFailsWithTheReportOfEachOpenWindow(t *testing.T) {
 	api := newPaymentsAPI()
 	rec := &failRecorder{TB: t}
 	idemtest.CheckHandler(rec, naiveHandler(api), api.chargesApplied)
-	if len(rec.errors) != 3 {
-		t.Fatalf("CheckHandler failed the test %d times; want once per open window (3):\n%s", len(rec.errors), strings.Join(rec.errors, "\n"))
+	open := []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.RetryableFailure, idemtest.StepsCrashBetweenSteps, idemtest.StepsCrashInsideStep}
+	if len(rec.errors) != len(open) {
+		t.Fatalf("CheckHandler failed the test %d times; want once per open window (%d):\n%s", len(rec.errors), len(open), strings.Join(rec.errors, "\n"))
 	}
-	for i, c := range []idemtest.Case{idemtest.CrashAfterEffect, idemtest.LeaseLapsed, idemtest.RetryableFailure} {
+	for i, c := range open {
 		if msg := rec.errors[i]; !strings.HasPrefix(msg, string(c)+": the effect ran 2 times") || !strings.Contains(msg, "\n  window: ") || !strings.Contains(msg, "\n  remedy: ") {
 			t.Errorf("failure %d: want %s's window and remedy:\n%s", i, c, msg)
 		}
@@ -454,5 +455,157 @@ func TestCheckHandlerNamesAnEffectOutsideTheHandler(t *testing.T) {
 	cr := r.Case(idemtest.Concurrent)
 	if want := fmt.Sprintf("%d of the %[1]d effects happened while the kit built the handler of a delivery, before do() claimed the job (%[1]d deliveries, 1 of which ran the handler)", cr.Effects); cr.Effects < 8 || !strings.Contains(cr.Finding, want) {
 		t.Errorf("concurrent: want the count of effects made outside the handler, one per delivery:\n%s", cr)
+	}
+}
+
+// Handlers of a job with two effects, a charge and a receipt, counted by
+// one counter.
+func stepsHandler(p *paymentsAPI, keyed, receiptAsStep bool) idemtest.Handler {
+	return func(job client.Job) func(context.Context, client.Attempt) ([]byte, error) {
+		return func(ctx context.Context, a client.Attempt) ([]byte, error) {
+			charge, err := a.Step(ctx, "charge", func(_ context.Context, stepKey string) ([]byte, error) {
+				if !keyed {
+					stepKey = ""
+				}
+				id, err := p.charge(job.Key+"/charge", stepKey, 0)
+				return []byte(id), err
+			})
+			if err != nil {
+				return nil, err
+			}
+			sendReceipt := func(_ context.Context, stepKey string) ([]byte, error) {
+				id, err := p.charge(job.Key+"/receipt", stepKey, 0)
+				return []byte(id), err
+			}
+			var receipt []byte
+			if receiptAsStep {
+				receipt, err = a.Step(ctx, "receipt", sendReceipt)
+			} else {
+				receipt, err = sendReceipt(ctx, "")
+			}
+			return append(charge, receipt...), err
+		}
+	}
+}
+
+// The kit judges each step's effect on its own, and names the step whose
+// effect repeated and the remedy: record it as a step, or pass the step key
+// downstream.
+func TestCheckHandlerJudgesEachStep(t *testing.T) {
+	t.Parallel()
+	stepHold := idemtest.CheckServer(idemtest.WithTenantsYAML("policies:\n  - namespaces: [\"payments\"]\n    on_unfinished_step: hold\n"))
+	for _, tc := range []struct {
+		name          string
+		keyed, asStep bool
+		opts          []idemtest.CheckOption
+		repeatedStep  map[idemtest.Case]string // "" for an effect outside every step
+		held          []idemtest.Case
+		remedy        string
+	}{
+		{name: "both steps, keyed", keyed: true, asStep: true},
+		{name: "both steps, not keyed", asStep: true,
+			repeatedStep: map[idemtest.Case]string{idemtest.StepsCrashInsideStep: "charge"}, remedy: "pass the step key downstream"},
+		{name: "both steps, not keyed, held", asStep: true,
+			opts: []idemtest.CheckOption{idemtest.CheckJob(client.Job{Namespace: "payments", Key: "order-9"}), stepHold},
+			held: []idemtest.Case{idemtest.StepsCrashInsideStep}},
+		{name: "receipt outside the steps", keyed: true,
+			repeatedStep: map[idemtest.Case]string{idemtest.CrashAfterEffect: "", idemtest.RetryableFailure: "", idemtest.StepsCrashBetweenSteps: ""},
+			remedy:       "record it as a step"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			api := newPaymentsAPI()
+			r := idemtest.InspectHandler(t, stepsHandler(api, tc.keyed, tc.asStep), api.chargesApplied, tc.opts...)
+			for _, cr := range r.Cases {
+				if cr.Err != nil {
+					t.Errorf("%s could not run:\n%s", cr.Case, cr)
+					continue
+				}
+				if cr.StepEffects == nil || cr.StepEffects["charge"] == 0 {
+					t.Errorf("%s: step effects %v; want the charge's counted", cr.Case, cr.StepEffects)
+				}
+				step, repeated := tc.repeatedStep[cr.Case]
+				switch {
+				case repeated:
+					if cr.OK() || cr.RepeatedStep != step || cr.RepeatedUnrecorded != (step == "") ||
+						!strings.Contains(cr.Remedy, tc.remedy) || !strings.HasPrefix(cr.String(), string(cr.Case)+": the effect ran 2 times") {
+						t.Errorf("%s: want the effect of step %q repeated, and the remedy %q:\n%s", cr.Case, step, tc.remedy, cr)
+					}
+					if step != "" && !strings.Contains(cr.Window, `inside the step `+step) {
+						t.Errorf("%s: the window does not name the step %s:\n%s", cr.Case, step, cr)
+					}
+				case !cr.OK():
+					t.Errorf("%s: want each effect once:\n%s", cr.Case, cr)
+				}
+				if got := cr.Held != ""; got != contains(tc.held, cr.Case) {
+					t.Errorf("%s: held note %q; want one: %v", cr.Case, cr.Held, !got)
+				}
+			}
+			if m := regexp.MustCompile(`\{[a-z_]+\}`).FindString(r.String()); m != "" {
+				t.Errorf("the report has %s unfilled:\n%s", m, r)
+			}
+			if t.Failed() {
+				t.Logf("the whole report:\n%s", r)
+			}
+		})
+	}
+}
+
+// The resolver case: a resolver that looks the charge up by its step key
+// decides the held job right; one that releases it blindly makes the
+// charge twice; one that cannot tell leaves it held; and without a hold
+// policy there is nothing to decide.
+func TestCheckResolver(t *testing.T) {
+	t.Parallel()
+	stepHold := idemtest.CheckServer(idemtest.WithTenantsYAML("policies:\n  - namespaces: [\"payments\"]\n    on_unfinished_step: hold\n"))
+	job := idemtest.CheckJob(client.Job{Namespace: "payments", Key: "order-11"})
+	lookingUp := func(api *paymentsAPI) func(context.Context, client.Record) (client.Resolution, error) {
+		return func(_ context.Context, rec client.Record) (client.Resolution, error) {
+			api.mu.Lock()
+			id, found := api.byKey[rec.StepKey("charge")]
+			api.mu.Unlock()
+			if found {
+				return client.Completed([]byte(id)).Because("charge " + id + " found"), nil
+			}
+			return client.Release().Because("no charge"), nil
+		}
+	}
+	releasing := func(*paymentsAPI) func(context.Context, client.Record) (client.Resolution, error) {
+		return func(context.Context, client.Record) (client.Resolution, error) { return client.Release(), nil }
+	}
+	unsure := func(*paymentsAPI) func(context.Context, client.Record) (client.Resolution, error) {
+		return func(context.Context, client.Record) (client.Resolution, error) {
+			return client.CantTell(), errors.New("the provider is down")
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		keyed    bool
+		resolver func(*paymentsAPI) func(context.Context, client.Record) (client.Resolution, error)
+		opts     []idemtest.CheckOption
+		ok       bool
+		want     string // in the case's report
+	}{
+		{name: "looks the charge up", keyed: true, resolver: lookingUp, opts: []idemtest.CheckOption{stepHold}, ok: true, want: "the effect ran once"},
+		{name: "releases blindly", resolver: releasing, opts: []idemtest.CheckOption{stepHold}, want: "remedy: look the effect up downstream by the step's key (a.StepKey(name)"},
+		{name: "cannot tell", keyed: true, resolver: unsure, opts: []idemtest.CheckOption{stepHold}, want: "the resolver left the record UNRESOLVED"},
+		{name: "not held", keyed: true, resolver: lookingUp, want: "the namespace's policy did not hold the record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			api := newPaymentsAPI()
+			opts := append([]idemtest.CheckOption{job, idemtest.CheckResolver(tc.resolver(api))}, tc.opts...)
+			r := idemtest.InspectHandler(t, stepsHandler(api, tc.keyed, true), api.chargesApplied, opts...)
+			cr := r.Case(idemtest.StepsHeldResolver)
+			if cr == nil {
+				t.Fatalf("no %s case in the report:\n%s", idemtest.StepsHeldResolver, r)
+			}
+			if cr.Err != nil || cr.OK() != tc.ok || !strings.Contains(cr.String(), tc.want) {
+				t.Errorf("want OK %v and %q:\n%s", tc.ok, tc.want, cr)
+			}
+			if !tc.ok && tc.name == "releases blindly" && cr.RepeatedStep != "charge" {
+				t.Errorf("repeated step %q; want charge:\n%s", cr.RepeatedStep, cr)
+			}
+		})
 	}
 }

@@ -34,11 +34,13 @@ const (
 )
 
 // The namespaces the scenarios use: one that the default policy covers (a
-// lapsed lease is taken over), and one that heldGlob holds for resolution.
+// lapsed lease is taken over), one that heldGlob holds for resolution, and
+// one whose jobs are held only when a step was started and not finished.
 const (
-	namespacePlain = "jobs"
-	namespaceHeld  = "held-jobs"
-	heldGlob       = "held*"
+	namespacePlain    = "jobs"
+	namespaceHeld     = "held-jobs"
+	heldGlob          = "held*"
+	namespaceStepHeld = "steps-held"
 )
 
 // The tenants of the config, by the name the JSON line gives their tokens.
@@ -99,8 +101,9 @@ type info struct {
 }
 
 type namespaces struct {
-	Plain string `json:"plain"`
-	Held  string `json:"held"`
+	Plain    string `json:"plain"`
+	Held     string `json:"held"`
+	StepHeld string `json:"step_held"`
 }
 
 func (h *harness) info() info {
@@ -110,7 +113,7 @@ func (h *harness) info() info {
 		ControlURL: "http://" + h.control.Addr().String(),
 		Store:      h.store,
 		Tokens:     h.tokens,
-		Namespaces: namespaces{Plain: namespacePlain, Held: namespaceHeld},
+		Namespaces: namespaces{Plain: namespacePlain, Held: namespaceHeld, StepHeld: namespaceStepHeld},
 		Schema:     h.schema,
 		TempDir:    h.dir,
 	}
@@ -180,7 +183,10 @@ func (h *harness) writeConfig() (string, error) {
 		}
 		h.tokens[name] = token
 	}
-	held := []config.Policy{{Namespaces: []string{heldGlob}, OnLeaseExpiry: config.OnLeaseExpiryHold}}
+	held := []config.Policy{
+		{Namespaces: []string{heldGlob}, OnLeaseExpiry: config.OnLeaseExpiryHold},
+		{Namespaces: []string{namespaceStepHeld}, OnUnfinishedStep: config.OnUnfinishedStepHold},
+	}
 	file := config.File{Tenants: []config.Tenant{
 		{Name: tenantWorker, Tokens: []string{config.HashToken(h.tokens[tenantWorker])}, Policies: held},
 		{Name: tenantOperator, Tokens: []string{config.HashToken(h.tokens[tenantOperator])}, Operator: true},

@@ -31,8 +31,9 @@ type Info struct {
 	Store      string            `json:"store"`
 	Tokens     map[string]string `json:"tokens"`
 	Namespaces struct {
-		Plain string `json:"plain"`
-		Held  string `json:"held"`
+		Plain    string `json:"plain"`
+		Held     string `json:"held"`
+		StepHeld string `json:"step_held"`
 	} `json:"namespaces"`
 	Schema  string `json:"schema"`
 	TempDir string `json:"temp_dir"`
