@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 
 from ._errors import IdemError, LeaseLostError, NotFoundError, NotUnresolvedError
 from ._step import step_key
-from ._types import Record, Step
+from ._types import Record, State, Step
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -97,8 +97,9 @@ class Resolver:
 
     It polls ListHeld (the HTTP/JSON API cannot stream WatchHeld) every
     ``poll_interval`` seconds (default 5) for the UNRESOLVED records of
-    ``namespaces`` (default: every namespace the token may use), and calls
-    fn(Held) for each, in turn; fn returns a Resolution. A completed,
+    ``namespaces`` (default: every namespace the token may use), reads each
+    with Lookup for its steps, and calls fn(Held) for each, in turn; fn
+    returns a Resolution. A completed,
     failed or released answer is sent with Resolve under the resolver's
     ``name`` (1 to 128 bytes, on the record's timeline); a record that
     someone else decided first (NOT_UNRESOLVED) or that is held again with
@@ -157,12 +158,14 @@ class Resolver:
             try:
                 self.poll()
             except IdemError as err:
-                log.warning("idem resolver %s: listing held records failed: %s", self.name, err)
+                log.warning("idem resolver %s: a poll failed; trying again at the next: %s", self.name, err)
             self.stopped.wait(self.poll_interval)
 
     def poll(self) -> int:
         """One pass over the held records: asks fn about each one not asked
-        lately and sends its decision. Returns how many it resolved."""
+        lately and sends its decision. Returns how many of those it looked
+        at are no longer held: decided by fn's answer, or by someone else
+        first."""
         seen = set()
         resolved = 0
         for rec in self.client.iter_held(self.namespaces):
@@ -186,6 +189,14 @@ class Resolver:
     def _decide(self, rec: Record) -> bool:
         """Asks fn about rec and sends its answer: True when rec is no longer
         held by this token (decided here or by someone else)."""
+        # ListHeld's records carry no steps; Lookup's do.
+        try:
+            now = self.client.lookup(rec.namespace, rec.key)
+        except NotFoundError:
+            return True
+        if now.state != State.UNRESOLVED or now.token != rec.token:
+            return True
+        rec = now
         held = Held(rec, {st.name: step_key(rec.namespace, rec.key, st.name) for st in rec.steps})
         try:
             answer = self.fn(held)
