@@ -56,6 +56,11 @@ HANDLERS = {
     "fencing token": lambda p: lambda job: lambda attempt: p.charge(job.key, "", attempt.token),
     "takeover check": lambda p: lambda job: lambda attempt: (
         "charged earlier" if attempt.takeover and p.was_charged(job.key) else p.charge(job.key)),
+    "step key": lambda p: lambda job: lambda attempt: attempt.step("charge", lambda key: p.charge(job.key, key)),
+    "step without its key": lambda p: lambda job: lambda attempt: attempt.step(
+        "charge", lambda key: p.charge(job.key)),
+    "effect outside the steps": lambda p: lambda job: lambda attempt: (
+        p.charge(job.key) + attempt.step("receipt", lambda key: "sent").decode()),
 }
 
 HOLD_HELD = 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n'
@@ -76,7 +81,9 @@ class TestKitTest(unittest.TestCase):
             want = json.load(f)
         self.assertEqual(WORDS, want, "idem/_testkit_words.py differs from idemtest/cases.json: copy the file's "
                                       "object into it")
-        self.assertEqual([c["id"] for c in WORDS["cases"]], list(testkit.ALL_CASES))
+        # The step cases' words are the Python kit's own until cases.json has them.
+        self.assertEqual([c["id"] for c in WORDS["cases"]],
+                         [c for c in testkit.ALL_CASES if c not in testkit.STEP_CASES])
 
     def test_finds_the_windows_each_handler_leaves_open(self):
         for name, handler, job, open_cases, held in [
@@ -87,6 +94,9 @@ class TestKitTest(unittest.TestCase):
             ("takeover check", "takeover check", None, [testkit.LEASE_LAPSED], []),
             ("naive under hold", "naive", idem.Job("held.payments", "order-7"), [testkit.RETRYABLE_FAILURE],
              [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED]),
+            ("step key", "step key", None, [], []),
+            ("step without its key under hold", "step without its key", idem.Job("held.payments", "order-8"), [],
+             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED, *testkit.STEP_CASES]),
         ]:
             with self.subTest(name):
                 api = PaymentsAPI()
@@ -120,6 +130,41 @@ class TestKitTest(unittest.TestCase):
         ]:
             self.assertIn(want, msg)
         self.assertIsNone(re.search(r"\{[a-z_]+\}", str(r)), str(r))
+
+    def test_interrupts_the_steps_and_names_the_step_and_the_remedy(self):
+        api = PaymentsAPI()
+        r = testkit.inspect_handler(HANDLERS["step without its key"](api), lambda: api.applied,
+                                    server=self.idemd.json_url, job=idem.Job("payments", "order-3"))
+        self.assertEqual([c.case for c in r.failed()], [testkit.STEPS_CRASH_INSIDE_STEP], str(r))
+        msg = str(r.case(testkit.STEPS_CRASH_INSIDE_STEP))
+        for want in [
+            "steps-crash-inside-step: the effect ran 2 times for one job; want once",
+            'the worker died inside step "charge" before it was recorded, and its lease lapsed',
+            '\n  window: inside step "charge". The worker died after the step\'s effect',
+            '\n  remedy: pass the step key downstream: attempt.step_key("charge") is the same on every attempt',
+        ]:
+            self.assertIn(want, msg)
+        self.assertIsNone(re.search(r"\{[a-z_]+\}", msg), msg)
+
+        api = PaymentsAPI()
+        r = testkit.inspect_handler(HANDLERS["effect outside the steps"](api), lambda: api.applied,
+                                    server=self.idemd.json_url, job=idem.Job("payments", "order-4"))
+        self.assertEqual([c.case for c in r.failed()], [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED,
+                                                        testkit.RETRYABLE_FAILURE, *testkit.STEP_CASES], str(r))
+        for case in testkit.STEP_CASES:
+            msg = str(r.case(case))
+            self.assertIn("\n  window: outside any step. The handler made the effect without attempt.step", msg)
+            self.assertIn('\n  remedy: record it as a step: make the effect inside attempt.step("name", fn)', msg)
+        self.assertIn('the worker died once step "receipt" was recorded, and its lease lapsed',
+                      str(r.case(testkit.STEPS_CRASH_BETWEEN_STEPS)))
+
+        api = PaymentsAPI()
+        r = testkit.inspect_handler(HANDLERS["downstream key"](api), lambda: api.applied, server=self.idemd.json_url)
+        for case in testkit.STEP_CASES:
+            cr = r.case(case)
+            self.assertTrue(cr.ok, str(cr))
+            self.assertIn("the handler recorded no step (attempt.step), so this case had nothing to interrupt",
+                          cr.finding)
 
     def test_check_handler_fails_with_each_open_window_and_passes_a_safe_handler(self):
         api = PaymentsAPI()

@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._client import Client
 from ._do import Attempt, Job, Result
@@ -55,7 +55,8 @@ from ._testkit_words import WORDS
 from ._types import MAX_WAIT, Record, State
 
 __all__ = ["TWICE_IN_SEQUENCE", "CONCURRENT", "CRASH_AFTER_EFFECT", "CRASH_AFTER_COMPLETE", "LEASE_LAPSED",
-           "COMPLETE_ANSWER_LOST", "RETRYABLE_FAILURE", "ALL_CASES", "CaseReport", "Report", "check_handler",
+           "COMPLETE_ANSWER_LOST", "RETRYABLE_FAILURE", "STEPS_CRASH_BETWEEN_STEPS", "STEPS_CRASH_INSIDE_STEP",
+           "STEP_CASES", "ALL_CASES", "CaseReport", "Report", "check_handler",
            "inspect_handler", "worker_client", "Idemd", "start_idemd"]
 
 #: The job delivered, and once it completed, delivered again: the second
@@ -81,9 +82,20 @@ COMPLETE_ANSWER_LOST = "complete-answer-lost"
 #: The first delivery fails after the handler returned (its effect made); a
 #: second delivery runs it again.
 RETRYABLE_FAILURE = "retryable-failure"
+#: The handler runs under a 1 s lease with heartbeats held; the worker
+#: dies as soon as the handler's first step (attempt.step) is recorded,
+#: before the rest of the job; a redelivery waits for the lease to lapse.
+STEPS_CRASH_BETWEEN_STEPS = "steps-crash-between-steps"
+#: As STEPS_CRASH_BETWEEN_STEPS, but the worker dies inside the step in which
+#: the effect was seen (else the first), after its fn returned and before
+#: the step is recorded.
+STEPS_CRASH_INSIDE_STEP = "steps-crash-inside-step"
+#: The cases that interrupt a handler's steps; a handler without steps
+#: passes them as it passes twice-in-sequence.
+STEP_CASES = (STEPS_CRASH_BETWEEN_STEPS, STEPS_CRASH_INSIDE_STEP)
 #: Every case, in the order the kit runs them.
 ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, CRASH_AFTER_COMPLETE, LEASE_LAPSED,
-             COMPLETE_ANSWER_LOST, RETRYABLE_FAILURE)
+             COMPLETE_ANSWER_LOST, RETRYABLE_FAILURE) + STEP_CASES
 
 # This package's names for what the remedies point at.
 _TERMS = {
@@ -92,6 +104,43 @@ _TERMS = {
     "permanent": "raise idem.Permanent(err)",
     "lost_check": "attempt.check()",
     "worker_client": "idem.testkit.worker_client()",
+    "step": "attempt.step",
+    "step_key": "attempt.step_key",
+}
+
+# The words of the step cases, in the shape of idemtest/cases.json, which
+# does not have them yet: the Python kit's own until it does.
+_STEP_WORDS: Dict[str, Any] = {
+    "cases": [
+        {"id": STEPS_CRASH_BETWEEN_STEPS,
+         "title": "the worker died as soon as the handler's first step was recorded, before the rest of the job; "
+                  "its lease lapsed and the job was delivered again",
+         "held": "the namespace's policy holds the record (on_lease_expiry: hold): the redelivery found it "
+                 "UNRESOLVED and did not run the handler, and the job waits for a resolver or a person."},
+        {"id": STEPS_CRASH_INSIDE_STEP,
+         "title": "the worker died inside a step, after its function returned and before the step was recorded; "
+                  "its lease lapsed and the job was delivered again",
+         "held": "the namespace's policy holds the record (on_unfinished_step or on_lease_expiry: hold): the "
+                 "redelivery found it UNRESOLVED and did not run the handler, and the job waits for a resolver "
+                 "or a person."},
+    ],
+    "messages": {
+        "died_between_steps": "the worker died once step \"{name}\" was recorded, and its lease lapsed",
+        "died_inside_step": "the worker died inside step \"{name}\" before it was recorded, and its lease lapsed",
+        "in_step_window": "inside step \"{name}\". The worker died after the step's effect and before the step "
+                          "was recorded, so it stayed STARTED, and the successor ran it again (on_unfinished_step: "
+                          "rerun) with the same step key; the downstream did not answer the repeat from its records.",
+        "in_step_remedy": "pass the step key downstream: {step_key}(\"{name}\") is the same on every attempt, so a "
+                          "downstream that takes it as its idempotency key (the fn of {step} receives it) answers "
+                          "the repeat instead of acting again; or set on_unfinished_step: hold in the namespace's "
+                          "policy, so that a resolver or a person decides.",
+        "outside_window": "outside any step. The handler made the effect without {step}, so the successor, which "
+                          "skips only what steps recorded, made it again.",
+        "outside_remedy": "record it as a step: make the effect inside {step}(\"name\", fn), so that a successor "
+                          "gets the recorded result instead of running it again, and pass the step key that fn "
+                          "receives downstream, for a crash inside the step.",
+        "no_steps": "the handler recorded no step ({step}), so this case had nothing to interrupt.",
+    },
 }
 
 # How long a case whose effect counter did not move waits for an effect that
@@ -124,7 +173,7 @@ def _fill(s: str, **values: str) -> str:
 
 
 def _case_words(case: str) -> Dict[str, str]:
-    for cw in WORDS["cases"]:
+    for cw in WORDS["cases"] + _STEP_WORDS["cases"]:
         if cw["id"] == case:
             return cw
     raise KeyError(f"idem testkit: the words have no case {case}")
@@ -400,8 +449,21 @@ class _Faults:
     nothing more."""
 
     def __init__(self, hold_heartbeats: bool = False, die_before_complete: bool = False,
-                 lose_complete_answer: bool = False, die_after_complete: bool = False):
+                 lose_complete_answer: bool = False, die_after_complete: bool = False,
+                 die_after_step: bool = False, die_in_step: Optional[str] = None):
         self.hold_heartbeats = hold_heartbeats
+        #: The worker dies as soon as its first CompleteStep is applied.
+        self.die_after_step = die_after_step
+        #: The worker dies before the CompleteStep of this step ("": its
+        #: first) goes out; None: never.
+        self.die_in_step = die_in_step
+        #: The step the worker died at.
+        self.died_at_step = ""
+        #: How much the effect counter moved inside each step (StartStep to
+        #: CompleteStep), by name.
+        self.step_effects: Dict[str, int] = {}
+        self.steps_seen = False
+        self._open_step: Optional[Tuple[str, int]] = None
         #: The worker dies before its first Complete (the handler's own, or
         #: do()'s) goes out.
         self.die_before_complete = die_before_complete
@@ -426,6 +488,21 @@ class _Faults:
         with self._lock:
             self.died, self.died_in, self.at_death = True, in_handler, at
 
+    def step_call(self, method: str, step: str) -> bool:
+        """Counts the effects of a step between its StartStep and its
+        CompleteStep; for a CompleteStep, says whether the worker dies
+        before it goes out."""
+        at = self.effects()
+        with self._lock:
+            self.steps_seen = True
+            if method == "StartStep":
+                self._open_step = (step, at)
+                return False
+            if self._open_step is not None and self._open_step[0] == step:
+                self.step_effects[step] = self.step_effects.get(step, 0) + at - self._open_step[1]
+                self._open_step = None
+            return self.die_in_step is not None and self.die_in_step in ("", step)
+
 
 class _FaultyTransport:
     """A client's transport with the kit's faults in front of it."""
@@ -448,6 +525,8 @@ class _FaultyTransport:
             # Not transient: do() would retry it.
             raise IdemError("idem testkit: the worker is dead and sends nothing", code="UNKNOWN", rpc=method,
                             transient=False)
+        if method in ("StartStep", "CompleteStep"):
+            return self._step(service, method, body, timeout)
         if method == "Heartbeat" and f.hold_heartbeats:
             # Held: it never reaches the server, and gives up when the
             # handler returns (or the call's timeout would have passed).
@@ -474,6 +553,24 @@ class _FaultyTransport:
                 raise UnavailableError("idem testkit: the server applied the Complete, and its answer was lost",
                                        code="UNAVAILABLE", rpc=method, transient=True)
         return self._inner.call(service, method, body, timeout)
+
+
+    def _step(self, service: str, method: str, body: Any, timeout: float) -> Dict[str, Any]:
+        """A step call, and the step faults: the worker dies before the
+        step's CompleteStep, or once it is applied."""
+        f, step = self._faults, str(body.get("step", ""))
+        if f.step_call(method, step):
+            f.died_at_step = step
+            f.die(f.running)
+            raise IdemError("idem testkit: the worker died inside the step", code="UNKNOWN", rpc=method,
+                            transient=False)
+        answer = self._inner.call(service, method, body, timeout)
+        if method == "CompleteStep" and f.die_after_step:
+            f.died_at_step = step
+            f.die(f.running)
+            raise IdemError("idem testkit: the worker died once the step was recorded", code="UNKNOWN", rpc=method,
+                            transient=False)
+        return answer
 
 
 class _Delivery:
@@ -538,6 +635,10 @@ class _Delivery:
             f = self.faults
             end = m["died_after_own_complete" if f.died_in else "died_after_complete"] if f.die_after_complete \
                 else m["died"]
+            if f.died_at_step:
+                words = _STEP_WORDS["messages"]
+                end = _fill(words["died_between_steps" if f.die_after_step else "died_inside_step"],
+                            name=f.died_at_step)
         elif o == "not_released":
             assert isinstance(self.error, FailureNotRecordedError)
             end = _fill(m["not_released"], reason=self.error.fail_error.reason or str(self.error.fail_error))
@@ -571,6 +672,9 @@ class _Kit:
         self.concurrency = concurrency
         self.run_id = run
         self.lookups = Client(server, token=token)
+        # The step in which twice-in-sequence saw the effect: where the
+        # inside-step case interrupts ("": the first step).
+        self.effect_step = ""
 
     def close(self) -> None:
         self.lookups.close()
@@ -682,6 +786,7 @@ class _Kit:
         if case == TWICE_IN_SEQUENCE:
             ds.append(self.deliver(job))
             ds.append(self.deliver(job))
+            self.effect_step = next((n for n, e in ds[0].faults.step_effects.items() if e > 0), "")
         elif case == CONCURRENT:
             # Built one after the other before any is sent, so that what
             # building one makes is counted as its own.
@@ -741,6 +846,11 @@ class _Kit:
         elif case == RETRYABLE_FAILURE:
             ds.append(self.deliver(job, fail_after=True))
             ds.append(self.deliver(job))
+        elif case in STEP_CASES:
+            faults = _Faults(hold_heartbeats=True, die_after_step=True) if case == STEPS_CRASH_BETWEEN_STEPS \
+                else _Faults(hold_heartbeats=True, die_in_step=self.effect_step)
+            ds.append(self.deliver(lapsing, faults))
+            ds.append(self.deliver(job, wait=MAX_WAIT))
         end = self.effects()
 
         # What the counter saw, by when it moved: while a handler was built,
@@ -779,13 +889,33 @@ class _Kit:
             cr.finding = _fill(_MESSAGES["no_effect"], **values)
         elif cr.effects > cr.runs:
             cr.finding = _fill(_MESSAGES["extra_effects"], **values)
+        elif cr.effects > 1 and case in STEP_CASES:
+            cr.window, cr.remedy = _step_window(ds, values)
         elif cr.effects > 1 and (not cw.get("window") or case == CRASH_AFTER_COMPLETE):
             cr.finding = _fill(_MESSAGES["extra_runs"], **values)
         elif cr.effects > 1:
             cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
         elif held and cw.get("held"):
             cr.held = _fill(cw["held"], **values)
+        elif case in STEP_CASES and not any(d.faults.steps_seen for d in ds):
+            cr.finding = _fill(_STEP_WORDS["messages"]["no_steps"], **values)
         return cr
+
+
+def _step_window(ds: List[_Delivery], values: Dict[str, str]) -> Tuple[str, str]:
+    """The window and remedy of an effect a step case saw more than once:
+    inside the step whose effects add up to more than one, or outside every
+    step."""
+    words = _STEP_WORDS["messages"]
+    per_step: Dict[str, int] = {}
+    for d in ds:
+        for name, n in d.faults.step_effects.items():
+            per_step[name] = per_step.get(name, 0) + n
+    repeated = [name for name, n in per_step.items() if n > 1]
+    if repeated:
+        named = dict(values, name=repeated[0])
+        return _fill(words["in_step_window"], **named), _fill(words["in_step_remedy"], **named)
+    return _fill(words["outside_window"], **values), _fill(words["outside_remedy"], **values)
 
 
 def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
@@ -803,6 +933,8 @@ def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
     first = ds[0]
     if case == CRASH_AFTER_EFFECT and not first.faults.died:
         return "the first delivery did not reach its Complete"
+    if case in STEP_CASES and first.faults.steps_seen and not first.faults.died:
+        return "the first delivery recorded no step the case could interrupt"
     if case == CRASH_AFTER_COMPLETE and not first.faults.died:
         return "no Complete of the first delivery was applied"
     if case == COMPLETE_ANSWER_LOST and not first.faults.answer_lost:
