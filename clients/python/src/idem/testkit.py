@@ -24,6 +24,11 @@ without raising. The kit starts an idemd of its own on SQLite in a
 temporary directory (``idemd=``, IDEMD_BIN, or idemd on the PATH), or uses
 one the test points at (``server=``, its HTTP/JSON URL).
 
+A handler that records steps (attempt.step) is also interrupted between two
+steps and inside one; an effect that ran twice there is named by its step,
+with the remedy (pass the step key downstream, or record the effect as a
+step).
+
 The windows are driven by controls, not timing: a 1 s lease (the server's
 minimum) whose heartbeats are held, a Claim that waits on the server for
 the lease to lapse, a Complete that is not sent, a Complete whose answer is
