@@ -79,21 +79,25 @@ class TestKitTest(unittest.TestCase):
     def test_words_are_idemtests(self):
         with open(os.path.join(REPO, "idemtest", "cases.json"), encoding="utf-8") as f:
             want = json.load(f)
-        self.assertEqual(WORDS, want, "idem/_testkit_words.py differs from idemtest/cases.json: copy the file's "
+        words = WORDS
+        if not any(c["id"] in testkit.STEP_CASES for c in want["cases"]):
+            # The step cases' words reach idemtest/cases.json with the Go
+            # kit's step cases; until then the rest must match.
+            words = dict(WORDS, cases=[c for c in WORDS["cases"] if c["id"] not in testkit.STEP_CASES])
+        self.assertEqual(words, want, "idem/_testkit_words.py differs from idemtest/cases.json: copy the file's "
                                       "object into it")
-        # The step cases' words are the Python kit's own until cases.json has them.
-        self.assertEqual([c["id"] for c in WORDS["cases"]],
-                         [c for c in testkit.ALL_CASES if c not in testkit.STEP_CASES])
+        self.assertEqual([c["id"] for c in WORDS["cases"]], list(testkit.ALL_CASES))
 
     def test_finds_the_windows_each_handler_leaves_open(self):
         for name, handler, job, open_cases, held in [
             ("naive", "naive", None,
-             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED, testkit.RETRYABLE_FAILURE], []),
+             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED, testkit.RETRYABLE_FAILURE, *testkit.STEP_CASES], []),
             ("downstream key", "downstream key", None, [], []),
-            ("fencing token", "fencing token", None, [testkit.CRASH_AFTER_EFFECT, testkit.RETRYABLE_FAILURE], []),
+            ("fencing token", "fencing token", None,
+             [testkit.CRASH_AFTER_EFFECT, testkit.RETRYABLE_FAILURE, *testkit.STEP_CASES], []),
             ("takeover check", "takeover check", None, [testkit.LEASE_LAPSED], []),
             ("naive under hold", "naive", idem.Job("held.payments", "order-7"), [testkit.RETRYABLE_FAILURE],
-             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED]),
+             [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED, *testkit.STEP_CASES]),
             ("step key", "step key", None, [], []),
             ("step without its key under hold", "step without its key", idem.Job("held.payments", "order-8"), [],
              [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED, *testkit.STEP_CASES]),
@@ -136,35 +140,38 @@ class TestKitTest(unittest.TestCase):
         r = testkit.inspect_handler(HANDLERS["step without its key"](api), lambda: api.applied,
                                     server=self.idemd.json_url, job=idem.Job("payments", "order-3"))
         self.assertEqual([c.case for c in r.failed()], [testkit.STEPS_CRASH_INSIDE_STEP], str(r))
-        msg = str(r.case(testkit.STEPS_CRASH_INSIDE_STEP))
+        cr = r.case(testkit.STEPS_CRASH_INSIDE_STEP)
+        self.assertEqual((cr.repeated_step, cr.step_effects), ("charge", {"charge": 2}), str(cr))
+        msg = str(cr)
         for want in [
             "steps-crash-inside-step: the effect ran 2 times for one job; want once",
-            'the worker died inside step "charge" before it was recorded, and its lease lapsed',
-            '\n  window: inside step "charge". The worker died after the step\'s effect',
-            '\n  remedy: pass the step key downstream: attempt.step_key("charge") is the same on every attempt',
+            "\n  window: inside the step charge, between its effect and its CompleteStep.",
+            "\n  remedy: pass the step key downstream: give the downstream API the key the step's function "
+            "receives (attempt.step_key(name), the same on every attempt)",
         ]:
             self.assertIn(want, msg)
-        self.assertIsNone(re.search(r"\{[a-z_]+\}", msg), msg)
+        self.assertIsNone(re.search(r"\{[a-z_]+\}", str(r)), str(r))
 
         api = PaymentsAPI()
         r = testkit.inspect_handler(HANDLERS["effect outside the steps"](api), lambda: api.applied,
                                     server=self.idemd.json_url, job=idem.Job("payments", "order-4"))
         self.assertEqual([c.case for c in r.failed()], [testkit.CRASH_AFTER_EFFECT, testkit.LEASE_LAPSED,
                                                         testkit.RETRYABLE_FAILURE, *testkit.STEP_CASES], str(r))
-        for case in testkit.STEP_CASES:
-            msg = str(r.case(case))
-            self.assertIn("\n  window: outside any step. The handler made the effect without attempt.step", msg)
-            self.assertIn('\n  remedy: record it as a step: make the effect inside attempt.step("name", fn)', msg)
-        self.assertIn('the worker died once step "receipt" was recorded, and its lease lapsed',
-                      str(r.case(testkit.STEPS_CRASH_BETWEEN_STEPS)))
+        between = r.case(testkit.STEPS_CRASH_BETWEEN_STEPS)
+        self.assertTrue(between.repeated_unrecorded and between.step_effects[""] == 2, str(between))
+        msg = str(between)
+        self.assertIn("\n  window: between two of the job's effects, after the first was made.", msg)
+        self.assertIn("\n  remedy: record it as a step: make the effect inside attempt.step(name, fn), so that the "
+                      "successor finds the step FINISHED", msg)
+        self.assertRegex(msg, r"\(payments/order-4\.[0-9a-f]+\.steps-crash-between-steps\) to the downstream system")
+        self.assertIsNone(re.search(r"\{[a-z_]+\}", str(r)), str(r))
 
         api = PaymentsAPI()
-        r = testkit.inspect_handler(HANDLERS["downstream key"](api), lambda: api.applied, server=self.idemd.json_url)
-        for case in testkit.STEP_CASES:
-            cr = r.case(case)
-            self.assertTrue(cr.ok, str(cr))
-            self.assertIn("the handler recorded no step (attempt.step), so this case had nothing to interrupt",
-                          cr.finding)
+        r = testkit.inspect_handler(HANDLERS["naive"](api), lambda: api.applied, server=self.idemd.json_url)
+        inside = str(r.case(testkit.STEPS_CRASH_INSIDE_STEP))
+        self.assertIn("\n  window: between the side effect and Complete. The handler recorded no step", inside)
+        self.assertIn("\n  remedy: record it as a step: make the effect inside attempt.step(name, fn) and pass the "
+                      "key its function receives", inside)
 
     def test_check_handler_fails_with_each_open_window_and_passes_a_safe_handler(self):
         api = PaymentsAPI()

@@ -87,16 +87,18 @@ COMPLETE_ANSWER_LOST = "complete-answer-lost"
 #: The first delivery fails after the handler returned (its effect made); a
 #: second delivery runs it again.
 RETRYABLE_FAILURE = "retryable-failure"
-#: The handler runs under a 1 s lease with heartbeats held; the worker
-#: dies as soon as the handler's first step (attempt.step) is recorded,
-#: before the rest of the job; a redelivery waits for the lease to lapse.
+#: The handler runs under a 1 s lease with heartbeats held; the worker dies
+#: between two of the job's effects: at the first step call (attempt.step)
+#: after a step was recorded, or before Complete; a redelivery waits for
+#: the lease to lapse. A recorded step is not run again; an effect made
+#: outside every step is.
 STEPS_CRASH_BETWEEN_STEPS = "steps-crash-between-steps"
-#: As STEPS_CRASH_BETWEEN_STEPS, but the worker dies inside the step in which
-#: the effect was seen (else the first), after its fn returned and before
-#: the step is recorded.
+#: As STEPS_CRASH_BETWEEN_STEPS, but the worker dies inside the first step,
+#: after its effect and before its CompleteStep (before Complete when the
+#: handler records no step): the step stays STARTED, and the namespace's
+#: on_unfinished_step policy says what the redelivery does.
 STEPS_CRASH_INSIDE_STEP = "steps-crash-inside-step"
-#: The cases that interrupt a handler's steps; a handler without steps
-#: passes them as it passes twice-in-sequence.
+#: The cases that interrupt a job's steps.
 STEP_CASES = (STEPS_CRASH_BETWEEN_STEPS, STEPS_CRASH_INSIDE_STEP)
 #: Every case, in the order the kit runs them.
 ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, CRASH_AFTER_COMPLETE, LEASE_LAPSED,
@@ -109,43 +111,8 @@ _TERMS = {
     "permanent": "raise idem.Permanent(err)",
     "lost_check": "attempt.check()",
     "worker_client": "idem.testkit.worker_client()",
-    "step": "attempt.step",
-    "step_key": "attempt.step_key",
-}
-
-# The words of the step cases, in the shape of idemtest/cases.json, which
-# does not have them yet: the Python kit's own until it does.
-_STEP_WORDS: Dict[str, Any] = {
-    "cases": [
-        {"id": STEPS_CRASH_BETWEEN_STEPS,
-         "title": "the worker died as soon as the handler's first step was recorded, before the rest of the job; "
-                  "its lease lapsed and the job was delivered again",
-         "held": "the namespace's policy holds the record (on_lease_expiry: hold): the redelivery found it "
-                 "UNRESOLVED and did not run the handler, and the job waits for a resolver or a person."},
-        {"id": STEPS_CRASH_INSIDE_STEP,
-         "title": "the worker died inside a step, after its function returned and before the step was recorded; "
-                  "its lease lapsed and the job was delivered again",
-         "held": "the namespace's policy holds the record (on_unfinished_step or on_lease_expiry: hold): the "
-                 "redelivery found it UNRESOLVED and did not run the handler, and the job waits for a resolver "
-                 "or a person."},
-    ],
-    "messages": {
-        "died_between_steps": "the worker died once step \"{name}\" was recorded, and its lease lapsed",
-        "died_inside_step": "the worker died inside step \"{name}\" before it was recorded, and its lease lapsed",
-        "in_step_window": "inside step \"{name}\". The worker died after the step's effect and before the step "
-                          "was recorded, so it stayed STARTED, and the successor ran it again (on_unfinished_step: "
-                          "rerun) with the same step key; the downstream did not answer the repeat from its records.",
-        "in_step_remedy": "pass the step key downstream: {step_key}(\"{name}\") is the same on every attempt, so a "
-                          "downstream that takes it as its idempotency key (the fn of {step} receives it) answers "
-                          "the repeat instead of acting again; or set on_unfinished_step: hold in the namespace's "
-                          "policy, so that a resolver or a person decides.",
-        "outside_window": "outside any step. The handler made the effect without {step}, so the successor, which "
-                          "skips only what steps recorded, made it again.",
-        "outside_remedy": "record it as a step: make the effect inside {step}(\"name\", fn), so that a successor "
-                          "gets the recorded result instead of running it again, and pass the step key that fn "
-                          "receives downstream, for a crash inside the step.",
-        "no_steps": "the handler recorded no step ({step}), so this case had nothing to interrupt.",
-    },
+    "step_call": "attempt.step(name, fn)",
+    "step_key_call": "attempt.step_key(name)",
 }
 
 # How long a case whose effect counter did not move waits for an effect that
@@ -178,7 +145,7 @@ def _fill(s: str, **values: str) -> str:
 
 
 def _case_words(case: str) -> Dict[str, str]:
-    for cw in WORDS["cases"] + _STEP_WORDS["cases"]:
+    for cw in WORDS["cases"]:
         if cw["id"] == case:
             return cw
     raise KeyError(f"idem testkit: the words have no case {case}")
@@ -196,7 +163,12 @@ class CaseReport:
     (when the effect ran more than once, or not at all after the handler's
     own Complete, in a window the case opens), ``held`` (how
     on_lease_expiry: hold kept the effect at one), ``finding`` (what is wrong
-    otherwise) and ``error`` (why the case could not run)."""
+    otherwise) and ``error`` (why the case could not run). For a handler
+    that records steps (attempt.step), ``step_effects`` is how much the
+    counter went up inside each step, by name, and outside every step
+    (""), and ``repeated_step`` names the step whose effect ran more than
+    once, or ``repeated_unrecorded`` says an effect outside every step
+    did; such a handler makes one effect per step."""
 
     def __init__(self, case: str, job: Job):
         self.case = case
@@ -213,23 +185,33 @@ class CaseReport:
         self.held = ""
         self.finding = ""
         self.error: Optional[str] = None
+        self.step_effects: Optional[Dict[str, int]] = None
+        self.repeated_step = ""
+        self.repeated_unrecorded = False
 
     @property
     def ok(self) -> bool:
-        """True when the case ran and made the effect exactly once, inside the
-        handler."""
-        return self.error is None and self.effects == 1 and self.outside == 0 and self.late == 0
+        """True when the case ran and made the effect exactly once (each
+        step's, for a handler that records steps), inside the handler."""
+        if self.error is not None or self.outside or self.late or self.finding:
+            return False
+        if self.step_effects is not None:
+            return self.effects >= 1 and not self.repeated_step and not self.repeated_unrecorded
+        return self.effects == 1
 
     def __str__(self) -> str:
         m = _MESSAGES
+        effects = self.effects
+        if self.step_effects is not None and (self.repeated_step or self.repeated_unrecorded):
+            effects = self.step_effects.get(self.repeated_step, 0)
         if self.error is not None:
             head = _fill(m["error"], id=self.case, error=self.error)
         elif self.late > 0 and self.outside == 0:
             head = _fill(m["late"], id=self.case)
-        elif self.effects == 1:
+        elif self.ok or self.effects == 1:
             head = _fill(m["ok"], id=self.case)
         elif self.effects > 1:
-            head = _fill(m["more"], id=self.case, effects=str(self.effects))
+            head = _fill(m["more"], id=self.case, effects=str(effects))
         elif self.window:
             head = _fill(m["lost"], id=self.case)
         else:
@@ -455,20 +437,24 @@ class _Faults:
 
     def __init__(self, hold_heartbeats: bool = False, die_before_complete: bool = False,
                  lose_complete_answer: bool = False, die_after_complete: bool = False,
-                 die_after_step: bool = False, die_in_step: Optional[str] = None):
+                 die_between_steps: bool = False, die_in_step: bool = False):
         self.hold_heartbeats = hold_heartbeats
-        #: The worker dies as soon as its first CompleteStep is applied.
-        self.die_after_step = die_after_step
-        #: The worker dies before the CompleteStep of this step ("": its
-        #: first) goes out; None: never.
+        #: The worker dies between two of the job's effects: at the first
+        #: StartStep, CompleteStep or Complete after a CompleteStep was
+        #: applied, or at Complete when none was.
+        self.die_between_steps = die_between_steps
+        #: The worker dies inside a step, after its effect: its first
+        #: CompleteStep never goes out (nor, when the handler records no
+        #: step, its Complete).
         self.die_in_step = die_in_step
-        #: The step the worker died at.
-        self.died_at_step = ""
-        #: How much the effect counter moved inside each step (StartStep to
-        #: CompleteStep), by name.
-        self.step_effects: Dict[str, int] = {}
+        # What the effect counter saw while the handler ran, by the step
+        # that was open then ("" outside every step), in the order they
+        # were first seen.
+        self.step_done = False  # a CompleteStep was applied
         self.steps_seen = False
-        self._open_step: Optional[Tuple[str, int]] = None
+        self._open_step = ""
+        self._mark = 0
+        self._step_effects: Dict[str, int] = {}
         #: The worker dies before its first Complete (the handler's own, or
         #: do()'s) goes out.
         self.die_before_complete = die_before_complete
@@ -491,22 +477,46 @@ class _Faults:
     def die(self, in_handler: bool) -> None:
         at = self.effects()
         with self._lock:
+            if in_handler:
+                self._attribute(at)
             self.died, self.died_in, self.at_death = True, in_handler, at
 
-    def step_call(self, method: str, step: str) -> bool:
-        """Counts the effects of a step between its StartStep and its
-        CompleteStep; for a CompleteStep, says whether the worker dies
-        before it goes out."""
+    def set_running(self, running: bool) -> None:
         at = self.effects()
         with self._lock:
-            self.steps_seen = True
-            if method == "StartStep":
-                self._open_step = (step, at)
-                return False
-            if self._open_step is not None and self._open_step[0] == step:
-                self.step_effects[step] = self.step_effects.get(step, 0) + at - self._open_step[1]
-                self._open_step = None
-            return self.die_in_step is not None and self.die_in_step in ("", step)
+            if running:
+                self._mark = at
+            elif not self.died:
+                self._attribute(at)
+            self.running = running
+
+    def _attribute(self, at: int) -> None:
+        """Charges what the effect counter saw since the last mark to the
+        open step. The lock must be held."""
+        moved = at - self._mark
+        if moved and self.running:
+            self._step_effects[self._open_step] = self._step_effects.get(self._open_step, 0) + moved
+        self._mark = at
+
+    def open_step(self, name: str) -> None:
+        """What the counter sees from now on is step name's effect."""
+        at = self.effects()
+        with self._lock:
+            if self._open_step != name:
+                self._attribute(at)
+            self._open_step, self.steps_seen = name, True
+
+    def close_step(self) -> None:
+        """Closes the open step once its CompleteStep was applied."""
+        at = self.effects()
+        with self._lock:
+            self._attribute(at)
+            self._open_step, self.step_done = "", True
+
+    def steps(self) -> Dict[str, int]:
+        """What the counter saw by step ("" outside every step)."""
+        with self._lock:
+            return dict(self._step_effects)
 
 
 class _FaultyTransport:
@@ -539,7 +549,7 @@ class _FaultyTransport:
             raise UnavailableError("idem testkit: the heartbeat was held", code="UNAVAILABLE", rpc=method,
                                    transient=True)
         if method == "Complete":
-            if f.die_before_complete:
+            if f.die_before_complete or f.die_between_steps or f.die_in_step:
                 f.die(running)
                 raise IdemError("idem testkit: the worker died before its Complete went out", code="UNKNOWN",
                                 rpc=method, transient=False)
@@ -561,20 +571,18 @@ class _FaultyTransport:
 
 
     def _step(self, service: str, method: str, body: Any, timeout: float) -> Dict[str, Any]:
-        """A step call, and the step faults: the worker dies before the
-        step's CompleteStep, or once it is applied."""
-        f, step = self._faults, str(body.get("step", ""))
-        if f.step_call(method, step):
-            f.died_at_step = step
+        """A step call, counted by step, and the step faults: the worker dies
+        before a step call once a step was recorded, or before a
+        CompleteStep."""
+        f = self._faults
+        f.open_step(str(body.get("step", "")))
+        if (method == "CompleteStep" and f.die_in_step) or (f.die_between_steps and f.step_done):
             f.die(f.running)
-            raise IdemError("idem testkit: the worker died inside the step", code="UNKNOWN", rpc=method,
-                            transient=False)
+            raise IdemError(f"idem testkit: the worker died before its {method} went out", code="UNKNOWN",
+                            rpc=method, transient=False)
         answer = self._inner.call(service, method, body, timeout)
-        if method == "CompleteStep" and f.die_after_step:
-            f.died_at_step = step
-            f.die(f.running)
-            raise IdemError("idem testkit: the worker died once the step was recorded", code="UNKNOWN", rpc=method,
-                            transient=False)
+        if method == "CompleteStep":
+            f.close_step()
         return answer
 
 
@@ -640,10 +648,6 @@ class _Delivery:
             f = self.faults
             end = m["died_after_own_complete" if f.died_in else "died_after_complete"] if f.die_after_complete \
                 else m["died"]
-            if f.died_at_step:
-                words = _STEP_WORDS["messages"]
-                end = _fill(words["died_between_steps" if f.die_after_step else "died_inside_step"],
-                            name=f.died_at_step)
         elif o == "not_released":
             assert isinstance(self.error, FailureNotRecordedError)
             end = _fill(m["not_released"], reason=self.error.fail_error.reason or str(self.error.fail_error))
@@ -677,9 +681,6 @@ class _Kit:
         self.concurrency = concurrency
         self.run_id = run
         self.lookups = Client(server, token=token)
-        # The step in which twice-in-sequence saw the effect: where the
-        # inside-step case interrupts ("": the first step).
-        self.effect_step = ""
 
     def close(self) -> None:
         self.lookups.close()
@@ -726,13 +727,11 @@ class _Kit:
                     stall(attempt)
                 d.ran = attempt
                 start = self.effects()
-                with faults._lock:
-                    faults.running = True
+                faults.set_running(True)
                 try:
                     value = handler(attempt)
                 finally:
-                    with faults._lock:
-                        faults.running = False
+                    faults.set_running(False)
                     returned = self.effects()
                     if faults.died and faults.died_in:
                         d.during, d.zombie = faults.at_death - start, returned - faults.at_death
@@ -791,7 +790,6 @@ class _Kit:
         if case == TWICE_IN_SEQUENCE:
             ds.append(self.deliver(job))
             ds.append(self.deliver(job))
-            self.effect_step = next((n for n, e in ds[0].faults.step_effects.items() if e > 0), "")
         elif case == CONCURRENT:
             # Built one after the other before any is sent, so that what
             # building one makes is counted as its own.
@@ -852,9 +850,9 @@ class _Kit:
             ds.append(self.deliver(job, fail_after=True))
             ds.append(self.deliver(job))
         elif case in STEP_CASES:
-            faults = _Faults(hold_heartbeats=True, die_after_step=True) if case == STEPS_CRASH_BETWEEN_STEPS \
-                else _Faults(hold_heartbeats=True, die_in_step=self.effect_step)
-            ds.append(self.deliver(lapsing, faults))
+            between = case == STEPS_CRASH_BETWEEN_STEPS
+            ds.append(self.deliver(lapsing, _Faults(hold_heartbeats=True, die_between_steps=between,
+                                                    die_in_step=not between)))
             ds.append(self.deliver(job, wait=MAX_WAIT))
         end = self.effects()
 
@@ -869,6 +867,7 @@ class _Kit:
         cr.late = max(cr.effects - cr.outside - during, 0)
         cr.runs = sum(1 for d in ds if d.ran is not None)
         cr.deliveries = _describe(ds)
+        cr.step_effects = _step_effects(ds)
         try:
             cr.record = self.lookups.lookup(job.namespace, job.key)
         except IdemError:
@@ -892,35 +891,64 @@ class _Kit:
             cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
         elif cr.effects <= 0:
             cr.finding = _fill(_MESSAGES["no_effect"], **values)
+        elif cr.step_effects is not None:
+            _judge_steps(cr, cw, values, held)
         elif cr.effects > cr.runs:
             cr.finding = _fill(_MESSAGES["extra_effects"], **values)
-        elif cr.effects > 1 and case in STEP_CASES:
-            cr.window, cr.remedy = _step_window(ds, values)
         elif cr.effects > 1 and (not cw.get("window") or case == CRASH_AFTER_COMPLETE):
             cr.finding = _fill(_MESSAGES["extra_runs"], **values)
         elif cr.effects > 1:
-            cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
+            # A handler that records no step: the effect was made outside one.
+            cr.window = _fill(cw.get("window_unrecorded") or cw["window"], **values)
+            cr.remedy = _fill(cw.get("remedy_unrecorded") or cw["remedy"], **values)
         elif held and cw.get("held"):
             cr.held = _fill(cw["held"], **values)
-        elif case in STEP_CASES and not any(d.faults.steps_seen for d in ds):
-            cr.finding = _fill(_STEP_WORDS["messages"]["no_steps"], **values)
         return cr
 
 
-def _step_window(ds: List[_Delivery], values: Dict[str, str]) -> Tuple[str, str]:
-    """The window and remedy of an effect a step case saw more than once:
-    inside the step whose effects add up to more than one, or outside every
-    step."""
-    words = _STEP_WORDS["messages"]
-    per_step: Dict[str, int] = {}
+def _step_effects(ds: List[_Delivery]) -> Optional[Dict[str, int]]:
+    """What the deliveries' handlers made inside each step and outside them
+    (""), in the order the steps were first seen; None when no handler
+    sent a step call. A handler whose steps were all FINISHED sends none,
+    and what it made counts as made outside them."""
+    if not any(d.faults.steps_seen for d in ds):
+        return None
+    total: Dict[str, int] = {}
     for d in ds:
-        for name, n in d.faults.step_effects.items():
-            per_step[name] = per_step.get(name, 0) + n
-    repeated = [name for name, n in per_step.items() if n > 1]
-    if repeated:
-        named = dict(values, name=repeated[0])
-        return _fill(words["in_step_window"], **named), _fill(words["in_step_remedy"], **named)
-    return _fill(words["outside_window"], **values), _fill(words["outside_remedy"], **values)
+        for name, n in d.faults.steps().items():
+            total[name] = total.get(name, 0) + n
+    return total
+
+
+def _judge_steps(cr: CaseReport, cw: Dict[str, str], values: Dict[str, str], held: bool) -> None:
+    """Names, for a handler that records steps, the first step whose effect
+    ran more than once, or the effect outside every step that did, with
+    the case's window and remedy for it."""
+    assert cr.step_effects is not None
+    for name, n in cr.step_effects.items():
+        if name and n > 1:
+            cr.repeated_step = name
+            named = dict(values, step=name)
+            # A step run again is closed by its key, whatever the window;
+            # between steps, one runs again only when its name changed.
+            remedy = cw["remedy"] if cw["id"] == STEPS_CRASH_BETWEEN_STEPS \
+                else _case_words(STEPS_CRASH_INSIDE_STEP)["remedy"]
+            if not cw.get("window"):
+                cr.finding = _fill(_MESSAGES["extra_runs"], **named)
+                return
+            cr.window, cr.remedy = _fill(cw["window"], **named), _fill(remedy, **named)
+            return
+    if cr.step_effects.get("", 0) > 1:
+        cr.repeated_unrecorded = True
+        if not cw.get("window"):
+            cr.finding = _fill(_MESSAGES["extra_runs"], **values)
+            return
+        cr.window = _fill(cw.get("window_unrecorded") or cw["window"], **values)
+        cr.remedy = _fill(cw.get("remedy_unrecorded") or _case_words(STEPS_CRASH_BETWEEN_STEPS)["remedy_unrecorded"],
+                          **values)
+        return
+    if held and cw.get("held"):
+        cr.held = _fill(cw["held"], **values)
 
 
 def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
@@ -938,8 +966,8 @@ def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
     first = ds[0]
     if case == CRASH_AFTER_EFFECT and not first.faults.died:
         return "the first delivery did not reach its Complete"
-    if case in STEP_CASES and first.faults.steps_seen and not first.faults.died:
-        return "the first delivery recorded no step the case could interrupt"
+    if case in STEP_CASES and not first.faults.died:
+        return "the first delivery did not reach the step call or the Complete its worker dies at"
     if case == CRASH_AFTER_COMPLETE and not first.faults.died:
         return "no Complete of the first delivery was applied"
     if case == COMPLETE_ANSWER_LOST and not first.faults.answer_lost:
