@@ -49,19 +49,20 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from ._client import Client
 from ._do import Attempt, Job, Result
 from ._errors import (CompletionUnknownError, FailureNotRecordedError, IdemError, InProgressError, LeaseLostError,
                       UnavailableError, UnresolvedError)
+from ._resolver import Held, Resolution, Resolver
 from ._retry import RetryPolicy
 from ._testkit_words import WORDS
 from ._types import MAX_WAIT, Record, State
 
 __all__ = ["TWICE_IN_SEQUENCE", "CONCURRENT", "CRASH_AFTER_EFFECT", "CRASH_AFTER_COMPLETE", "LEASE_LAPSED",
            "COMPLETE_ANSWER_LOST", "RETRYABLE_FAILURE", "STEPS_CRASH_BETWEEN_STEPS", "STEPS_CRASH_INSIDE_STEP",
-           "STEP_CASES", "ALL_CASES", "CaseReport", "Report", "check_handler",
+           "STEP_CASES", "STEPS_HELD_RESOLVER", "ALL_CASES", "CaseReport", "Report", "check_handler",
            "inspect_handler", "worker_client", "Idemd", "start_idemd"]
 
 #: The job delivered, and once it completed, delivered again: the second
@@ -100,9 +101,17 @@ STEPS_CRASH_BETWEEN_STEPS = "steps-crash-between-steps"
 STEPS_CRASH_INSIDE_STEP = "steps-crash-inside-step"
 #: The cases that interrupt a job's steps.
 STEP_CASES = (STEPS_CRASH_BETWEEN_STEPS, STEPS_CRASH_INSIDE_STEP)
-#: Every case, in the order the kit runs them.
+#: Every case the kit runs, in its order.
 ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, CRASH_AFTER_COMPLETE, LEASE_LAPSED,
              COMPLETE_ANSWER_LOST, RETRYABLE_FAILURE) + STEP_CASES
+#: Run after ALL_CASES when the test gives a resolver function
+#: (``resolver=``): the worker dies inside the first step (before Complete
+#: when the handler records no step) in a namespace whose policy holds the
+#: job, the redelivery finds it UNRESOLVED, the resolver runs until it
+#: decided the record (10 s at most), and the job is delivered again. A
+#: resolver that releases a job whose effect happened makes the effect
+#: twice; one that cannot tell leaves it held.
+STEPS_HELD_RESOLVER = "steps-held-resolver"
 
 # This package's names for what the remedies point at.
 _TERMS = {
@@ -114,6 +123,9 @@ _TERMS = {
     "step_call": "attempt.step(name, fn)",
     "step_key_call": "attempt.step_key(name)",
 }
+
+# How long steps-held-resolver waits for the resolver's decision.
+_RESOLVER_WAIT = 10.0
 
 # How long a case whose effect counter did not move waits for an effect that
 # comes after the handler returned, before it reports none.
@@ -256,6 +268,7 @@ class Report:
 def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effects: Callable[[], int], *,
                   job: Optional[Job] = None, server: Optional[str] = None, token: str = "",
                   idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8,
+                  resolver: Optional[Callable[[Held], Resolution]] = None,
                   log: Optional[Callable[[str], None]] = None) -> Report:
     """Runs every case against the handlers make_handler makes, each
     delivery through ``Client.do`` on a client of its own (a worker process
@@ -285,10 +298,15 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
       the PATH); ``config``: the YAML of an idemd config file (tenants,
       policies such as on_lease_expiry: hold) for it.
     - ``concurrency``: deliveries at once in the concurrent case (8).
+    - ``resolver``: the function a resolver of yours runs (idem.Resolver):
+      adds the case steps-held-resolver, which checks that it decides a
+      held job of the handler right (completed when its effect happened,
+      release when it did not). The job's namespace must be held
+      (on_unfinished_step: hold or on_lease_expiry: hold, in ``config``).
     - ``log``: receives the report of each case that passed.
     """
     report = inspect_handler(make_handler, effects, job=job, server=server, token=token, idemd=idemd, config=config,
-                             concurrency=concurrency)
+                             concurrency=concurrency, resolver=resolver)
     for c in report.cases:
         if c.ok and log is not None:
             log(str(c))
@@ -300,7 +318,8 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
 
 def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effects: Callable[[], int], *,
                     job: Optional[Job] = None, server: Optional[str] = None, token: str = "",
-                    idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8) -> Report:
+                    idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8,
+                    resolver: Optional[Callable[[Held], Resolution]] = None) -> Report:
     """Runs the cases of check_handler and returns the Report without
     raising for what it found, for a test that asserts what the kit finds.
     It raises only for a bad argument or when idemd cannot be started."""
@@ -319,9 +338,10 @@ def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], eff
         # apart.
         run = "." + uuid.uuid4().hex[:8]
     try:
-        kit = _Kit(server, token, make_handler, effects, job, max(concurrency, 2), run)
+        kit = _Kit(server, token, make_handler, effects, job, max(concurrency, 2), run, resolver)
         try:
-            return Report([kit.run(c) for c in ALL_CASES])
+            cases = ALL_CASES + ((STEPS_HELD_RESOLVER,) if resolver is not None else ())
+            return Report([kit.run(c) for c in cases])
         finally:
             kit.close()
     finally:
@@ -672,7 +692,8 @@ class _Kit:
     """Runs the cases of one check_handler call."""
 
     def __init__(self, server: str, token: str, make_handler: Callable[[Job], Callable[[Attempt], Any]],
-                 effects: Callable[[], int], job: Job, concurrency: int, run: str):
+                 effects: Callable[[], int], job: Job, concurrency: int, run: str,
+                 resolver: Optional[Callable[[Held], Resolution]]):
         self.server = server
         self.token = token
         self.make_handler = make_handler
@@ -680,6 +701,7 @@ class _Kit:
         self.job = job
         self.concurrency = concurrency
         self.run_id = run
+        self.resolver = resolver
         self.lookups = Client(server, token=token)
 
     def close(self) -> None:
@@ -766,6 +788,26 @@ class _Kit:
             return ""
         return rec.state.name if rec.token == attempt.token and rec.state != State.PROCESSING else ""
 
+    def resolve(self, job: Job) -> bool:
+        """Runs the test's resolver until it decided job's held record, for
+        _RESOLVER_WAIT at most; says whether it did."""
+        assert self.resolver is not None
+        r = Resolver(self.lookups, "idem.testkit", self.resolver, namespaces=[job.namespace], poll_interval=0.02)
+        thread = r.start()
+        try:
+            deadline = time.monotonic() + _RESOLVER_WAIT
+            while time.monotonic() < deadline:
+                try:
+                    if self.lookups.lookup(job.namespace, job.key).state != State.UNRESOLVED:
+                        return True
+                except IdemError:
+                    pass
+                time.sleep(0.02)
+            return False
+        finally:
+            r.stop()
+            thread.join()
+
     def _await_late_effects(self, end: int) -> int:
         """Waits up to _LATE_WAIT for the effect counter to move past end, and
         returns by how much it did."""
@@ -787,6 +829,7 @@ class _Kit:
 
         before = self.effects()
         ds: List[_Delivery] = []
+        decided = False  # by the resolver of steps-held-resolver
         if case == TWICE_IN_SEQUENCE:
             ds.append(self.deliver(job))
             ds.append(self.deliver(job))
@@ -849,11 +892,14 @@ class _Kit:
         elif case == RETRYABLE_FAILURE:
             ds.append(self.deliver(job, fail_after=True))
             ds.append(self.deliver(job))
-        elif case in STEP_CASES:
+        elif case in STEP_CASES or case == STEPS_HELD_RESOLVER:
             between = case == STEPS_CRASH_BETWEEN_STEPS
             ds.append(self.deliver(lapsing, _Faults(hold_heartbeats=True, die_between_steps=between,
                                                     die_in_step=not between)))
             ds.append(self.deliver(job, wait=MAX_WAIT))
+            if case == STEPS_HELD_RESOLVER and ds[1].outcome() == "unresolved":
+                decided = self.resolve(job)
+                ds.append(self.deliver(job))
         end = self.effects()
 
         # What the counter saw, by when it moved: while a handler was built,
@@ -891,6 +937,8 @@ class _Kit:
             cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
         elif cr.effects <= 0:
             cr.finding = _fill(_MESSAGES["no_effect"], **values)
+        elif case == STEPS_HELD_RESOLVER:
+            _judge_resolver(cr, cw, values, held, decided)
         elif cr.step_effects is not None:
             _judge_steps(cr, cw, values, held)
         elif cr.effects > cr.runs:
@@ -918,6 +966,24 @@ def _step_effects(ds: List[_Delivery]) -> Optional[Dict[str, int]]:
         for name, n in d.faults.steps().items():
             total[name] = total.get(name, 0) + n
     return total
+
+
+def _judge_resolver(cr: CaseReport, cw: Dict[str, str], values: Dict[str, str], held: bool, decided: bool) -> None:
+    """Reports steps-held-resolver: the record was not held, the resolver
+    left it held, or an effect ran twice after its decision."""
+    if not held:
+        cr.finding = _fill(cw["not_held"], **values)
+        return
+    if not decided:
+        cr.finding = _fill(cw["undecided"], **values)
+        return
+    repeated = cr.step_effects is None and cr.effects > 1
+    for name, n in (cr.step_effects or {}).items():
+        if n > 1:
+            cr.repeated_step, cr.repeated_unrecorded, repeated = name, name == "", True
+            break
+    if repeated:
+        cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
 
 
 def _judge_steps(cr: CaseReport, cw: Dict[str, str], values: Dict[str, str], held: bool) -> None:
@@ -966,7 +1032,7 @@ def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
     first = ds[0]
     if case == CRASH_AFTER_EFFECT and not first.faults.died:
         return "the first delivery did not reach its Complete"
-    if case in STEP_CASES and not first.faults.died:
+    if (case in STEP_CASES or case == STEPS_HELD_RESOLVER) and not first.faults.died:
         return "the first delivery did not reach the step call or the Complete its worker dies at"
     if case == CRASH_AFTER_COMPLETE and not first.faults.died:
         return "no Complete of the first delivery was applied"
