@@ -27,7 +27,8 @@ one the test points at (``server=``, its HTTP/JSON URL).
 A handler that records steps (attempt.step) is also interrupted between two
 steps and inside one; an effect that ran twice there is named by its step,
 with the remedy (pass the step key downstream, or record the effect as a
-step).
+step). With ``resolver=``, the function of a resolver of yours, a job held
+inside a step is left to it, and the kit checks that it decided right.
 
 The windows are driven by controls, not timing: a 1 s lease (the server's
 minimum) whose heartbeats are held, a Claim that waits on the server for
