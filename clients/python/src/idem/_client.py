@@ -326,7 +326,8 @@ class Client:
         by namespace, then key: of these namespaces, or of every namespace
         the token may use when none is given. page_size is 1 to 1000
         (default 100); pass next_page_token as page_token for the next
-        page. Each record carries its token and steps, for resolve()."""
+        page. Each record carries its token, for resolve(); the server
+        leaves its steps out, so read them with lookup()."""
         if isinstance(namespaces, str):
             namespaces = [namespaces]
         body = _body(namespaces=list(namespaces) or None, pageSize=page_size, pageToken=page_token)

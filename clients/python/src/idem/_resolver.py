@@ -99,11 +99,11 @@ class Resolver:
     ``poll_interval`` seconds (default 5) for the UNRESOLVED records of
     ``namespaces`` (default: every namespace the token may use), reads each
     with Lookup for its steps, and calls fn(Held) for each, in turn; fn
-    returns a Resolution. A completed,
-    failed or released answer is sent with Resolve under the resolver's
-    ``name`` (1 to 128 bytes, on the record's timeline); a record that
-    someone else decided first (NOT_UNRESOLVED) or that is held again with
-    another token is left alone. A can't-tell answer, and an fn that raises
+    returns a Resolution. A completed, failed or released answer is sent
+    with Resolve under the resolver's ``name`` (1 to 128 bytes, on the
+    record's timeline); a record that someone else decided first
+    (NOT_UNRESOLVED) or that is held again with another token is left
+    alone. A can't-tell answer, and an fn that raises
     (logged on the "idem.resolver" logger), leaves the record for a person
     and asks fn about it again only after ``retry_interval`` seconds
     (default 60).
