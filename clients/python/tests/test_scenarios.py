@@ -4,6 +4,7 @@ file has a scenario this file does not implement, and when this file
 implements one the file no longer has."""
 
 import concurrent.futures
+import hashlib
 import json
 import os
 import threading
@@ -89,6 +90,7 @@ class Scenarios:
         self.h = h
         self.plain = h.namespaces["plain"]
         self.held = h.namespaces["held"]
+        self.step_held = h.namespaces["step_held"]
         self.clients = []
 
     def key(self, sid, part="k"):
@@ -532,6 +534,207 @@ class Scenarios:
         for k in keys:
             rec = raw.lookup(self.plain, k)
             t.assertEqual((rec.state, rec.result, rec.attempt), (idem.State.COMPLETED, ("result-" + k).encode(), 1))
+
+    # ------------------------------------------------------------------
+    # Steps
+
+    def steps_crash_between_steps(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        t1 = raw.claim(self.plain, k, lease_ttl=1, claimant="holder").record.token
+        raw.complete_step(self.plain, k, t1, "charge", b"ch_1")
+        time.sleep(1.5)
+        f1, f2 = Counter(), Counter()
+
+        def handler(attempt):
+            charge = attempt.step("charge", lambda key: f1.hit(key) or "ch_2")
+            receipt = attempt.step("receipt", lambda key: f2.hit(key) or "rc_1")
+            return charge + receipt
+
+        res = self.client().do(idem.Job(self.plain, k), handler)
+        t.assertEqual((res.value, res.replayed), (b"ch_1rc_1", False))
+        t.assertEqual((f1.n, f2.n), (0, 1))
+        t.assertEqual(f2.attempts, [idem.step_key(self.plain, k, "receipt")])
+        t.assertEqual(res.record.attempt, 2)
+        rec = raw.lookup(self.plain, k)
+        t.assertEqual(rec.state, idem.State.COMPLETED)
+        t.assertEqual([(s.name, s.state, s.result, s.token) for s in rec.steps],
+                      [("charge", idem.StepState.FINISHED, b"ch_1", t1),
+                       ("receipt", idem.StepState.FINISHED, b"rc_1", rec.token)])
+        t.assertNotEqual(rec.token, t1)
+
+    def steps_stale_holder_refused(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        t1 = raw.claim(self.plain, k, lease_ttl=1, claimant="holder").record.token
+        time.sleep(1.5)
+        got = raw.claim(self.plain, k, claimant="successor")
+        t.assertEqual(got.outcome, idem.Outcome.ACQUIRED)
+        for call in (lambda: raw.complete_step(self.plain, k, t1, "charge", b"ch_1"),
+                     lambda: raw.start_step(self.plain, k, t1, "charge")):
+            with t.assertRaises(idem.LeaseLostError) as cm:
+                call()
+            t.assertEqual((cm.exception.code, cm.exception.reason), ("ABORTED", "LEASE_LOST"))
+        rec = raw.lookup(self.plain, k)
+        t.assertEqual((rec.state, rec.token, rec.steps), (idem.State.PROCESSING, got.record.token, ()))
+
+    def steps_repeat_and_conflict(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        tok = raw.claim(self.plain, k).record.token
+        for _ in range(2):
+            st = raw.complete_step(self.plain, k, tok, "charge", b"ch_1")
+            t.assertEqual((st.name, st.state, st.result, st.token), ("charge", idem.StepState.FINISHED, b"ch_1", tok))
+        for call in (lambda: raw.complete_step(self.plain, k, tok, "charge", b"ch_2"),
+                     lambda: raw.start_step(self.plain, k, tok, "charge")):
+            with t.assertRaises(idem.StepAlreadyFinishedError) as cm:
+                call()
+            t.assertEqual((cm.exception.code, cm.exception.reason), ("FAILED_PRECONDITION", "STEP_ALREADY_FINISHED"))
+        with t.assertRaises(idem.InvalidArgumentError) as cm:
+            raw.complete_step(self.plain, k, tok, "bad\u0007name", b"x")
+        t.assertEqual((cm.exception.code, cm.exception.reason), ("INVALID_ARGUMENT", "INVALID_STEP_NAME"))
+        rec = raw.lookup(self.plain, k)
+        t.assertEqual([(s.name, s.result) for s in rec.steps], [("charge", b"ch_1")])
+
+    def steps_unfinished_rerun(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        t1 = raw.claim(self.plain, k, lease_ttl=1, claimant="holder").record.token
+        raw.start_step(self.plain, k, t1, "charge")
+        time.sleep(1.5)
+        f = Counter()
+        res = self.client().do(idem.Job(self.plain, k),
+                               lambda attempt: attempt.step("charge", lambda key: f.hit(key) or b"ch_2"))
+        t.assertEqual((res.value, f.n, f.attempts), (b"ch_2", 1, [idem.step_key(self.plain, k, "charge")]))
+        rec = raw.lookup(self.plain, k)
+        t.assertEqual(rec.state, idem.State.COMPLETED)
+        t.assertEqual([(s.name, s.state, s.result) for s in rec.steps],
+                      [("charge", idem.StepState.FINISHED, b"ch_2")])
+
+    def steps_unfinished_hold(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        t1 = raw.claim(self.step_held, k, lease_ttl=1, claimant="holder").record.token
+        raw.start_step(self.step_held, k, t1, "charge")
+        time.sleep(1.5)
+        calls = Counter()
+        with t.assertRaises(idem.UnresolvedError):
+            self.client().do(idem.Job(self.step_held, k), calls.must_not_run)
+        t.assertEqual(calls.n, 0)
+        rec = raw.lookup(self.step_held, k)
+        t.assertEqual(rec.state, idem.State.UNRESOLVED)
+        t.assertEqual([(s.name, s.state, s.token) for s in rec.steps], [("charge", idem.StepState.STARTED, t1)])
+
+    def steps_key_vectors(self, sid):
+        t = self.t
+        with open(SCENARIO_FILE, encoding="utf-8") as f:
+            vectors = json.load(f)["step_key_vectors"]
+        cases = [("payments", "order-42", "charge"), ("jobs", "k\u00e9y/1", "send receipt")]
+        t.assertEqual([(v["namespace"], v["key"], v["step"]) for v in vectors], cases)
+        for (ns, key, name), v in zip(cases, vectors):
+            want = "idem-" + hashlib.sha256(f"{ns}\0{key}\0{name}".encode("utf-8")).hexdigest()
+            t.assertEqual(idem.step_key(ns, key, name), want)
+            t.assertEqual(want, v["step_key"])
+
+    # ------------------------------------------------------------------
+    # Resolvers
+
+    def _held_records(self, raw, keys):
+        """Claims each key in namespaces.held for 1 s and waits until it is
+        UNRESOLVED; returns the tokens by key."""
+        tokens = {k: raw.claim(self.held, k, lease_ttl=1, claimant="holder").record.token for k in keys}
+        time.sleep(1.5)
+        for k in keys:
+            with self.t.assertRaises(idem.UnresolvedError):
+                raw.claim(self.held, k, claimant="other")  # makes it UNRESOLVED if the sweeper has not yet
+        return tokens
+
+    def _run(self, resolver):
+        """Runs the resolver in a thread; the list gets what run() returned
+        or raised."""
+        outcome = []
+
+        def run():
+            try:
+                outcome.append(resolver.run())
+            except BaseException as e:  # noqa: BLE001
+                outcome.append(e)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        return th, outcome
+
+    def resolver_decides_held(self, sid):
+        t, raw = self.t, self.raw()
+        k1, k2, k3 = (self.key(sid, p) for p in ("1", "2", "3"))
+        tokens = self._held_records(raw, [k1, k2, k3])
+        calls, lock = {}, threading.Lock()
+        answers = {k1: idem.Resolution.completed(b"found", reason="charge found"),
+                   k2: idem.Resolution.failed("no charge"), k3: idem.Resolution.release()}
+
+        def decide(held):
+            with lock:
+                calls.setdefault(held.key, []).append(held.token)
+            return answers.get(held.key, idem.Resolution.cant_tell())
+
+        resolver = self.client().resolver("charges-resolver", decide, namespaces=[self.held], poll_interval=0.1)
+        th, outcome = self._run(resolver)
+        deadline = time.monotonic() + 10
+        while any(raw.lookup(self.held, k).state == idem.State.UNRESOLVED for k in (k1, k2, k3)):
+            t.assertLess(time.monotonic(), deadline, "K1-K3 still UNRESOLVED after 10 s")
+            time.sleep(0.1)
+        resolver.stop()
+        th.join(30)
+        t.assertFalse(th.is_alive(), "the resolver did not stop")
+        t.assertEqual(outcome, [None])
+        with lock:
+            t.assertEqual({k: calls.get(k) for k in (k1, k2, k3)}, {k: [tokens[k]] for k in (k1, k2, k3)})
+        never = Counter()
+        res = self.client().do(idem.Job(self.held, k1), never.must_not_run)
+        t.assertEqual((res.value, res.replayed, never.n), (b"found", True, 0))
+        res = self.client().do(idem.Job(self.held, k3), lambda attempt: b"again")
+        t.assertEqual((res.value, res.replayed), (b"again", False))
+        rec, history = raw.lookup_history(self.held, k2)
+        t.assertEqual((rec.state, rec.error), (idem.State.FAILED, "no charge"))
+        resolved = [e for e in history if e.kind == idem.TimelineEntryKind.RESOLVED]
+        t.assertEqual([e.actor.resolver for e in resolved], ["charges-resolver"], history)
+
+    def resolver_cant_tell_and_race(self, sid):
+        t, raw, k = self.t, self.raw(), self.key(sid)
+        self._held_records(raw, [k])
+        asked = threading.Event()
+
+        def decide(held):
+            if held.key == k:
+                asked.set()
+            return idem.Resolution.cant_tell()
+
+        resolver = self.client().resolver("unsure", decide, namespaces=[self.held], poll_interval=0.1)
+        th, outcome = self._run(resolver)
+        t.assertTrue(asked.wait(10), "the resolver was not called for K within 10 s")
+        resolver.stop()
+        th.join(30)
+        t.assertEqual(outcome, [None])
+        rec = raw.lookup(self.held, k)
+        t.assertEqual(rec.state, idem.State.UNRESOLVED)
+
+        start = threading.Barrier(2)
+
+        def decide_as(name, **decision):
+            start.wait(10)
+            try:
+                return raw.resolve(self.held, k, rec.token, resolver=name, **decision)
+            except idem.IdemError as e:
+                return e
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            a = pool.submit(decide_as, "a", completed=b"x")
+            b = pool.submit(decide_as, "b", failed="y")
+            got = [a.result(), b.result()]
+        won = [g for g in got if isinstance(g, idem.Record)]
+        lost = [g for g in got if isinstance(g, idem.NotUnresolvedError)]
+        t.assertEqual((len(won), len(lost)), (1, 1), got)
+        t.assertEqual((lost[0].code, lost[0].reason), ("FAILED_PRECONDITION", "NOT_UNRESOLVED"))
+        rec = raw.lookup(self.held, k)
+        if won[0] is got[0]:
+            t.assertEqual((rec.state, rec.result), (idem.State.COMPLETED, b"x"))
+        else:
+            t.assertEqual((rec.state, rec.error), (idem.State.FAILED, "y"))
 
 
 IMPLEMENTED = {name.replace("_", "-"): getattr(Scenarios, name) for name in dir(Scenarios)

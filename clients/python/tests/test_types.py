@@ -50,6 +50,28 @@ class ProtoTest(unittest.TestCase):
         self.assertEqual(rec.to_json()["steps"][0]["result"], "ch_1")
         self.assertEqual(idem.Record.from_wire({}).steps, ())
 
+    def test_timeline_entries_are_the_protos(self):
+        self.assertEqual(proto_enum("idem.proto", "TimelineEntryKind", "TIMELINE_ENTRY_KIND_"),
+                         {k.value: k.name for k in idem.TimelineEntryKind})
+        e = idem.TimelineEntry.from_wire({
+            "kind": "TIMELINE_ENTRY_KIND_RESOLVED", "at": "2026-12-01T22:00:25Z", "token": "9",
+            "state": "STATE_FAILED", "previousState": "STATE_UNRESOLVED", "error": "no charge",
+            "actor": {"tenant": "worker", "resolver": "charges-resolver"}, "reason": "none found",
+            "fingerprint": "AQI="})
+        self.assertEqual((e.kind, e.token, e.state, e.previous_state, e.error, e.reason, e.fingerprint),
+                         (idem.TimelineEntryKind.RESOLVED, 9, idem.State.FAILED, idem.State.UNRESOLVED, "no charge",
+                          "none found", b"\x01\x02"))
+        self.assertEqual(e.actor, idem.Actor(tenant="worker", resolver="charges-resolver"))
+        self.assertEqual(e.at, datetime.datetime(2026, 12, 1, 22, 0, 25, tzinfo=datetime.timezone.utc))
+        self.assertEqual(idem.TimelineEntry.from_wire({"kind": "TIMELINE_ENTRY_KIND_NEWER"}).kind,
+                         idem.TimelineEntryKind.UNSPECIFIED)
+
+    def test_step_and_resolver_refusals_are_typed(self):
+        self.assertIs(idem.REASON_ERRORS["STEP_ALREADY_FINISHED"], idem.StepAlreadyFinishedError)
+        self.assertIs(idem.REASON_ERRORS["TOO_MANY_STEPS"], idem.StepLimitError)
+        self.assertIs(idem.REASON_ERRORS["STEPS_TOO_LARGE"], idem.StepLimitError)
+        self.assertIs(idem.REASON_ERRORS["NOT_UNRESOLVED"], idem.NotUnresolvedError)
+
     def test_record_has_every_field_of_the_proto(self):
         with open(os.path.join(PROTO, "idem.proto"), encoding="utf-8") as f:
             text = f.read()

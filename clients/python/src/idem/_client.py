@@ -10,10 +10,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from ._do import Attempt, Job, Once, Result, do, idempotent
 from ._dobatch import do_batch
 from ._errors import IdemError, InProgressError, UnresolvedError
+from ._resolver import Held, Resolution, Resolver
 from ._retry import RetryPolicy, retry
 from ._types import (MAX_WAIT, ClaimRequest, ClaimResult, CompleteRequest, FailRequest, HeartbeatRequest,
-                     LookupRequest, Outcome, Record, RecordPage, Seconds, State, StatsRow, bytes_to_wire,
-                     duration_from_wire, duration_to_wire, int_from_wire, seconds, time_from_wire)
+                     LookupRequest, Outcome, Record, RecordPage, Seconds, State, StatsRow, Step, TimelineEntry,
+                     bytes_to_wire, duration_from_wire, duration_to_wire, int_from_wire, seconds, time_from_wire)
 from ._wire import Transport, decode_status
 
 __all__ = ["Client", "AdminClient", "DEFAULT_URL", "MAX_WAIT"]
@@ -23,6 +24,7 @@ DEFAULT_URL = "http://127.0.0.1:7072"
 
 IDEMPOTENCY = "idem.v1.IdempotencyService"
 ADMIN = "idem.v1.AdminService"
+RESOLVER = "idem.v1.ResolverService"
 
 T = TypeVar("T")
 
@@ -280,6 +282,98 @@ class Client:
             self._transport.call(IDEMPOTENCY, "Lookup", _body(namespace=namespace, key=key),
                                  self.timeout).get("record")))
 
+    def lookup_history(self, namespace: str, key: str) -> Tuple[Record, List[TimelineEntry]]:
+        """Reads the record and its timeline (Lookup with include_history):
+        the exceptions in the life of its key, oldest first (takeovers,
+        failures, holds, resolutions, with who resolved it and why).
+        NotFoundError when there is no record."""
+        m = self._retrying(lambda: self._transport.call(
+            IDEMPOTENCY, "Lookup", _body(namespace=namespace, key=key, includeHistory=True), self.timeout))
+        return Record.from_wire(m.get("record")), [TimelineEntry.from_wire(e) for e in m.get("history") or []]
+
+    # ------------------------------------------------------------------
+    # Steps
+
+    def start_step(self, namespace: str, key: str, token: int, step: str) -> Step:
+        """Marks a step of the held job STARTED before its effect, so that a
+        successor can tell "finished" from "may have happened"; returns the
+        step as stored. Repeating it with the token that started it returns
+        the stored step. Raises LeaseLostError, AlreadyTerminalError,
+        ResolvedByOperatorError, StepAlreadyFinishedError (the step is
+        FINISHED), StepLimitError, InvalidArgumentError (INVALID_STEP_NAME)
+        and NotFoundError. Inside do(), use ``attempt.step`` instead."""
+        body = _body(namespace=namespace, key=key, token=_token(token), step=step)
+        return self._retrying(lambda: Step.from_wire(
+            self._transport.call(IDEMPOTENCY, "StartStep", body, self.timeout).get("step")))
+
+    def complete_step(self, namespace: str, key: str, token: int, step: str, result: bytes = b"") -> Step:
+        """Records a step of the held job FINISHED with its result (bytes),
+        whether or not it was started; returns the step as stored. Repeating
+        it with the result the step holds returns the stored step; another
+        result raises StepAlreadyFinishedError. Raises as start_step does."""
+        r = _bytes(result, "result")
+        body = _body(namespace=namespace, key=key, token=_token(token), step=step,
+                     result=bytes_to_wire(r) if r else None)
+        return self._retrying(lambda: Step.from_wire(
+            self._transport.call(IDEMPOTENCY, "CompleteStep", body, self.timeout).get("step")))
+
+    # ------------------------------------------------------------------
+    # ResolverService
+
+    def list_held(self, namespaces: Sequence[str] = (), *, page_size: Optional[int] = None,
+                  page_token: str = "") -> RecordPage:
+        """One page of the UNRESOLVED records of the caller's tenant, ordered
+        by namespace, then key: of these namespaces, or of every namespace
+        the token may use when none is given. page_size is 1 to 1000
+        (default 100); pass next_page_token as page_token for the next
+        page. Each record carries its token, for resolve(); the server
+        leaves its steps out, so read them with lookup()."""
+        if isinstance(namespaces, str):
+            namespaces = [namespaces]
+        body = _body(namespaces=list(namespaces) or None, pageSize=page_size, pageToken=page_token)
+        m = self._retrying(lambda: self._transport.call(RESOLVER, "ListHeld", body, self.timeout))
+        return RecordPage(records=[Record.from_wire(r) for r in m.get("records") or []],
+                          next_page_token=m.get("nextPageToken") or "")
+
+    def iter_held(self, namespaces: Sequence[str] = (), *, page_size: Optional[int] = None) -> Iterator[Record]:
+        """Every record list_held pages through, one page at a time."""
+        token = ""
+        while True:
+            page = self.list_held(namespaces, page_size=page_size, page_token=token)
+            yield from page.records
+            token = page.next_page_token
+            if not token:
+                return
+
+    def resolve(self, namespace: str, key: str, token: int, *, resolver: str, completed: Optional[bytes] = None,
+                failed: Optional[str] = None, released: bool = False, reason: str = "") -> Record:
+        """A resolver's decision about an UNRESOLVED record held with token
+        (Record.token, as list_held gave it), with exactly one of:
+        completed=RESULT (the effect happened: COMPLETED with that result;
+        b"" is a result), failed=ERROR (FAILED for good) or released=True
+        (the effect did not happen: RELEASED, and the next Claim runs the
+        job again). ``resolver`` (1 to 128 bytes) names who decided and
+        ``reason`` says why, on the record's timeline and in idemd's log.
+        Raises NotUnresolvedError when someone else decided first (unless
+        they decided exactly this, which is answered as done),
+        LeaseLostError when the record is held with another token, and
+        NotFoundError."""
+        given = [name for name, v in (("completed", completed is not None), ("failed", failed is not None),
+                                      ("released", released)) if v]
+        if len(given) != 1:
+            raise ValueError("idem: resolve needs exactly one of completed=, failed= or released=True"
+                             + (f"; got {', '.join(given)}" if given else ""))
+        body = _body(namespace=namespace, key=key, token=_token(token), resolver=resolver, reason=reason)
+        if completed is not None:
+            r = _bytes(completed, "completed")
+            body["completed"] = {"result": bytes_to_wire(r)} if r else {}
+        elif failed is not None:
+            body["failed"] = {"error": str(failed)}
+        else:
+            body["released"] = {}
+        return self._retrying(lambda: Record.from_wire(
+            self._transport.call(RESOLVER, "Resolve", body, self.timeout).get("record")))
+
     # ------------------------------------------------------------------
     # The batch calls
 
@@ -462,6 +556,13 @@ class Client:
         idem.idempotent."""
         return idempotent(self, namespace, key=key, fingerprint=fingerprint, lease_ttl=lease_ttl,
                           retention=retention, wait=wait)
+
+    def resolver(self, name: str, fn: Callable[[Held], Resolution], *, namespaces: Sequence[str] = (),
+                 poll_interval: float = 5.0, retry_interval: float = 60.0) -> Resolver:
+        """A Resolver named name that decides this client's tenant's held
+        records with fn: see idem.Resolver. Run it with run() or start()."""
+        return Resolver(self, name, fn, namespaces=namespaces, poll_interval=poll_interval,
+                        retry_interval=retry_interval)
 
     def once(self, job: Job, *, wait: Seconds = 0) -> Once:
         """A context manager that holds the job while its block runs: see

@@ -9,12 +9,13 @@ import math
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Union
 
 from ._errors import (CompletionUnknownError, FailureNotRecordedError, IdemError, InProgressError, JobFailedError,
                       LeaseLostError, Permanent, Replayed, ResolvedByOperatorError)
 from ._retry import retry
-from ._types import MAX_WAIT, ClaimResult, Outcome, Record, Seconds, seconds
+from ._step import run_step, step_key
+from ._types import MAX_WAIT, ClaimResult, Outcome, Record, Seconds, Step, seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -71,6 +72,12 @@ class Attempt:
 
     ``result``, in ``with client.once(job) as attempt``, is what the block
     sets for Complete to record.
+
+    ``steps`` are the job's steps by name: those the Claim returned (a
+    successor sees what its predecessors recorded) and those this attempt
+    recorded since. ``step(name, fn)`` runs one side effect of the job at
+    most once across attempts; ``step_key(name)`` is the key to pass
+    downstream for it.
     """
 
     token: int
@@ -80,6 +87,45 @@ class Attempt:
     lost: threading.Event = dataclasses.field(default_factory=threading.Event)
     lost_error: Optional[IdemError] = None
     result: Any = None
+    steps: Dict[str, Step] = dataclasses.field(default_factory=dict)
+    _client: Any = dataclasses.field(default=None, repr=False)
+    _namespace: str = dataclasses.field(default="", repr=False)
+    _key: str = dataclasses.field(default="", repr=False)
+    _steps_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            self.steps = {st.name: st for st in self.record.steps}
+        self._namespace = self._namespace or self.record.namespace
+        self._key = self._key or self.record.key
+
+    def step(self, name: str, fn: Callable[[str], Any]) -> bytes:
+        """Runs one named side effect of the job at most once across its
+        attempts, and returns its result as bytes. A step FINISHED earlier
+        (by this attempt or a predecessor) returns its recorded result
+        without calling fn. Otherwise the step is marked STARTED, fn is
+        called with ``step_key(name)`` (pass it to the downstream API as its
+        idempotency key: a successor that finds the step STARTED runs it
+        again, and the downstream dedupes the repeat), and fn's value
+        (bytes, str, None, or JSON, as a handler's) is recorded and
+        returned. A refused call raises its typed error (LeaseLostError,
+        AlreadyTerminalError, StepAlreadyFinishedError, StepLimitError, …),
+        and fn's value is then not returned; an exception of fn propagates
+        and the step stays STARTED.
+
+            charge = attempt.step("charge", lambda k: stripe.charge(order, idempotency_key=k))
+            attempt.step("receipt", lambda k: mailer.send(order, dedupe_id=k))
+        """
+        return run_step(self, name, fn)
+
+    def step_key(self, name: str) -> str:
+        """The idempotency key of step name for a downstream API: "idem-"
+        and 64 hex digits, the same in every SDK and on every attempt."""
+        return step_key(self._namespace, self._key, name)
+
+    def _keep_step(self, st: Step) -> None:
+        with self._steps_lock:
+            self.steps[st.name] = st
 
     def check(self) -> None:
         """Raises the error that ended the lease (LeaseLostError, …), if one
@@ -230,7 +276,7 @@ class _Lease:
         self.job = job
         self.lease = _lease_of(job, record)
         self.attempt = Attempt(token=record.token, number=record.attempt, takeover=record.attempt > 1,
-                               record=record)
+                               record=record, _client=client, _namespace=job.namespace, _key=job.key)
         # When the lease was last extended, on this machine's clock: when
         # the Claim or heartbeat that the server last answered was sent,
         # which is before the server extended it.

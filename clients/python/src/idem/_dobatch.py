@@ -20,12 +20,13 @@ class _Held:
     """One acquired job of a do_batch: its attempt, its lease, and what its
     handler did."""
 
-    def __init__(self, index: int, job: Job, record: Record, claim_sent: float):
+    def __init__(self, client: "Client", index: int, job: Job, record: Record, claim_sent: float):
         self.index = index
         self.job = job
         self.record = record
         self.lease = _lease_of(job, record)
-        self.attempt = Attempt(token=record.token, number=record.attempt, takeover=record.attempt > 1, record=record)
+        self.attempt = Attempt(token=record.token, number=record.attempt, takeover=record.attempt > 1, record=record,
+                               _client=client, _namespace=job.namespace, _key=job.key)
         # When the lease runs out, on this machine's clock: a lease after the
         # Claim or heartbeat that the server last answered was sent.
         self.until = claim_sent + self.lease
@@ -86,7 +87,7 @@ def do_batch(client: "Client", jobs: Sequence[Job], fn: Callable[[Attempt, int],
         elif got.outcome == Outcome.FAILED:
             out[i] = JobFailedError(got.record)
         else:
-            held.append(_Held(i, jobs[i], got.record, sent[i]))
+            held.append(_Held(client, i, jobs[i], got.record, sent[i]))
     if not held:
         return out
 

@@ -17,7 +17,7 @@ __all__ = [
     "LeaseLostError", "NotFoundError", "UnavailableError", "InternalError", "UnauthenticatedError",
     "PermissionDeniedError", "RateLimitedError", "NotUnresolvedError", "ResolvedByOperatorError",
     "InProgressError", "UnresolvedError", "JobFailedError", "CompletionUnknownError", "FailureNotRecordedError",
-    "Permanent",
+    "StepAlreadyFinishedError", "StepLimitError", "Permanent",
     "Replayed", "REASON_ERRORS",
 ]
 
@@ -197,8 +197,9 @@ class RateLimitedError(IdemError):
 
 
 class NotUnresolvedError(IdemError):
-    """FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord): the
-    record is not UNRESOLVED, so there is nothing to resolve."""
+    """FAILED_PRECONDITION / NOT_UNRESOLVED (AdminService.ResolveRecord,
+    ResolverService.Resolve): the record is not UNRESOLVED, so there is
+    nothing to resolve: someone else decided first."""
 
 
 class ResolvedByOperatorError(IdemError):
@@ -213,6 +214,18 @@ class ResolvedByOperatorError(IdemError):
         return ("idem: your result was not stored: the record was resolved by an operator"
                 + (f" ({self.message})" if self.message else "")
                 + (f" ({self.code}/{self.reason})" if self.reason else ""))
+
+
+class StepAlreadyFinishedError(IdemError):
+    """FAILED_PRECONDITION / STEP_ALREADY_FINISHED: the step is FINISHED with
+    another result, or was started again after it finished. A FINISHED step
+    never changes: use the result it holds (``Record.steps``)."""
+
+
+class StepLimitError(IdemError):
+    """RESOURCE_EXHAUSTED / TOO_MANY_STEPS or STEPS_TOO_LARGE: the job's steps
+    would be more, or hold more bytes, than the server allows (--max-steps,
+    --max-step-bytes). Nothing was written; no retry changes it."""
 
 
 # REASON_ERRORS maps every reason of the proto enum idem.v1.ErrorReason to
@@ -253,9 +266,9 @@ REASON_ERRORS: Dict[str, type] = {
     "RESOLVED_BY_OPERATOR": ResolvedByOperatorError,
     "INVALID_BATCH_SIZE": InvalidArgumentError,
     "INVALID_STEP_NAME": InvalidArgumentError,
-    "STEP_ALREADY_FINISHED": IdemError,
-    "TOO_MANY_STEPS": IdemError,
-    "STEPS_TOO_LARGE": IdemError,
+    "STEP_ALREADY_FINISHED": StepAlreadyFinishedError,
+    "TOO_MANY_STEPS": StepLimitError,
+    "STEPS_TOO_LARGE": StepLimitError,
     "INVALID_RESOLVER": InvalidArgumentError,
     "INVALID_REASON": InvalidArgumentError,
 }

@@ -17,7 +17,8 @@ import re
 from typing import Any, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["MAX_WAIT", "State", "Outcome", "Record", "ClaimResult", "RecordPage", "StatsRow", "Seconds",
-           "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest"]
+           "ClaimRequest", "CompleteRequest", "FailRequest", "HeartbeatRequest", "LookupRequest", "Step", "StepState",
+           "TimelineEntryKind", "TimelineEntry", "Actor"]
 
 # Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 #: The longest Claim wait the server accepts, in seconds.
@@ -240,6 +241,93 @@ def _json_fields(obj: Any) -> dict:
         out[f.name] = v
     out["token"] = str(obj.token)  # int64: exact in every JSON reader
     return out
+
+
+class TimelineEntryKind(enum.IntEnum):
+    """What a timeline entry records; the values of idem.v1.TimelineEntryKind."""
+
+    UNSPECIFIED = 0
+    #: A Claim acquired the record from an earlier attempt.
+    TAKEN_OVER = 1
+    #: The holder's permanent Fail.
+    FAILED = 2
+    #: The holder's retryable Fail.
+    RELEASED = 3
+    #: The lease ran out under a hold policy: the record became UNRESOLVED.
+    HELD = 4
+    #: A person or a resolver resolved the UNRESOLVED record.
+    RESOLVED = 5
+    #: An operator deleted the record.
+    DELETED = 6
+    #: A Claim with another fingerprint was refused.
+    FINGERPRINT_MISMATCH = 7
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def wire(self) -> str:
+        return "TIMELINE_ENTRY_KIND_" + self.name
+
+    @classmethod
+    def from_wire(cls, v: Any) -> "TimelineEntryKind":
+        return _enum_from_wire(cls, "TIMELINE_ENTRY_KIND_", v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Actor:
+    """Who made a call that a timeline entry records."""
+
+    tenant: str = ""
+    #: The name idemd's config gives the caller's token; "" for none.
+    operator: str = ""
+    #: The name a resolver gave (ResolverService.Resolve); "" for a person.
+    resolver: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineEntry:
+    """One exception in the life of a record's key (``Client.lookup_history``):
+    what happened, when, and who did it."""
+
+    kind: TimelineEntryKind = TimelineEntryKind.UNSPECIFIED
+    at: Optional[datetime.datetime] = None
+    #: The record's token then; for TAKEN_OVER, the new one.
+    token: int = 0
+    #: The state it left the record in.
+    state: State = State.UNSPECIFIED
+    #: TAKEN_OVER: the token taken over.
+    previous_token: int = 0
+    previous_state: State = State.UNSPECIFIED
+    claimant: str = ""
+    previous_claimant: str = ""
+    error: str = ""
+    #: RESOLVED, DELETED: who made the call.
+    actor: Actor = Actor()
+    #: RESOLVED, DELETED: the reason the call gave.
+    reason: str = ""
+    #: FINGERPRINT_MISMATCH: the refused Claim's fingerprint.
+    fingerprint: bytes = b""
+
+    @classmethod
+    def from_wire(cls, m: Optional[Mapping[str, Any]]) -> "TimelineEntry":
+        m = m or {}
+        a = m.get("actor") or {}
+        return cls(
+            kind=TimelineEntryKind.from_wire(m.get("kind")),
+            at=time_from_wire(m.get("at")),
+            token=int_from_wire(m.get("token")),
+            state=State.from_wire(m.get("state")),
+            previous_token=int_from_wire(m.get("previousToken")),
+            previous_state=State.from_wire(m.get("previousState")),
+            claimant=m.get("claimant") or "",
+            previous_claimant=m.get("previousClaimant") or "",
+            error=m.get("error") or "",
+            actor=Actor(tenant=a.get("tenant") or "", operator=a.get("operator") or "",
+                        resolver=a.get("resolver") or ""),
+            reason=m.get("reason") or "",
+            fingerprint=bytes_from_wire(m.get("fingerprint")),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

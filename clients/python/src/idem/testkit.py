@@ -24,6 +24,12 @@ without raising. The kit starts an idemd of its own on SQLite in a
 temporary directory (``idemd=``, IDEMD_BIN, or idemd on the PATH), or uses
 one the test points at (``server=``, its HTTP/JSON URL).
 
+A handler that records steps (attempt.step) is also interrupted between two
+steps and inside one; an effect that ran twice there is named by its step,
+with the remedy (pass the step key downstream, or record the effect as a
+step). With ``resolver=``, the function of a resolver of yours, a job held
+inside a step is left to it, and the kit checks that it decided right.
+
 The windows are driven by controls, not timing: a 1 s lease (the server's
 minimum) whose heartbeats are held, a Claim that waits on the server for
 the lease to lapse, a Complete that is not sent, a Complete whose answer is
@@ -50,12 +56,14 @@ from ._client import Client
 from ._do import Attempt, Job, Result
 from ._errors import (CompletionUnknownError, FailureNotRecordedError, IdemError, InProgressError, LeaseLostError,
                       UnavailableError, UnresolvedError)
+from ._resolver import Held, Resolution, Resolver
 from ._retry import RetryPolicy
 from ._testkit_words import WORDS
 from ._types import MAX_WAIT, Record, State
 
 __all__ = ["TWICE_IN_SEQUENCE", "CONCURRENT", "CRASH_AFTER_EFFECT", "CRASH_AFTER_COMPLETE", "LEASE_LAPSED",
-           "COMPLETE_ANSWER_LOST", "RETRYABLE_FAILURE", "ALL_CASES", "CaseReport", "Report", "check_handler",
+           "COMPLETE_ANSWER_LOST", "RETRYABLE_FAILURE", "STEPS_CRASH_BETWEEN_STEPS", "STEPS_CRASH_INSIDE_STEP",
+           "STEP_CASES", "STEPS_HELD_RESOLVER", "ALL_CASES", "CaseReport", "Report", "check_handler",
            "inspect_handler", "worker_client", "Idemd", "start_idemd"]
 
 #: The job delivered, and once it completed, delivered again: the second
@@ -81,9 +89,30 @@ COMPLETE_ANSWER_LOST = "complete-answer-lost"
 #: The first delivery fails after the handler returned (its effect made); a
 #: second delivery runs it again.
 RETRYABLE_FAILURE = "retryable-failure"
-#: Every case, in the order the kit runs them.
+#: The handler runs under a 1 s lease with heartbeats held; the worker dies
+#: between two of the job's effects: at the first step call (attempt.step)
+#: after a step was recorded, or before Complete; a redelivery waits for
+#: the lease to lapse. A recorded step is not run again; an effect made
+#: outside every step is.
+STEPS_CRASH_BETWEEN_STEPS = "steps-crash-between-steps"
+#: As STEPS_CRASH_BETWEEN_STEPS, but the worker dies inside the first step,
+#: after its effect and before its CompleteStep (before Complete when the
+#: handler records no step): the step stays STARTED, and the namespace's
+#: on_unfinished_step policy says what the redelivery does.
+STEPS_CRASH_INSIDE_STEP = "steps-crash-inside-step"
+#: The cases that interrupt a job's steps.
+STEP_CASES = (STEPS_CRASH_BETWEEN_STEPS, STEPS_CRASH_INSIDE_STEP)
+#: Every case the kit runs, in its order.
 ALL_CASES = (TWICE_IN_SEQUENCE, CONCURRENT, CRASH_AFTER_EFFECT, CRASH_AFTER_COMPLETE, LEASE_LAPSED,
-             COMPLETE_ANSWER_LOST, RETRYABLE_FAILURE)
+             COMPLETE_ANSWER_LOST, RETRYABLE_FAILURE) + STEP_CASES
+#: Run after ALL_CASES when the test gives a resolver function
+#: (``resolver=``): the worker dies inside the first step (before Complete
+#: when the handler records no step) in a namespace whose policy holds the
+#: job, the redelivery finds it UNRESOLVED, the resolver runs until it
+#: decided the record (10 s at most), and the job is delivered again. A
+#: resolver that releases a job whose effect happened makes the effect
+#: twice; one that cannot tell leaves it held.
+STEPS_HELD_RESOLVER = "steps-held-resolver"
 
 # This package's names for what the remedies point at.
 _TERMS = {
@@ -92,7 +121,12 @@ _TERMS = {
     "permanent": "raise idem.Permanent(err)",
     "lost_check": "attempt.check()",
     "worker_client": "idem.testkit.worker_client()",
+    "step_call": "attempt.step(name, fn)",
+    "step_key_call": "attempt.step_key(name)",
 }
+
+# How long steps-held-resolver waits for the resolver's decision.
+_RESOLVER_WAIT = 10.0
 
 # How long a case whose effect counter did not move waits for an effect that
 # comes after the handler returned, before it reports none.
@@ -142,7 +176,12 @@ class CaseReport:
     (when the effect ran more than once, or not at all after the handler's
     own Complete, in a window the case opens), ``held`` (how
     on_lease_expiry: hold kept the effect at one), ``finding`` (what is wrong
-    otherwise) and ``error`` (why the case could not run)."""
+    otherwise) and ``error`` (why the case could not run). For a handler
+    that records steps (attempt.step), ``step_effects`` is how much the
+    counter went up inside each step, by name, and outside every step
+    (""), and ``repeated_step`` names the step whose effect ran more than
+    once, or ``repeated_unrecorded`` says an effect outside every step
+    did; such a handler makes one effect per step."""
 
     def __init__(self, case: str, job: Job):
         self.case = case
@@ -159,23 +198,33 @@ class CaseReport:
         self.held = ""
         self.finding = ""
         self.error: Optional[str] = None
+        self.step_effects: Optional[Dict[str, int]] = None
+        self.repeated_step = ""
+        self.repeated_unrecorded = False
 
     @property
     def ok(self) -> bool:
-        """True when the case ran and made the effect exactly once, inside the
-        handler."""
-        return self.error is None and self.effects == 1 and self.outside == 0 and self.late == 0
+        """True when the case ran and made the effect exactly once (each
+        step's, for a handler that records steps), inside the handler."""
+        if self.error is not None or self.outside or self.late or self.finding:
+            return False
+        if self.step_effects is not None:
+            return self.effects >= 1 and not self.repeated_step and not self.repeated_unrecorded
+        return self.effects == 1
 
     def __str__(self) -> str:
         m = _MESSAGES
+        effects = self.effects
+        if self.step_effects is not None and (self.repeated_step or self.repeated_unrecorded):
+            effects = self.step_effects.get(self.repeated_step, 0)
         if self.error is not None:
             head = _fill(m["error"], id=self.case, error=self.error)
         elif self.late > 0 and self.outside == 0:
             head = _fill(m["late"], id=self.case)
-        elif self.effects == 1:
+        elif self.ok or self.effects == 1:
             head = _fill(m["ok"], id=self.case)
         elif self.effects > 1:
-            head = _fill(m["more"], id=self.case, effects=str(self.effects))
+            head = _fill(m["more"], id=self.case, effects=str(effects))
         elif self.window:
             head = _fill(m["lost"], id=self.case)
         else:
@@ -220,6 +269,7 @@ class Report:
 def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effects: Callable[[], int], *,
                   job: Optional[Job] = None, server: Optional[str] = None, token: str = "",
                   idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8,
+                  resolver: Optional[Callable[[Held], Resolution]] = None,
                   log: Optional[Callable[[str], None]] = None) -> Report:
     """Runs every case against the handlers make_handler makes, each
     delivery through ``Client.do`` on a client of its own (a worker process
@@ -249,10 +299,15 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
       the PATH); ``config``: the YAML of an idemd config file (tenants,
       policies such as on_lease_expiry: hold) for it.
     - ``concurrency``: deliveries at once in the concurrent case (8).
+    - ``resolver``: the function a resolver of yours runs (idem.Resolver):
+      adds the case steps-held-resolver, which checks that it decides a
+      held job of the handler right (completed when its effect happened,
+      release when it did not). The job's namespace must be held
+      (on_unfinished_step: hold or on_lease_expiry: hold, in ``config``).
     - ``log``: receives the report of each case that passed.
     """
     report = inspect_handler(make_handler, effects, job=job, server=server, token=token, idemd=idemd, config=config,
-                             concurrency=concurrency)
+                             concurrency=concurrency, resolver=resolver)
     for c in report.cases:
         if c.ok and log is not None:
             log(str(c))
@@ -264,7 +319,8 @@ def check_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effec
 
 def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], effects: Callable[[], int], *,
                     job: Optional[Job] = None, server: Optional[str] = None, token: str = "",
-                    idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8) -> Report:
+                    idemd: Optional[str] = None, config: Optional[str] = None, concurrency: int = 8,
+                    resolver: Optional[Callable[[Held], Resolution]] = None) -> Report:
     """Runs the cases of check_handler and returns the Report without
     raising for what it found, for a test that asserts what the kit finds.
     It raises only for a bad argument or when idemd cannot be started."""
@@ -283,9 +339,10 @@ def inspect_handler(make_handler: Callable[[Job], Callable[[Attempt], Any]], eff
         # apart.
         run = "." + uuid.uuid4().hex[:8]
     try:
-        kit = _Kit(server, token, make_handler, effects, job, max(concurrency, 2), run)
+        kit = _Kit(server, token, make_handler, effects, job, max(concurrency, 2), run, resolver)
         try:
-            return Report([kit.run(c) for c in ALL_CASES])
+            cases = ALL_CASES + ((STEPS_HELD_RESOLVER,) if resolver is not None else ())
+            return Report([kit.run(c) for c in cases])
         finally:
             kit.close()
     finally:
@@ -400,8 +457,25 @@ class _Faults:
     nothing more."""
 
     def __init__(self, hold_heartbeats: bool = False, die_before_complete: bool = False,
-                 lose_complete_answer: bool = False, die_after_complete: bool = False):
+                 lose_complete_answer: bool = False, die_after_complete: bool = False,
+                 die_between_steps: bool = False, die_in_step: bool = False):
         self.hold_heartbeats = hold_heartbeats
+        #: The worker dies between two of the job's effects: at the first
+        #: StartStep, CompleteStep or Complete after a CompleteStep was
+        #: applied, or at Complete when none was.
+        self.die_between_steps = die_between_steps
+        #: The worker dies inside a step, after its effect: its first
+        #: CompleteStep never goes out (nor, when the handler records no
+        #: step, its Complete).
+        self.die_in_step = die_in_step
+        # What the effect counter saw while the handler ran, by the step
+        # that was open then ("" outside every step), in the order they
+        # were first seen.
+        self.step_done = False  # a CompleteStep was applied
+        self.steps_seen = False
+        self._open_step = ""
+        self._mark = 0
+        self._step_effects: Dict[str, int] = {}
         #: The worker dies before its first Complete (the handler's own, or
         #: do()'s) goes out.
         self.die_before_complete = die_before_complete
@@ -424,7 +498,46 @@ class _Faults:
     def die(self, in_handler: bool) -> None:
         at = self.effects()
         with self._lock:
+            if in_handler:
+                self._attribute(at)
             self.died, self.died_in, self.at_death = True, in_handler, at
+
+    def set_running(self, running: bool) -> None:
+        at = self.effects()
+        with self._lock:
+            if running:
+                self._mark = at
+            elif not self.died:
+                self._attribute(at)
+            self.running = running
+
+    def _attribute(self, at: int) -> None:
+        """Charges what the effect counter saw since the last mark to the
+        open step. The lock must be held."""
+        moved = at - self._mark
+        if moved and self.running:
+            self._step_effects[self._open_step] = self._step_effects.get(self._open_step, 0) + moved
+        self._mark = at
+
+    def open_step(self, name: str) -> None:
+        """What the counter sees from now on is step name's effect."""
+        at = self.effects()
+        with self._lock:
+            if self._open_step != name:
+                self._attribute(at)
+            self._open_step, self.steps_seen = name, True
+
+    def close_step(self) -> None:
+        """Closes the open step once its CompleteStep was applied."""
+        at = self.effects()
+        with self._lock:
+            self._attribute(at)
+            self._open_step, self.step_done = "", True
+
+    def steps(self) -> Dict[str, int]:
+        """What the counter saw by step ("" outside every step)."""
+        with self._lock:
+            return dict(self._step_effects)
 
 
 class _FaultyTransport:
@@ -448,6 +561,8 @@ class _FaultyTransport:
             # Not transient: do() would retry it.
             raise IdemError("idem testkit: the worker is dead and sends nothing", code="UNKNOWN", rpc=method,
                             transient=False)
+        if method in ("StartStep", "CompleteStep"):
+            return self._step(service, method, body, timeout)
         if method == "Heartbeat" and f.hold_heartbeats:
             # Held: it never reaches the server, and gives up when the
             # handler returns (or the call's timeout would have passed).
@@ -455,7 +570,7 @@ class _FaultyTransport:
             raise UnavailableError("idem testkit: the heartbeat was held", code="UNAVAILABLE", rpc=method,
                                    transient=True)
         if method == "Complete":
-            if f.die_before_complete:
+            if f.die_before_complete or f.die_between_steps or f.die_in_step:
                 f.die(running)
                 raise IdemError("idem testkit: the worker died before its Complete went out", code="UNKNOWN",
                                 rpc=method, transient=False)
@@ -474,6 +589,22 @@ class _FaultyTransport:
                 raise UnavailableError("idem testkit: the server applied the Complete, and its answer was lost",
                                        code="UNAVAILABLE", rpc=method, transient=True)
         return self._inner.call(service, method, body, timeout)
+
+
+    def _step(self, service: str, method: str, body: Any, timeout: float) -> Dict[str, Any]:
+        """A step call, counted by step, and the step faults: the worker dies
+        before a step call once a step was recorded, or before a
+        CompleteStep."""
+        f = self._faults
+        f.open_step(str(body.get("step", "")))
+        if (method == "CompleteStep" and f.die_in_step) or (f.die_between_steps and f.step_done):
+            f.die(f.running)
+            raise IdemError(f"idem testkit: the worker died before its {method} went out", code="UNKNOWN",
+                            rpc=method, transient=False)
+        answer = self._inner.call(service, method, body, timeout)
+        if method == "CompleteStep":
+            f.close_step()
+        return answer
 
 
 class _Delivery:
@@ -562,7 +693,8 @@ class _Kit:
     """Runs the cases of one check_handler call."""
 
     def __init__(self, server: str, token: str, make_handler: Callable[[Job], Callable[[Attempt], Any]],
-                 effects: Callable[[], int], job: Job, concurrency: int, run: str):
+                 effects: Callable[[], int], job: Job, concurrency: int, run: str,
+                 resolver: Optional[Callable[[Held], Resolution]]):
         self.server = server
         self.token = token
         self.make_handler = make_handler
@@ -570,6 +702,7 @@ class _Kit:
         self.job = job
         self.concurrency = concurrency
         self.run_id = run
+        self.resolver = resolver
         self.lookups = Client(server, token=token)
 
     def close(self) -> None:
@@ -617,13 +750,11 @@ class _Kit:
                     stall(attempt)
                 d.ran = attempt
                 start = self.effects()
-                with faults._lock:
-                    faults.running = True
+                faults.set_running(True)
                 try:
                     value = handler(attempt)
                 finally:
-                    with faults._lock:
-                        faults.running = False
+                    faults.set_running(False)
                     returned = self.effects()
                     if faults.died and faults.died_in:
                         d.during, d.zombie = faults.at_death - start, returned - faults.at_death
@@ -658,6 +789,26 @@ class _Kit:
             return ""
         return rec.state.name if rec.token == attempt.token and rec.state != State.PROCESSING else ""
 
+    def resolve(self, job: Job) -> bool:
+        """Runs the test's resolver until it decided job's held record, for
+        _RESOLVER_WAIT at most; says whether it did."""
+        assert self.resolver is not None
+        r = Resolver(self.lookups, "idem.testkit", self.resolver, namespaces=[job.namespace], poll_interval=0.02)
+        thread = r.start()
+        try:
+            deadline = time.monotonic() + _RESOLVER_WAIT
+            while time.monotonic() < deadline:
+                try:
+                    if self.lookups.lookup(job.namespace, job.key).state != State.UNRESOLVED:
+                        return True
+                except IdemError:
+                    pass
+                time.sleep(0.02)
+            return False
+        finally:
+            r.stop()
+            thread.join()
+
     def _await_late_effects(self, end: int) -> int:
         """Waits up to _LATE_WAIT for the effect counter to move past end, and
         returns by how much it did."""
@@ -679,6 +830,7 @@ class _Kit:
 
         before = self.effects()
         ds: List[_Delivery] = []
+        decided = False  # by the resolver of steps-held-resolver
         if case == TWICE_IN_SEQUENCE:
             ds.append(self.deliver(job))
             ds.append(self.deliver(job))
@@ -741,6 +893,14 @@ class _Kit:
         elif case == RETRYABLE_FAILURE:
             ds.append(self.deliver(job, fail_after=True))
             ds.append(self.deliver(job))
+        elif case in STEP_CASES or case == STEPS_HELD_RESOLVER:
+            between = case == STEPS_CRASH_BETWEEN_STEPS
+            ds.append(self.deliver(lapsing, _Faults(hold_heartbeats=True, die_between_steps=between,
+                                                    die_in_step=not between)))
+            ds.append(self.deliver(job, wait=MAX_WAIT))
+            if case == STEPS_HELD_RESOLVER and ds[1].outcome() == "unresolved":
+                decided = self.resolve(job)
+                ds.append(self.deliver(job))
         end = self.effects()
 
         # What the counter saw, by when it moved: while a handler was built,
@@ -754,6 +914,7 @@ class _Kit:
         cr.late = max(cr.effects - cr.outside - during, 0)
         cr.runs = sum(1 for d in ds if d.ran is not None)
         cr.deliveries = _describe(ds)
+        cr.step_effects = _step_effects(ds)
         try:
             cr.record = self.lookups.lookup(job.namespace, job.key)
         except IdemError:
@@ -777,15 +938,84 @@ class _Kit:
             cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
         elif cr.effects <= 0:
             cr.finding = _fill(_MESSAGES["no_effect"], **values)
+        elif case == STEPS_HELD_RESOLVER:
+            _judge_resolver(cr, cw, values, held, decided)
+        elif cr.step_effects is not None:
+            _judge_steps(cr, cw, values, held)
         elif cr.effects > cr.runs:
             cr.finding = _fill(_MESSAGES["extra_effects"], **values)
         elif cr.effects > 1 and (not cw.get("window") or case == CRASH_AFTER_COMPLETE):
             cr.finding = _fill(_MESSAGES["extra_runs"], **values)
         elif cr.effects > 1:
-            cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
+            # A handler that records no step: the effect was made outside one.
+            cr.window = _fill(cw.get("window_unrecorded") or cw["window"], **values)
+            cr.remedy = _fill(cw.get("remedy_unrecorded") or cw["remedy"], **values)
         elif held and cw.get("held"):
             cr.held = _fill(cw["held"], **values)
         return cr
+
+
+def _step_effects(ds: List[_Delivery]) -> Optional[Dict[str, int]]:
+    """What the deliveries' handlers made inside each step and outside them
+    (""), in the order the steps were first seen; None when no handler
+    sent a step call. A handler whose steps were all FINISHED sends none,
+    and what it made counts as made outside them."""
+    if not any(d.faults.steps_seen for d in ds):
+        return None
+    total: Dict[str, int] = {}
+    for d in ds:
+        for name, n in d.faults.steps().items():
+            total[name] = total.get(name, 0) + n
+    return total
+
+
+def _judge_resolver(cr: CaseReport, cw: Dict[str, str], values: Dict[str, str], held: bool, decided: bool) -> None:
+    """Reports steps-held-resolver: the record was not held, the resolver
+    left it held, or an effect ran twice after its decision."""
+    if not held:
+        cr.finding = _fill(cw["not_held"], **values)
+        return
+    if not decided:
+        cr.finding = _fill(cw["undecided"], **values)
+        return
+    repeated = cr.step_effects is None and cr.effects > 1
+    for name, n in (cr.step_effects or {}).items():
+        if n > 1:
+            cr.repeated_step, cr.repeated_unrecorded, repeated = name, name == "", True
+            break
+    if repeated:
+        cr.window, cr.remedy = _fill(cw["window"], **values), _fill(cw["remedy"], **values)
+
+
+def _judge_steps(cr: CaseReport, cw: Dict[str, str], values: Dict[str, str], held: bool) -> None:
+    """Names, for a handler that records steps, the first step whose effect
+    ran more than once, or the effect outside every step that did, with
+    the case's window and remedy for it."""
+    assert cr.step_effects is not None
+    for name, n in cr.step_effects.items():
+        if name and n > 1:
+            cr.repeated_step = name
+            named = dict(values, step=name)
+            # A step run again is closed by its key, whatever the window;
+            # between steps, one runs again only when its name changed.
+            remedy = cw["remedy"] if cw["id"] == STEPS_CRASH_BETWEEN_STEPS \
+                else _case_words(STEPS_CRASH_INSIDE_STEP)["remedy"]
+            if not cw.get("window"):
+                cr.finding = _fill(_MESSAGES["extra_runs"], **named)
+                return
+            cr.window, cr.remedy = _fill(cw["window"], **named), _fill(remedy, **named)
+            return
+    if cr.step_effects.get("", 0) > 1:
+        cr.repeated_unrecorded = True
+        if not cw.get("window"):
+            cr.finding = _fill(_MESSAGES["extra_runs"], **values)
+            return
+        cr.window = _fill(cw.get("window_unrecorded") or cw["window"], **values)
+        cr.remedy = _fill(cw.get("remedy_unrecorded") or _case_words(STEPS_CRASH_BETWEEN_STEPS)["remedy_unrecorded"],
+                          **values)
+        return
+    if held and cw.get("held"):
+        cr.held = _fill(cw["held"], **values)
 
 
 def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
@@ -803,6 +1033,8 @@ def _case_error(case: str, ds: List[_Delivery]) -> Optional[str]:
     first = ds[0]
     if case == CRASH_AFTER_EFFECT and not first.faults.died:
         return "the first delivery did not reach its Complete"
+    if (case in STEP_CASES or case == STEPS_HELD_RESOLVER) and not first.faults.died:
+        return "the first delivery did not reach the step call or the Complete its worker dies at"
     if case == CRASH_AFTER_COMPLETE and not first.faults.died:
         return "no Complete of the first delivery was applied"
     if case == COMPLETE_ANSWER_LOST and not first.faults.answer_lost:
