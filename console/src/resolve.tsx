@@ -232,7 +232,7 @@ export function ReasonField({ value, onInput, disabled }: { value: string; onInp
   useEffect(() => ref.current?.focus(), []);
   return (
     <div class="reason">
-      <label for="action-reason">Why (required; kept on the record's timeline with who you are):</label>
+      <label for="action-reason">Why (required):</label>
       <textarea
         ref={ref}
         id="action-reason"

@@ -784,6 +784,22 @@ describe("what happened to a record, as it happens", () => {
     }
     const across = logEntries(idemd, "operator call across tenants").filter((e) => e.level === "INFO" && e.operator === "ops" && e.all_tenants === true && e.who === undefined);
     assert.equal(across.length, 1, `one line for the operator's token across all tenants, however often the queue refreshes: ${JSON.stringify(across)}`);
+
+    // A hidden tab does not refresh; shown again, it refreshes at once.
+    const setVisibility = (state: string) =>
+      page.evaluate((v) => {
+        Object.defineProperty(document, "visibilityState", { configurable: true, get: () => v });
+        document.dispatchEvent(new Event("visibilitychange"));
+      }, state);
+    await setVisibility("hidden");
+    await page.waitForTimeout(500); // a listing already under way is still reported
+    const hiddenFrom = listings;
+    await acme.raw.admin.resolveRecord({ namespace: HOLD_NAMESPACE, key: "live-2", resolution: { case: "failed", value: { error: "declined" } }, reason: "the bank declined it" });
+    await page.waitForTimeout(5000);
+    assert.equal(listings, hiddenFrom, "no refresh while the tab is hidden (the interval is 2 s)");
+    assert.equal(await page.locator('[data-testid=held-item][data-key="live-2"]').count(), 1, "a hidden tab keeps what it showed");
+    await setVisibility("visible");
+    await page.locator('[data-testid=held-item][data-key="live-2"]').waitFor({ state: "detached" });
     assert.deepEqual(cspViolations, []);
     await context.close();
   });
