@@ -176,9 +176,9 @@ export interface RecordWithHistory {
  * fetchRecordWithHistory reads one record afresh with its steps and its
  * timeline; a key without either is no record and no history.
  */
-export async function fetchRecordWithHistory(session: Session, id: RecordId, signal?: AbortSignal): Promise<RecordWithHistory> {
+export async function fetchRecordWithHistory(session: Session, id: RecordId, signal?: AbortSignal, includeHistory = true): Promise<RecordWithHistory> {
   try {
-    const got = await session.client.raw.admin.getRecord({ namespace: id.namespace, key: id.key, tenant: id.tenant, includeHistory: true }, { signal });
+    const got = await session.client.raw.admin.getRecord({ namespace: id.namespace, key: id.key, tenant: id.tenant, includeHistory }, { signal });
     return { record: got.record ?? null, history: got.history };
   } catch (raw) {
     const err = RpcError.from(raw);
@@ -191,5 +191,5 @@ export async function fetchRecordWithHistory(session: Session, id: RecordId, sig
 
 /** fetchRecord reads one record afresh, null when there is none. */
 export async function fetchRecord(session: Session, id: RecordId, signal?: AbortSignal): Promise<pb.Record | null> {
-  return (await fetchRecordWithHistory(session, id, signal)).record;
+  return (await fetchRecordWithHistory(session, id, signal, false)).record;
 }

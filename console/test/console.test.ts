@@ -739,6 +739,11 @@ describe("what happened to a record, as it happens", () => {
     assert.match(await entry("held"), new RegExp(`Held for resolution: the lease of token ${token} \\(claimant worker-b\\) ran out`));
     assert.match(await entry("held"), /\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((just now|\d+ (s|min) ago)\)/, "times are absolute and relative");
 
+    const looks = await page
+      .locator(".actions button.decision")
+      .evaluateAll((bs) => bs.map((b) => `${b.textContent}:${b.className}|${getComputedStyle(b).backgroundColor}|${getComputedStyle(b).fontWeight}`));
+    assert.equal(looks.length, 3, looks.join(" / "));
+    assert.equal(new Set(looks.map((l) => l.replace(/^[^:]*:/, ""))).size, 1, `no decision is the default on the record's page: ${looks.join(" / ")}`);
     await page.getByRole("button", { name: "Completed…" }).click();
     await page.locator("#action-value").fill('{"charge":"ch_1"}');
     await page.getByRole("button", { name: "Review…" }).click();
@@ -755,6 +760,8 @@ describe("what happened to a record, as it happens", () => {
     const got = await acme.raw.admin.getRecord({ namespace: ns, key, includeHistory: true });
     const last = got.history[got.history.length - 1]!;
     assert.deepEqual([last.actor?.tenant, last.actor?.operator, last.reason], ["ops", OPERATOR_NAME, "ch_1 is captured; the receipt went out by hand"]);
+    await page.setViewportSize({ width: 375, height: 740 });
+    await noHorizontalScroll(page, "a record's page with steps and a timeline");
     assert.deepEqual(cspViolations, []);
     await context.close();
   });
