@@ -61,7 +61,7 @@ export function RecordPage({
           <StepsPanel steps={rec.steps} now={now} />
         </>
       ) : null}
-      {loaded.data !== undefined ? <TimelinePanel history={history} now={now} /> : null}
+      {rec !== undefined || history.length > 0 ? <TimelinePanel history={history} now={now} /> : null}
       {open === undefined ? null : open.action === "delete" ? (
         <DeleteDialog rec={open.rec} session={session} onClose={() => setOpen(undefined)} onChanged={loaded.reload} />
       ) : (
