@@ -135,6 +135,8 @@ export function describe(raw: unknown): string {
       return `Only an operator may look at another tenant's records: ${err.serverMessage}.`;
     case "NOT_UNRESOLVED":
       return "The record is no longer UNRESOLVED: someone else resolved it first (or its late holder finished it). Nothing was changed by you.";
+    case "LEASE_LOST":
+      return "The record was taken over and held again since you looked at it: your decision was about a lease it no longer holds. Nothing was changed by you; look at it again.";
   }
   if (err.code === Code.Unauthenticated) {
     return `idemd did not accept this token: ${err.serverMessage}`;
@@ -157,30 +159,37 @@ export function reasonOf(raw: unknown): string {
   return err instanceof RpcError ? err.reasonName : "";
 }
 
-/** FETCH_PAGES bounds how many pages of keys sharing a record's key as their prefix fetchRecord reads. */
-const FETCH_PAGES = 10;
+/** RecordId names one record: its tenant ("" for the caller's own), namespace and key. */
+export interface RecordId {
+  tenant: string;
+  namespace: string;
+  key: string;
+}
+
+/** RecordWithHistory is a record (null when there is none) and its key's timeline, oldest first. */
+export interface RecordWithHistory {
+  record: pb.Record | null;
+  history: pb.TimelineEntry[];
+}
 
 /**
- * fetchRecord reads one record afresh, null when there is none. The
- * AdminService has no call for one record of another tenant, so it lists
- * the keys that start with the record's key (an operator's Lookup would be
- * of its own tenant) and picks the one that is the key.
+ * fetchRecordWithHistory reads one record afresh with its steps and its
+ * timeline; a key without either is no record and no history.
  */
-export async function fetchRecord(session: Session, id: { tenant: string; namespace: string; key: string }, signal?: AbortSignal): Promise<pb.Record | null> {
-  let pageToken = "";
-  for (let i = 0; i < FETCH_PAGES; i++) {
-    const page = await session.client.raw.admin.listRecords(
-      { namespace: id.namespace, keyPrefix: id.key, tenant: id.tenant, pageSize: 100, pageToken },
-      { signal },
-    );
-    const rec = page.records.find((r) => r.key === id.key);
-    if (rec !== undefined) {
-      return rec;
+export async function fetchRecordWithHistory(session: Session, id: RecordId, signal?: AbortSignal, includeHistory = true): Promise<RecordWithHistory> {
+  try {
+    const got = await session.client.raw.admin.getRecord({ namespace: id.namespace, key: id.key, tenant: id.tenant, includeHistory }, { signal });
+    return { record: got.record ?? null, history: got.history };
+  } catch (raw) {
+    const err = RpcError.from(raw);
+    if (err instanceof RpcError && err.code === Code.NotFound) {
+      return { record: null, history: [] };
     }
-    pageToken = page.nextPageToken;
-    if (pageToken === "") {
-      return null;
-    }
+    throw raw;
   }
-  throw new Error(`more than ${FETCH_PAGES * 100} keys of ${id.namespace} start with ${id.key}, and none read so far is it`);
+}
+
+/** fetchRecord reads one record afresh, null when there is none. */
+export async function fetchRecord(session: Session, id: RecordId, signal?: AbortSignal): Promise<pb.Record | null> {
+  return (await fetchRecordWithHistory(session, id, signal, false)).record;
 }

@@ -1,6 +1,6 @@
 // How the console shows times, bytes and states: pure functions, tested in
 // test/format.test.ts.
-import { State } from "@idemhq/idem";
+import { pb, State } from "@idemhq/idem";
 
 /** stateName is a State's name as the API and the CLI spell it: "PROCESSING". */
 export function stateName(s: State): string {
@@ -196,4 +196,108 @@ export function joinList(items: readonly string[]): string {
     return items[0] ?? "";
   }
   return `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
+}
+
+/** stepStateName is a StepState's name without its prefix: "STARTED", "FINISHED". */
+export function stepStateName(s: pb.StepState): string {
+  const name = pb.StepState[s];
+  return name === undefined ? `STEP_STATE_${s}` : name;
+}
+
+/** MAX_REASON_BYTES is the longest reason ResolveRecord and DeleteRecord take, in bytes of UTF-8. */
+export const MAX_REASON_BYTES = 1024;
+
+/**
+ * reasonProblem says why a reason cannot be sent yet ("" when it can): the
+ * console asks for one, though the API takes none, so that the timeline
+ * says why a person decided.
+ */
+export function reasonProblem(reason: string): string {
+  if (reason.trim() === "") {
+    return "Write why: the reason is kept on the record's timeline, with who you are, for the next person who looks.";
+  }
+  if (reason.includes("\u0000")) {
+    return "The reason may not contain a NUL character.";
+  }
+  const n = byteLength(reason);
+  if (n > MAX_REASON_BYTES) {
+    return `The reason is ${n} bytes; the limit is ${MAX_REASON_BYTES}.`;
+  }
+  return "";
+}
+
+/**
+ * actorName says who made a call a timeline entry records: the token's
+ * name or the resolver's, then the tenant ("alice@example.com (tenant
+ * ops)", "resolver refunds-bot (tenant acme)", "tenant acme").
+ */
+export function actorName(a: pb.Actor | undefined): string {
+  if (a === undefined) {
+    return "someone unknown";
+  }
+  const tenant = a.tenant ? `tenant ${a.tenant}` : "";
+  const who = a.resolver ? `resolver ${a.resolver}` : a.operator;
+  if (who === "") {
+    return tenant || "someone unknown";
+  }
+  return tenant ? `${who} (${tenant})` : who;
+}
+
+/** Told is how the console tells a timeline entry: a headline and the lines under it. */
+export interface Told {
+  /** kind is the entry's kind in a word, for its badge: "taken over", "resolved". */
+  kind: string;
+  headline: string;
+  details: string[];
+}
+
+const claimantOf = (c: string) => (c ? ` (claimant ${c})` : "");
+
+/** tellEntry says what a timeline entry records, in words for the person at the console. */
+export function tellEntry(e: pb.TimelineEntry): Told {
+  const K = pb.TimelineEntryKind;
+  const details: string[] = [];
+  let kind: string;
+  let headline: string;
+  switch (e.kind) {
+    case K.TAKEN_OVER:
+      kind = "taken over";
+      headline = `Taken over from ${stateName(e.previousState)}: token ${e.previousToken}${claimantOf(e.previousClaimant)} → token ${e.token}${claimantOf(e.claimant)}`;
+      break;
+    case K.FAILED:
+      kind = "failed";
+      headline = `Failed for good by its holder, token ${e.token}${claimantOf(e.claimant)}`;
+      break;
+    case K.RELEASED:
+      kind = "released";
+      headline = `Released for a retry by its holder, token ${e.token}${claimantOf(e.claimant)}`;
+      break;
+    case K.HELD:
+      kind = "held";
+      headline = `Held for resolution: the lease of token ${e.token}${claimantOf(e.claimant)} ran out under a hold policy`;
+      break;
+    case K.RESOLVED:
+      kind = "resolved";
+      headline = `Resolved as ${stateName(e.state)} by ${actorName(e.actor)}`;
+      break;
+    case K.DELETED:
+      kind = "deleted";
+      headline = `Deleted by ${actorName(e.actor)}; it was ${stateName(e.previousState)}, token ${e.token}`;
+      break;
+    case K.FINGERPRINT_MISMATCH:
+      kind = "fingerprint mismatch";
+      headline = `A Claim${claimantOf(e.claimant)} with another fingerprint was refused`;
+      details.push(`Its fingerprint: ${hex(e.fingerprint) || "none"}`);
+      break;
+    default:
+      kind = "other";
+      headline = `Entry of kind ${e.kind}`;
+  }
+  if (e.kind === K.RESOLVED || e.kind === K.DELETED) {
+    details.push(e.reason ? `Reason: ${e.reason}` : "No reason was given.");
+  }
+  if (e.error) {
+    details.push(`Error: ${e.error}`);
+  }
+  return { kind, headline, details };
 }

@@ -15,7 +15,8 @@ export function StateBadge({ state }: { state: State }) {
   return <span class={`state state-${name.toLowerCase()}`}>{name}</span>;
 }
 
-function Bytes({ value, what }: { value: Uint8Array; what: string }) {
+/** Bytes shows a result as JSON, text or a hex dump, saying which and how long. */
+export function Bytes({ value, what }: { value: Uint8Array; what: string }) {
   const d = decodeBytes(value);
   if (d.kind === "empty") {
     return <span class="muted">none</span>;
@@ -78,6 +79,7 @@ export function RecordFields({ rec, now }: { rec: Rec; now: Date }) {
     ["Expires (may be purged)", <Time at={rec.expiresAt} now={now} empty={rec.state === State.UNRESOLVED ? "never while held" : "not while PROCESSING"} />],
     ["Policy", rec.policy || <span class="muted">none (the server's defaults)</span>],
     ["Held on lease expiry", rec.hold ? "yes (on_lease_expiry: hold)" : "no"],
+    ...(rec.steps.length > 0 ? [["Held for an unfinished step", rec.holdUnfinished ? "yes (on_unfinished_step: hold: a takeover while a step is STARTED holds it instead)" : "no"] as [string, preact.ComponentChildren]] : []),
   ];
   return (
     <dl class="fields" data-testid="record-fields">

@@ -3,11 +3,11 @@
 // happen to which records, then the answer for each. Every record is one
 // ResolveRecord call, so a record someone else decided meanwhile is
 // reported and the others go on.
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MAX_ERROR_BYTES, pb } from "@idemhq/idem";
 import { describe, fetchRecord, reasonOf, type Session } from "./api";
-import { byteLength, joinList, plural, stateName } from "./format";
+import { byteLength, joinList, MAX_REASON_BYTES, plural, reasonProblem, stateName } from "./format";
 import { type Rec, RecordFields, recordName, StateBadge } from "./record";
 import { Dialog } from "./ui";
 
@@ -19,11 +19,17 @@ export interface Resolution {
   decision: Decision;
   /** value is the result (completed, as UTF-8) or the error (failed); unused for released. */
   value: string;
+  /** reason is why, kept on the record's timeline. */
+  reason: string;
 }
 
 type ResolveRecordInit = MessageInitShape<typeof pb.ResolveRecordRequestSchema>;
 
-/** resolveRequest is the ResolveRecord request that applies r to rec. */
+/**
+ * resolveRequest is the ResolveRecord request that applies r to rec, to
+ * the lease the person saw (rec.token): a record taken over and held again
+ * since is refused with LEASE_LOST rather than decided blind.
+ */
 export function resolveRequest(rec: Rec, r: Resolution): ResolveRecordInit {
   const resolution: ResolveRecordInit["resolution"] =
     r.decision === "completed"
@@ -31,7 +37,7 @@ export function resolveRequest(rec: Rec, r: Resolution): ResolveRecordInit {
       : r.decision === "failed"
         ? { case: "failed", value: { error: r.value } }
         : { case: "released", value: {} };
-  return { namespace: rec.namespace, key: rec.key, tenant: rec.tenant, resolution };
+  return { namespace: rec.namespace, key: rec.key, tenant: rec.tenant, resolution, reason: r.reason, token: rec.token };
 }
 
 /**
@@ -55,7 +61,7 @@ export async function resolveEach(session: Session, recs: Rec[], r: Resolution, 
       out.push({ rec, after: got ?? rec });
     } catch (error) {
       let now: Rec | null | undefined;
-      if (reasonOf(error) === "NOT_UNRESOLVED") {
+      if (reasonOf(error) === "NOT_UNRESOLVED" || reasonOf(error) === "LEASE_LOST") {
         now = await fetchRecord(session, rec).catch(() => undefined);
       }
       out.push({ rec, error, now });
@@ -117,6 +123,7 @@ export function ResolveDialog({
 }) {
   const [step, setStep] = useState<"edit" | "confirm" | "busy" | "done">(decision === "released" ? "confirm" : "edit");
   const [value, setValue] = useState("");
+  const [reason, setReason] = useState("");
   const [done, setDone] = useState(0);
   const [outcomes, setOutcomes] = useState<Outcome[]>([]);
   const one = recs.length === 1 ? recs[0] : undefined;
@@ -125,7 +132,7 @@ export function ResolveDialog({
 
   const run = async () => {
     setStep("busy");
-    setOutcomes(await resolveEach(session, recs, { decision, value }, setDone));
+    setOutcomes(await resolveEach(session, recs, { decision, value, reason }, setDone));
     setStep("done");
     onChanged();
   };
@@ -187,11 +194,12 @@ export function ResolveDialog({
             ))}
           </ul>
         )}
+        <ReasonField value={reason} onInput={setReason} disabled={step === "busy"} />
         <div class="actions">
-          <button type="button" class="primary" disabled={step === "busy"} onClick={() => void run()}>
+          <button type="button" class="primary" disabled={step === "busy" || reasonProblem(reason) !== ""} onClick={() => void run()}>
             {step === "busy" ? (one ? "Working…" : `Working… ${done} of ${recs.length}`) : confirm}
           </button>
-          <button type="button" disabled={step === "busy"} onClick={close} autofocus>
+          <button type="button" disabled={step === "busy"} onClick={close}>
             Cancel
           </button>
         </div>
@@ -209,6 +217,36 @@ export function ResolveDialog({
         </button>
       </div>
     </Dialog>
+  );
+}
+
+/**
+ * ReasonField asks why, for a resolution or a deletion: the console sends
+ * none without one, and says so under the field until one is written. It
+ * has the focus, so that the dialog's first key press goes to the reason,
+ * never to a decision.
+ */
+export function ReasonField({ value, onInput, disabled }: { value: string; onInput: (v: string) => void; disabled: boolean }) {
+  const problem = reasonProblem(value);
+  const ref = useRef<HTMLTextAreaElement>(null);
+  useEffect(() => ref.current?.focus(), []);
+  return (
+    <div class="reason">
+      <label for="action-reason">Why (required):</label>
+      <textarea
+        ref={ref}
+        id="action-reason"
+        name="reason"
+        rows={2}
+        value={value}
+        disabled={disabled}
+        aria-describedby="action-reason-hint"
+        onInput={(e) => onInput((e.target as HTMLTextAreaElement).value)}
+      />
+      <div id="action-reason-hint" class={problem !== "" && value.trim() !== "" ? "error small" : "muted small"} data-testid="reason-hint">
+        {problem !== "" ? problem : `${byteLength(value)} of ${MAX_REASON_BYTES} bytes.`}
+      </div>
+    </div>
   );
 }
 

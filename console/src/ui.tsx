@@ -73,7 +73,9 @@ export interface Loaded<T> {
 
 /**
  * useLoad runs load when deps change and again every intervalMs (0: only
- * then and on reload), keeping the last data while a refresh runs. An
+ * then and on reload), keeping the last data while a refresh runs. It
+ * does not refresh while the tab is hidden, and refreshes at once when it
+ * is shown again, so that a person back at the tab sees what changed. An
  * answer that arrives after a newer load started is dropped.
  */
 export function useLoad<T>(load: (signal: AbortSignal) => Promise<T>, deps: unknown[], intervalMs: number, onError?: (err: unknown) => void): Loaded<T> {
@@ -119,7 +121,16 @@ export function useLoad<T>(load: (signal: AbortSignal) => Promise<T>, deps: unkn
         run();
       }
     }, intervalMs);
-    return () => window.clearInterval(id);
+    const shown = () => {
+      if (document.visibilityState === "visible") {
+        run();
+      }
+    };
+    document.addEventListener("visibilitychange", shown);
+    return () => {
+      window.clearInterval(id);
+      document.removeEventListener("visibilitychange", shown);
+    };
   }, [intervalMs, run]);
   return { ...state, reload: () => void run() };
 }

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
-import { connectTransport, IdemClient, NotFoundError, State, UnresolvedError } from "@idemhq/idem";
-import { HOLD_NAMESPACE, type Idemd, logEntries, startIdemd } from "./idemd.js";
+import { connectTransport, IdemClient, NotFoundError, pb, State, UnresolvedError } from "@idemhq/idem";
+import { HOLD_NAMESPACE, type Idemd, logEntries, OPERATOR_NAME, startIdemd } from "./idemd.js";
 
 const CHROMIUM = process.env.CHROMIUM_BIN ?? "/usr/bin/chromium";
 const WAIT_MS = 30_000;
@@ -93,6 +93,21 @@ async function open(idemd: Idemd, viewport = { width: 1280, height: 900 }, at = 
   return { context, page, cspViolations };
 }
 
+/**
+ * decideWithReason presses the dialog's button named name, which stays
+ * disabled, saying why, until a reason is written: then writes reason and
+ * presses it.
+ */
+async function decideWithReason(page: Page, name: string, reason: string): Promise<void> {
+  const button = page.getByRole("dialog").getByRole("button", { name, exact: true });
+  assert.ok(await button.isDisabled(), `${name} is disabled while no reason is written`);
+  assert.match(await page.getByTestId("reason-hint").innerText(), /^Write why: the reason is kept on the record's timeline/);
+  await page.locator("#action-reason").fill("   ");
+  assert.ok(await button.isDisabled(), `${name} is disabled while the reason is blank`);
+  await page.locator("#action-reason").fill(reason);
+  await button.click();
+}
+
 async function signIn(page: Page, token: string): Promise<void> {
   await page.locator("#token").fill(token);
   await page.getByRole("button", { name: "Sign in" }).click();
@@ -150,7 +165,7 @@ describe("the console with tenants", () => {
     assert.match(restate, /payments\/order-1001 of tenant acme becomes COMPLETED with the result below \(33 bytes\)/);
     assert.match(restate, /replays it, and the job does not run again/);
     assert.equal(await page.getByTestId("restate-value").innerText(), result);
-    await page.getByRole("button", { name: "Resolve as COMPLETED" }).click();
+    await decideWithReason(page, "Resolve as COMPLETED", "charge ch_3Nx is in the card processor's dashboard");
     const answer = page.getByTestId("answer");
     await answer.filter({ hasText: "acme/payments/order-1001 is now COMPLETED." }).waitFor();
     assert.match(await page.getByTestId("result-kind").innerText(), /JSON, 33 bytes/);
@@ -164,9 +179,9 @@ describe("the console with tenants", () => {
     await page.getByRole("button", { name: "Close" }).click();
     await item.waitFor({ state: "detached" });
 
-    const resolved = logEntries(idemd, "record resolved by an operator");
+    const resolved = logEntries(idemd, "record resolved");
     assert.ok(
-      resolved.some((e) => e.tenant === "acme" && e.namespace === HOLD_NAMESPACE),
+      resolved.some((e) => e.tenant === "acme" && e.namespace === HOLD_NAMESPACE && e.reason === "charge ch_3Nx is in the card processor's dashboard"),
       `idemd logs the resolution: ${JSON.stringify(resolved)}`,
     );
     const across = logEntries(idemd, "operator call across tenants");
@@ -196,9 +211,9 @@ describe("the console with tenants", () => {
     await second.page.locator('[data-testid=held-item][data-key="refund-42"]').getByRole("button", { name: "Released…" }).click();
     assert.match(await second.page.getByTestId("restate").innerText(), /becomes RELEASED: the next Claim of this key acquires it and runs the job again/);
 
-    await first.page.getByRole("button", { name: "Resolve as COMPLETED" }).click();
+    await decideWithReason(first.page, "Resolve as COMPLETED", "refund seen at the bank");
     await first.page.getByTestId("answer").filter({ hasText: "is now COMPLETED" }).waitFor();
-    await second.page.getByRole("button", { name: "Release it" }).click();
+    await decideWithReason(second.page, "Release it", "no refund at the bank");
     const lost = second.page.getByTestId("answer");
     await lost.filter({ hasText: "Someone else was faster." }).waitFor();
     const text = await lost.innerText();
@@ -285,7 +300,7 @@ describe("the console with tenants", () => {
     await page.locator('tr[data-key="stuck-export"] a.key').click();
     await page.getByRole("button", { name: "Delete…" }).click();
     assert.match(await page.getByTestId("restate").innerText(), /exports\/stuck-export of tenant acme, now PROCESSING at attempt 1, is deleted: idem forgets it/);
-    await page.getByRole("button", { name: "Delete it" }).click();
+    await decideWithReason(page, "Delete it", "export stuck since the outage; the customer asked again");
     await page.getByTestId("answer").filter({ hasText: "Deleted acme/exports/stuck-export; it was PROCESSING, attempt 1." }).waitFor();
     // The record's page learns that the record is gone; the answer stays until closed.
     await page.getByTestId("record-missing").waitFor({ state: "attached" });
@@ -294,6 +309,13 @@ describe("the console with tenants", () => {
     assert.match(await page.getByTestId("record-missing").innerText(), /There is no record acme\/exports\/stuck-export: it was deleted/);
     await assert.rejects(acme.lookup({ namespace: "exports", key: "stuck-export" }), NotFoundError);
     assert.ok(logEntries(idemd, "record deleted by an operator").some((e) => e.tenant === "acme" && e.namespace === "exports"));
+    // The deletion stays on the key's timeline, with who and why.
+    await page.reload();
+    const deleted = page.locator("[data-testid=timeline-entry][data-kind=deleted]");
+    await deleted.waitFor();
+    const told = await deleted.innerText();
+    assert.match(told, /Deleted by tenant acme; it was PROCESSING/);
+    assert.match(told, /Reason: export stuck since the outage; the customer asked again/);
     await context.close();
   });
 
@@ -313,7 +335,7 @@ describe("the console with tenants", () => {
     await page.locator("#action-value").fill("card declined by the issuer");
     await page.getByRole("button", { name: "Review…" }).click();
     await noHorizontalScroll(page, "confirmation");
-    await page.getByRole("button", { name: "Resolve as FAILED" }).click();
+    await decideWithReason(page, "Resolve as FAILED", "the issuer declined it");
     await page.getByTestId("answer").filter({ hasText: "is now FAILED" }).waitFor();
     const rec = await acme.lookup({ namespace: HOLD_NAMESPACE, key: "order-mobile-1" });
     assert.equal(rec.state, State.FAILED);
@@ -557,9 +579,9 @@ describe("the console an on-call person can link to", () => {
       assert.ok(listed.includes(name), `the confirmation lists ${name}: ${listed}`);
     }
     assert.ok(!listed.includes("bulk-left-alone"));
-    const focused = await page.evaluate(() => document.activeElement?.textContent ?? "");
-    assert.equal(focused, "Cancel", "the confirmation's focus is on Cancel, not on the decision");
-    await dialog.getByRole("button", { name: "Release 3 records" }).click();
+    const focused = await page.evaluate(() => document.activeElement?.id ?? "");
+    assert.equal(focused, "action-reason", "the confirmation's focus is on the reason, not on the decision");
+    await decideWithReason(page, "Release 3 records", "the gateway never received them: its log for the hour is empty");
     await page.getByTestId("answer").filter({ hasText: "Released 3 of 3 records." }).waitFor();
     for (const [c, ns, key] of [
       [acme, "payments-bulk", "bulk-1"],
@@ -568,6 +590,10 @@ describe("the console an on-call person can link to", () => {
     ] as const) {
       assert.equal((await c.lookup({ namespace: ns, key })).state, State.RELEASED, `${key} is RELEASED`);
     }
+    const got = await client(idemd, "globex").raw.admin.getRecord({ namespace: "payments-bulk-eu", key: "bulk-3", includeHistory: true });
+    const last = got.history[got.history.length - 1];
+    assert.equal(last?.kind, pb.TimelineEntryKind.RESOLVED);
+    assert.equal(last?.reason, "the gateway never received them: its log for the hour is empty", "each record of a bulk decision keeps the reason");
     assert.equal((await acme.lookup({ namespace: "payments-bulk", key: "bulk-left-alone" })).state, State.UNRESOLVED, "the record not selected is left alone");
     await page.getByRole("button", { name: "Close" }).click();
     await page.locator('[data-testid=held-item][data-key="bulk-1"]').waitFor({ state: "detached" });
@@ -590,7 +616,7 @@ describe("the console an on-call person can link to", () => {
     assert.match(restate, /3 records of namespace payments-race \(tenant acme\) become FAILED with the error below/);
     // Someone else decides race-2 while this confirmation is open.
     await acme.admin.resolveRecord({ namespace: "payments-race", key: "race-2", completed: "charged" });
-    await dialog.getByRole("button", { name: "Fail 3 records" }).click();
+    await decideWithReason(page, "Fail 3 records", "refunded by hand");
     const answer = page.getByTestId("answer");
     await answer.filter({ hasText: "Failed 2 of 3 records." }).waitFor();
     const text = await answer.innerText();
@@ -657,6 +683,131 @@ describe("the console an on-call person can link to", () => {
     assert.match(fields, /State\s*FAILED/);
     assert.doesNotMatch(fields, /Completed/, `a FAILED record did not complete: ${fields}`);
     assert.match(fields, /Failed\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/);
+    await context.close();
+  });
+});
+
+/** untilState waits until namespace/key of the client's tenant is in state (the sweeper gets it there). */
+async function untilState(c: IdemClient, namespace: string, key: string, state: State): Promise<void> {
+  const deadline = Date.now() + WAIT_MS;
+  while ((await c.lookup({ namespace, key })).state !== state) {
+    assert.ok(Date.now() < deadline, `${namespace}/${key} did not become ${State[state]} within ${WAIT_MS} ms`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+describe("what happened to a record, as it happens", () => {
+  let idemd: Idemd;
+  before(async () => {
+    idemd = await startIdemd();
+  });
+  after(async () => {
+    await idemd?.stop();
+  });
+
+  test("a record's page shows its steps, and its timeline: a release, a takeover, a hold, and a resolution with the reason and the operator's name", async () => {
+    const acme = client(idemd, "acme");
+    const [ns, key] = [HOLD_NAMESPACE, "order-steps-1"];
+    const first = await acme.claim({ namespace: ns, key, leaseTtlMs: 60_000, claimant: "worker-a" });
+    await acme.fail({ namespace: ns, key, token: first.record.token, error: "gateway timeout", retryable: true });
+    const second = await acme.claim({ namespace: ns, key, leaseTtlMs: 1000, claimant: "worker-b" });
+    const token = second.record.token;
+    await acme.raw.idempotency.completeStep({ namespace: ns, key, token, step: "charge-card", result: new TextEncoder().encode('{"charge":"ch_1","amount":4200}') });
+    await acme.raw.idempotency.startStep({ namespace: ns, key, token, step: "send-receipt" });
+    await untilState(acme, ns, key, State.UNRESOLVED);
+
+    const { context, page, cspViolations } = await open(idemd, undefined, `#/record/acme/${ns}/${key}`);
+    await signIn(page, idemd.tokens.alice!);
+    await page.getByTestId("record-page").waitFor();
+    const charge = page.locator('[data-testid=step][data-step="charge-card"]');
+    await charge.waitFor();
+    const chargeText = await charge.innerText();
+    assert.match(chargeText, /FINISHED/);
+    assert.match(chargeText, /finished \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((just now|\d+ (s|min) ago)\)/);
+    assert.ok(chargeText.includes(token.toString()), `the step shows the token that wrote it: ${chargeText}`);
+    assert.match(await charge.getByTestId("step-result-kind").innerText(), /JSON, 31 bytes/);
+    assert.match(await charge.getByTestId("step-result").innerText(), /"charge": "ch_1",\s+"amount": 4200/);
+    const receipt = await page.locator('[data-testid=step][data-step="send-receipt"]').innerText();
+    assert.match(receipt, /STARTED/);
+    assert.match(receipt, /may or may not have happened/);
+
+    const kinds = () => page.locator("[data-testid=timeline-entry]").evaluateAll((es) => es.map((e) => e.getAttribute("data-kind")));
+    assert.deepEqual(await kinds(), ["released", "taken over", "held"], "the timeline is oldest first, newest last");
+    const entry = (kind: string) => page.locator(`[data-testid=timeline-entry][data-kind="${kind}"]`).innerText();
+    assert.match(await entry("released"), /Released for a retry by its holder, token \d+ \(claimant worker-a\)\s+Error: gateway timeout/);
+    assert.match(await entry("taken over"), new RegExp(`Taken over from RELEASED: token ${first.record.token} \\(claimant worker-a\\) → token ${token} \\(claimant worker-b\\)`));
+    assert.match(await entry("held"), new RegExp(`Held for resolution: the lease of token ${token} \\(claimant worker-b\\) ran out`));
+    assert.match(await entry("held"), /\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((just now|\d+ (s|min) ago)\)/, "times are absolute and relative");
+
+    const looks = await page
+      .locator(".actions button.decision")
+      .evaluateAll((bs) => bs.map((b) => `${b.textContent}:${b.className}|${getComputedStyle(b).backgroundColor}|${getComputedStyle(b).fontWeight}`));
+    assert.equal(looks.length, 3, looks.join(" / "));
+    assert.equal(new Set(looks.map((l) => l.replace(/^[^:]*:/, ""))).size, 1, `no decision is the default on the record's page: ${looks.join(" / ")}`);
+    await page.getByRole("button", { name: "Completed…" }).click();
+    await page.locator("#action-value").fill('{"charge":"ch_1"}');
+    await page.getByRole("button", { name: "Review…" }).click();
+    await decideWithReason(page, "Resolve as COMPLETED", "ch_1 is captured; the receipt went out by hand");
+    await page.getByTestId("answer").filter({ hasText: "is now COMPLETED" }).waitFor();
+    await page.getByRole("button", { name: "Close" }).click();
+    const resolved = page.locator("[data-testid=timeline-entry][data-kind=resolved]");
+    await resolved.waitFor();
+    assert.deepEqual(await kinds(), ["released", "taken over", "held", "resolved"]);
+    const told = await resolved.innerText();
+    assert.match(told, new RegExp(`Resolved as COMPLETED by ${OPERATOR_NAME.replace(/\./g, "\\.")} \\(tenant ops\\)`));
+    assert.match(told, /Reason: ch_1 is captured; the receipt went out by hand/);
+
+    const got = await acme.raw.admin.getRecord({ namespace: ns, key, includeHistory: true });
+    const last = got.history[got.history.length - 1]!;
+    assert.deepEqual([last.actor?.tenant, last.actor?.operator, last.reason], ["ops", OPERATOR_NAME, "ch_1 is captured; the receipt went out by hand"]);
+    await page.setViewportSize({ width: 375, height: 740 });
+    await noHorizontalScroll(page, "a record's page with steps and a timeline");
+    assert.deepEqual(cspViolations, []);
+    await context.close();
+  });
+
+  test("the held queue shows a decision made through the API without a reload, and the refreshes add no log lines", async () => {
+    const acme = client(idemd, "acme");
+    await hold(acme, "live-1", { wait: true });
+    await hold(acme, "live-2", { wait: true });
+    const { context, page, cspViolations } = await open(idemd, undefined, "#/held");
+    let listings = 0;
+    page.on("request", (r) => {
+      if (r.url().endsWith("/idem.v1.AdminService/ListRecords")) {
+        listings++;
+      }
+    });
+    await signIn(page, idemd.tokens.ops!);
+    await page.locator("select[name=refresh]").selectOption("2000");
+    const one = page.locator('[data-testid=held-item][data-key="live-1"]');
+    await one.waitFor();
+    await acme.raw.admin.resolveRecord({ namespace: HOLD_NAMESPACE, key: "live-1", resolution: { case: "released", value: {} }, reason: "a resolver saw no charge" });
+    await one.waitFor({ state: "detached" });
+    assert.equal(await page.locator('[data-testid=held-item][data-key="live-2"]').count(), 1, "the other held record stays");
+    // A few more refreshes: idemd writes the operator's cross-tenant line once, not once a refresh.
+    const seen = listings;
+    while (listings < seen + 3) {
+      await page.waitForRequest((r) => r.url().endsWith("/idem.v1.AdminService/ListRecords"));
+    }
+    const across = logEntries(idemd, "operator call across tenants").filter((e) => e.level === "INFO" && e.operator === "ops" && e.all_tenants === true && e.who === undefined);
+    assert.equal(across.length, 1, `one line for the operator's token across all tenants, however often the queue refreshes: ${JSON.stringify(across)}`);
+
+    // A hidden tab does not refresh; shown again, it refreshes at once.
+    const setVisibility = (state: string) =>
+      page.evaluate((v) => {
+        Object.defineProperty(document, "visibilityState", { configurable: true, get: () => v });
+        document.dispatchEvent(new Event("visibilitychange"));
+      }, state);
+    await setVisibility("hidden");
+    await page.waitForTimeout(500); // a listing already under way is still reported
+    const hiddenFrom = listings;
+    await acme.raw.admin.resolveRecord({ namespace: HOLD_NAMESPACE, key: "live-2", resolution: { case: "failed", value: { error: "declined" } }, reason: "the bank declined it" });
+    await page.waitForTimeout(5000);
+    assert.equal(listings, hiddenFrom, "no refresh while the tab is hidden (the interval is 2 s)");
+    assert.equal(await page.locator('[data-testid=held-item][data-key="live-2"]').count(), 1, "a hidden tab keeps what it showed");
+    await setVisibility("visible");
+    await page.locator('[data-testid=held-item][data-key="live-2"]').waitFor({ state: "detached" });
+    assert.deepEqual(cspViolations, []);
     await context.close();
   });
 });

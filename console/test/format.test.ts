@@ -3,7 +3,9 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { decodeBytes, hexDump, indentJSON, relative, utc } from "../src/format.js";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { pb, State } from "@idemhq/idem";
+import { actorName, decodeBytes, hexDump, indentJSON, MAX_REASON_BYTES, reasonProblem, relative, stepStateName, tellEntry, utc } from "../src/format.js";
 import { CONSOLE_DIR } from "./idemd.js";
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
@@ -58,4 +60,45 @@ test("a hex dump has offsets and the printable bytes", () => {
   assert.equal(lines.length, 2);
   assert.match(lines[0]!, /^00000000  30 31 32 .* 66  0123456789abcdef$/);
   assert.match(lines[1]!, /^00000010  58 59 +XY$/);
+});
+
+test("who made a call is named by the token's name or the resolver's, then the tenant", () => {
+  const actor = (a: MessageInitShape<typeof pb.ActorSchema>) => create(pb.ActorSchema, a);
+  assert.equal(actorName(actor({ tenant: "ops", operator: "alice@example.com" })), "alice@example.com (tenant ops)");
+  assert.equal(actorName(actor({ tenant: "acme", resolver: "refunds-bot" })), "resolver refunds-bot (tenant acme)");
+  assert.equal(actorName(actor({ tenant: "acme" })), "tenant acme", "a token without a name is its tenant");
+  assert.equal(actorName(undefined), "someone unknown");
+});
+
+test("each kind of timeline entry is told in words, with the reason of a decision", () => {
+  const K = pb.TimelineEntryKind;
+  const entry = (e: MessageInitShape<typeof pb.TimelineEntrySchema>) => create(pb.TimelineEntrySchema, e);
+  const takeover = tellEntry(
+    entry({ kind: K.TAKEN_OVER, token: 5n, previousToken: 4n, previousState: State.PROCESSING, claimant: "w-2", previousClaimant: "w-1", state: State.PROCESSING }),
+  );
+  assert.deepEqual(takeover, { kind: "taken over", headline: "Taken over from PROCESSING: token 4 (claimant w-1) → token 5 (claimant w-2)", details: [] });
+  const resolved = tellEntry(entry({ kind: K.RESOLVED, token: 5n, state: State.FAILED, error: "declined", reason: "the bank said no", actor: { tenant: "ops", operator: "alice" } }));
+  assert.deepEqual(resolved, { kind: "resolved", headline: "Resolved as FAILED by alice (tenant ops)", details: ["Reason: the bank said no", "Error: declined"] });
+  const deleted = tellEntry(entry({ kind: K.DELETED, token: 2n, previousState: State.COMPLETED, actor: { tenant: "acme" } }));
+  assert.equal(deleted.headline, "Deleted by tenant acme; it was COMPLETED, token 2");
+  assert.deepEqual(deleted.details, ["No reason was given."]);
+  assert.equal(tellEntry(entry({ kind: K.HELD, token: 3n, claimant: "w" })).headline, "Held for resolution: the lease of token 3 (claimant w) ran out under a hold policy");
+  assert.deepEqual(tellEntry(entry({ kind: K.FINGERPRINT_MISMATCH, token: 3n, fingerprint: new Uint8Array([0xab, 0x01]) })).details, ["Its fingerprint: ab01"]);
+  assert.deepEqual(tellEntry(entry({ kind: K.FAILED, token: 1n, error: "boom" })).details, ["Error: boom"]);
+  assert.equal(tellEntry(entry({ kind: K.RELEASED, token: 1n })).kind, "released");
+});
+
+test("a reason is required, and bounded as the API bounds it", () => {
+  assert.match(reasonProblem(""), /^Write why/);
+  assert.match(reasonProblem("  \n "), /^Write why/, "blank is no reason");
+  assert.equal(reasonProblem("checked the ledger"), "");
+  assert.equal(reasonProblem("é".repeat(MAX_REASON_BYTES / 2)), "", "the limit is in bytes, and reaching it is allowed");
+  assert.equal(reasonProblem("é".repeat(MAX_REASON_BYTES / 2 + 1)), `The reason is ${MAX_REASON_BYTES + 2} bytes; the limit is ${MAX_REASON_BYTES}.`);
+  assert.match(reasonProblem("a\u0000b"), /NUL/);
+});
+
+test("a step's state is named without its prefix", () => {
+  assert.equal(stepStateName(pb.StepState.STARTED), "STARTED");
+  assert.equal(stepStateName(pb.StepState.FINISHED), "FINISHED");
+  assert.equal(stepStateName(9 as pb.StepState), "STEP_STATE_9");
 });

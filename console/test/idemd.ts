@@ -1,7 +1,8 @@
 // A real idemd for the console's tests: build/idemd (npm test builds it
 // from ../cmd/idemd) on SQLite in a temporary directory, on ports of its
-// own, with a config of an operator, two tenants with a hold policy, and a
-// tenant that is no admin.
+// own, with a config of an operator (with a token that names its holder,
+// alice@example.com), two tenants with a hold policy, and a tenant that is
+// no admin.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +13,9 @@ import { fileURLToPath } from "node:url";
 export const CONSOLE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const IDEMD = process.env.IDEMD_BIN ?? path.join(CONSOLE_DIR, "build", "idemd");
 
+/** OPERATOR_NAME is the name of the operator's named token (tokens.alice). */
+export const OPERATOR_NAME = "alice@example.com";
+
 /** HOLD_NAMESPACE matches the hold policy of acme and globex. */
 export const HOLD_NAMESPACE = "payments";
 
@@ -20,15 +24,19 @@ export interface Idemd {
   url: string;
   /** consoleUrl is the console's address as idemd logged it (console_url). */
   consoleUrl: string;
-  /** tokens by tenant: ops (operator), acme and globex (admins), worker (no admin). Empty without a config. */
+  /**
+   * tokens by tenant: ops (operator), acme and globex (admins), worker (no
+   * admin); and alice, a token of ops named OPERATOR_NAME. Empty without a
+   * config.
+   */
   tokens: Record<string, string>;
   /** log is every line idemd wrote to stderr so far. */
   log: string[];
   stop(): Promise<void>;
 }
 
-function newToken(tenant: string): { token: string; hash: string } {
-  const out = execFileSync(IDEMD, ["token", "new", "--tenant", tenant, "-o", "json"], { encoding: "utf8" });
+function newToken(tenant: string, name = ""): { token: string; hash: string } {
+  const out = execFileSync(IDEMD, ["token", "new", "--tenant", tenant, ...(name ? ["--name", name] : []), "-o", "json"], { encoding: "utf8" });
   return JSON.parse(out) as { token: string; hash: string };
 }
 
@@ -65,6 +73,9 @@ export async function startIdemd(withConfig = true, extraArgs: string[] = []): P
       tokens[name] = t.token;
       tenants.push({ name, tokens: [t.hash], ...role });
     }
+    const alice = newToken("ops", OPERATOR_NAME);
+    tokens.alice = alice.token;
+    Object.assign(tenants[0]!, { named_tokens: [{ name: OPERATOR_NAME, token: alice.hash }] });
     // JSON is YAML: the config file as one object.
     writeFileSync(path.join(dir, "idem.yaml"), JSON.stringify({ tenants }, null, 2));
     args.push("--config", path.join(dir, "idem.yaml"));

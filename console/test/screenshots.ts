@@ -1,7 +1,8 @@
 // Takes the screenshots of docs/console.md: the overview, the held queue
-// with three records checked, the confirmation of their release, and a
-// record's page, as an operator sees them on a real idemd with a few
-// records of two tenants.
+// with three records checked, the confirmation of their release, a
+// record's page, and its steps and timeline once resolved, as an operator
+// (alice@example.com) sees them on a real idemd with a few records of two
+// tenants.
 //   node build/tools/screenshots.mjs ../docs   (make console-screenshots)
 import * as path from "node:path";
 import { chromium } from "playwright-core";
@@ -34,9 +35,22 @@ try {
     [globex, "refund-2208", "worker-b17d42"],
     [globex, "refund-2211", "worker-b17d42"],
   ];
+  // STEPS_KEY was released once by a worker that gave up, taken over, and
+  // held with one step finished and one that may or may not have happened.
+  const STEPS_KEY = "order-7740";
   for (const [c, key, claimant] of held) {
     const fingerprint = new TextEncoder().encode(key).slice(0, 8);
-    await c.claim({ namespace: HOLD_NAMESPACE, key, leaseTtlMs: 1000, claimant, fingerprint });
+    if (key === STEPS_KEY) {
+      const first = await c.claim({ namespace: HOLD_NAMESPACE, key, leaseTtlMs: 60_000, claimant: "worker-5e02aa", fingerprint });
+      await c.fail({ namespace: HOLD_NAMESPACE, key, token: first.record.token, error: "payment gateway timed out", retryable: true });
+    }
+    const got = await c.claim({ namespace: HOLD_NAMESPACE, key, leaseTtlMs: 1000, claimant, fingerprint });
+    if (key === STEPS_KEY) {
+      const token = got.record.token;
+      const charge = new TextEncoder().encode('{"charge":"ch_3Nx8","amount":4200,"currency":"eur"}');
+      await c.raw.idempotency.completeStep({ namespace: HOLD_NAMESPACE, key, token, step: "charge-card", result: charge });
+      await c.raw.idempotency.startStep({ namespace: HOLD_NAMESPACE, key, token, step: "send-receipt" });
+    }
   }
   for (let i = 0; i < 5; i++) {
     const got = await acme.claim({ namespace: HOLD_NAMESPACE, key: `order-78${10 + i}` });
@@ -63,7 +77,7 @@ try {
   });
   const page = await browser.newPage({ viewport: { width: 1200, height: 640 }, colorScheme: "light", timezoneId: "UTC", locale: "en-US" });
   await page.goto(idemd.consoleUrl);
-  await page.locator("#token").fill(idemd.tokens.ops!);
+  await page.locator("#token").fill(idemd.tokens.alice!);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByTestId("overview-table").waitFor();
   await page.locator("select[name=refresh]").selectOption("0");
@@ -80,13 +94,27 @@ try {
   await page.getByTestId("confirm-records").waitFor();
   await page.screenshot({ path: path.join(out, "console-confirm.png") });
   await page.getByRole("button", { name: "Cancel" }).click();
-  await page.locator('[data-testid=held-item][data-key="order-7740"] a.key').click();
+  await page.locator(`[data-testid=held-item][data-key="${STEPS_KEY}"] a.key`).click();
   await page.getByTestId("record-fields").waitFor();
+  await page.getByTestId("step").first().waitFor();
   await page.setViewportSize({ width: 1200, height: 760 });
   await page.screenshot({ path: path.join(out, "console-record.png") });
 
+  await page.getByRole("button", { name: "Completed…" }).click();
+  await page.locator("#action-value").fill('{"charge":"ch_3Nx8","amount":4200,"currency":"eur"}');
+  await page.getByRole("button", { name: "Review…" }).click();
+  await page.locator("#action-reason").fill("ch_3Nx8 is captured in the processor's dashboard; the receipt was sent by hand");
+  await page.getByRole("button", { name: "Resolve as COMPLETED" }).click();
+  await page.getByRole("button", { name: "Close" }).click();
+  await page.locator("[data-testid=timeline-entry][data-kind=resolved]").waitFor();
+  await page.evaluate(() => window.scrollTo(0, 0)); // bounding boxes in the page's coordinates, as the clip is
+  const steps = (await page.getByTestId("steps").boundingBox())!;
+  const timeline = (await page.getByTestId("timeline").boundingBox())!;
+  const clip = { x: 0, y: steps.y - 1, width: 1200, height: timeline.y + timeline.height - steps.y + 13 };
+  await page.screenshot({ path: path.join(out, "console-timeline.png"), fullPage: true, clip });
+
   await browser.close();
-  console.log(`screenshots in ${out}: console-overview.png, console-held.png, console-confirm.png, console-record.png`);
+  console.log(`screenshots in ${out}: console-overview.png, console-held.png, console-confirm.png, console-record.png, console-timeline.png`);
 } finally {
   await idemd.stop();
 }
