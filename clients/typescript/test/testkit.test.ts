@@ -57,13 +57,35 @@ const handlers: Record<string, (p: PaymentsAPI) => MakeHandler> = {
   "downstream key": (p) => (job) => () => p.charge(job.key, `${job.namespace}/${job.key}`),
   "fencing token": (p) => (job) => (a: Attempt) => p.charge(job.key, "", a.token),
   "takeover check": (p) => (job) => (a: Attempt) => (a.takeover && p.wasCharged(job.key) ? "charged earlier" : p.charge(job.key)),
+  // Two effects, each recorded as a step; the downstream is not given the step's key.
+  "two steps": (p) => (job) => async (a: Attempt) => {
+    const charge = await a.step("charge", () => p.charge(`${job.key}#charge`));
+    const receipt = await a.step("receipt", () => p.charge(`${job.key}#receipt`));
+    return `${charge.text()} ${receipt.text()}`;
+  },
+  // The same, passing each step's key downstream as its idempotency key.
+  "two steps with step keys": (p) => (job) => async (a: Attempt) => {
+    const charge = await a.step("charge", (k) => p.charge(`${job.key}#charge`, k));
+    const receipt = await a.step("receipt", (k) => p.charge(`${job.key}#receipt`, k));
+    return `${charge.text()} ${receipt.text()}`;
+  },
+  // One effect recorded as a step, and one made outside every step.
+  "a step and an unrecorded effect": (p) => (job) => async (a: Attempt) => {
+    const charge = await a.step("charge", () => p.charge(`${job.key}#charge`));
+    p.charge(`${job.key}#email`);
+    return charge.text();
+  },
 };
 
 let idemd: Idemd;
 
 before(async () => {
   // One idemd for most tests: namespaces held.* are held (on_lease_expiry: hold).
-  idemd = await startIdemd({ bin: IDEMD, config: 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n' });
+  // Namespaces stepheld.* are held only for a step started and not finished (on_unfinished_step: hold).
+  idemd = await startIdemd({
+    bin: IDEMD,
+    config: 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n  - namespaces: ["stepheld.*"]\n    on_unfinished_step: hold\n',
+  });
 });
 
 after(async () => {
@@ -80,17 +102,35 @@ describe("testkit", () => {
     );
   });
 
-  const expectations: Array<{ name: string; handler: string; job?: Job; open: Case[]; held?: Case[] }> = [
-    { name: "naive", handler: "naive", open: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure] },
+  // steps: the handler records steps, so each is judged on its own: an open
+  // window is a step's effect (or one outside every step) run twice.
+  const expectations: Array<{ name: string; handler: string; job?: Job; open: Case[]; held?: Case[]; steps?: boolean }> = [
+    { name: "naive", handler: "naive", open: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep] },
     { name: "downstream key", handler: "downstream key", open: [] },
-    { name: "fencing token", handler: "fencing token", open: [Case.CrashAfterEffect, Case.RetryableFailure] },
+    { name: "fencing token", handler: "fencing token", open: [Case.CrashAfterEffect, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep] },
     { name: "takeover check", handler: "takeover check", open: [Case.LeaseLapsed] },
     {
       name: "naive under hold",
       handler: "naive",
       job: { namespace: "held.payments", key: "order-7" },
       open: [Case.RetryableFailure],
-      held: [Case.CrashAfterEffect, Case.LeaseLapsed],
+      held: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep],
+    },
+    { name: "two steps", handler: "two steps", open: [Case.StepsCrashInsideStep], steps: true },
+    { name: "two steps with step keys", handler: "two steps with step keys", open: [], steps: true },
+    {
+      name: "two steps under on_unfinished_step: hold",
+      handler: "two steps",
+      job: { namespace: "stepheld.payments", key: "order-8" },
+      open: [],
+      held: [Case.StepsCrashInsideStep],
+      steps: true,
+    },
+    {
+      name: "a step and an unrecorded effect",
+      handler: "a step and an unrecorded effect",
+      open: [Case.CrashAfterEffect, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep],
+      steps: true,
     },
   ];
   for (const e of expectations) {
@@ -100,7 +140,10 @@ describe("testkit", () => {
       assert.equal(r.cases.length, ALL_CASES.length);
       for (const cr of r.cases) {
         assert.equal(cr.error, undefined, `${cr.case} could not run:\n${cr}`);
-        if (e.open.includes(cr.case)) {
+        if (e.open.includes(cr.case) && e.steps) {
+          const twice = cr.repeatedStep !== "" ? cr.stepEffects?.get(cr.repeatedStep) : cr.repeatedUnrecorded ? cr.stepEffects?.get("") : 0;
+          assert.ok(twice === 2 && !cr.ok && cr.window !== "" && cr.remedy !== "", `${cr.case}: want one effect twice, a window and a remedy:\n${cr}`);
+        } else if (e.open.includes(cr.case)) {
           assert.ok(cr.effects === 2 && !cr.ok && cr.window !== "" && cr.remedy !== "", `${cr.case}: want the effect twice, a window and a remedy:\n${cr}`);
         } else {
           assert.ok(cr.ok, `${cr.case}: want the effect once:\n${cr}`);
@@ -129,6 +172,36 @@ describe("testkit", () => {
     assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
   });
 
+  it("names the step whose effect ran twice, and the remedy: pass the step key downstream, or record it as a step", async () => {
+    const api = new PaymentsAPI();
+    const job = { namespace: "payments", key: "order-2048" };
+    let r = await inspectHandler(handlers["two steps"]!(api), () => api.applied, { server: idemd.grpcUrl, job });
+    const inside = r.case(Case.StepsCrashInsideStep)!;
+    let msg = String(inside);
+    assert.equal(inside.repeatedStep, "charge", msg);
+    for (const want of [
+      "steps-crash-inside-step: the effect ran 2 times for one job; want once",
+      "\n  window: inside the step charge, between its effect and its CompleteStep",
+      "\n  remedy: pass the step key downstream: give the downstream API the key the step's function receives (attempt.stepKey(name)",
+    ]) {
+      assert.ok(msg.includes(want), `the report does not say ${JSON.stringify(want)}:\n${msg}`);
+    }
+    const between = r.case(Case.StepsCrashBetweenSteps)!;
+    assert.ok(between.ok && String(between).startsWith("steps-crash-between-steps: the effect ran once"), String(between));
+    assert.deepEqual([...between.stepEffects!.entries()].sort(), [["charge", 1], ["receipt", 1]], String(between));
+    assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
+
+    const api2 = new PaymentsAPI();
+    r = await inspectHandler(handlers["a step and an unrecorded effect"]!(api2), () => api2.applied, { server: idemd.grpcUrl, job });
+    const unrecorded = r.case(Case.StepsCrashBetweenSteps)!;
+    msg = String(unrecorded);
+    assert.ok(unrecorded.repeatedUnrecorded && unrecorded.repeatedStep === "", msg);
+    for (const want of ["\n  remedy: record it as a step: make the effect inside attempt.step(name, fn)", "(payments/order-2048.", ".steps-crash-between-steps)"]) {
+      assert.ok(msg.includes(want), `the report does not say ${JSON.stringify(want)}:\n${msg}`);
+    }
+    assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
+  });
+
   it("checkHandler throws the report of each open window, and passes a safe handler", async () => {
     const api = new PaymentsAPI();
     const err = await checkHandler(handlers.naive!(api), () => api.applied, { server: idemd.grpcUrl }).then(
@@ -138,7 +211,7 @@ describe("testkit", () => {
     assert.ok(err instanceof CheckFailedError, `want a CheckFailedError; got ${String(err)}`);
     assert.deepEqual(
       err.report.failed().map((c) => c.case),
-      [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure],
+      [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep],
     );
     for (const c of ["crash-after-effect: the effect ran 2 times", "lease-lapsed: the effect ran 2 times", "retryable-failure: the effect ran 2 times"]) {
       assert.ok(err.message.includes(c), `the failure does not say ${JSON.stringify(c)}:\n${err.message}`);
