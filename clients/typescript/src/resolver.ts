@@ -54,6 +54,8 @@ export interface Held {
   steps: HeldStep[];
   /** record is the record as delivered. */
   record: JobRecord;
+  /** stepKey is the key of the job's step name, as {@link Steps.stepKey} gave it to the step's function. */
+  stepKey(name: string): string;
 }
 
 /** ResolverFn decides one held record. A function that throws is logged and counts as {@link cantTell}. */
@@ -337,6 +339,7 @@ function heldOf(record: JobRecord): Held {
     attempt: record.attempt,
     steps: record.steps.map((s) => ({ ...s, stepKey: stepKey(record.namespace, record.key, s.name) })),
     record,
+    stepKey: (name) => stepKey(record.namespace, record.key, name),
   };
 }
 

@@ -61,6 +61,14 @@ export const WORDS = {
       "remedy": "pass the step key downstream: give the downstream API the key the step's function receives ({step_key_call}, the same on every attempt) as its idempotency key, so that it answers the repeat from its records; or set on_unfinished_step: hold in the namespace's policy, so that the record becomes UNRESOLVED and a resolver or a person decides.",
       "remedy_unrecorded": "record it as a step: make the effect inside {step_call} and pass the key its function receives to the downstream system as its idempotency key, so that a successor that runs the step again is answered from the downstream's records.",
       "held": "the namespace's policy holds the record (on_unfinished_step: hold, or on_lease_expiry: hold): the redelivery found it UNRESOLVED and did not run the handler, so the effect ran once, and the job waits for a resolver or a person to decide it."
+    },
+    {
+      "id": "steps-held-resolver",
+      "title": "the worker died inside a step under a policy that holds the job; the test's resolver decided the held record, and the job was delivered again",
+      "window": "the resolver's answer. The record was held with a step STARTED whose effect had happened, and the resolver answered release, so the next delivery ran the job again and made the effect again.",
+      "remedy": "look the effect up downstream by the step's key ({step_key_call} on the held record: the key the step's function received) or by the record's key ({namespace}/{key}), answer completed when the effect happened and release only when it did not, and can't tell when the downstream cannot say; or pass the step key downstream, so that a rerun step is answered from the downstream's records.",
+      "undecided": "the resolver left the record UNRESOLVED: it answered can't tell, or failed, about a job whose effect had happened; a resolver that can look the effect up (by the step's key, {step_key_call} on the held record) should decide it.",
+      "not_held": "the namespace's policy did not hold the record, so there was nothing for the resolver to decide: give the kit a policy with on_unfinished_step: hold or on_lease_expiry: hold for the job's namespace."
     }
   ],
   "messages": {

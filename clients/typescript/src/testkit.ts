@@ -40,6 +40,7 @@ import { CompletionUnknownError, FailureNotRecordedError, InProgressError, Lease
 import { State } from "./gen/idem/v1/idem_pb.js";
 import { grpcTransport } from "./node.js";
 import type { JobRecord } from "./record.js";
+import { type ResolverFn, runResolver } from "./resolver.js";
 import { WORDS } from "./testkit-words.js";
 
 /**
@@ -101,11 +102,24 @@ export const Case = {
    * on_unfinished_step policy says what the redelivery does.
    */
   StepsCrashInsideStep: "steps-crash-inside-step",
+  /**
+   * Run after the others only when the `resolver` option gives one: the
+   * worker dies inside the first step (before Complete when the handler
+   * records no step) in a namespace whose policy holds the job, the
+   * redelivery finds it UNRESOLVED, the resolver runs until it decided the
+   * record (10 s at most), and the job is delivered again. A resolver that
+   * releases a job whose effect happened makes the effect twice; one that
+   * cannot tell leaves it held.
+   */
+  StepsHeldResolver: "steps-held-resolver",
 } as const;
 export type Case = (typeof Case)[keyof typeof Case];
 
-/** ALL_CASES lists every case in the order the kit runs them. */
-export const ALL_CASES: readonly Case[] = Object.values(Case);
+/** ALL_CASES lists every case the kit runs by default, in the order it runs them: all but StepsHeldResolver. */
+export const ALL_CASES: readonly Case[] = Object.values(Case).filter((c) => c !== Case.StepsHeldResolver);
+
+/** RESOLVER_WAIT_MS bounds how long StepsHeldResolver waits for the resolver's decision. */
+const RESOLVER_WAIT_MS = 10_000;
 
 /** CheckOptions configure {@link checkHandler} and {@link inspectHandler}. */
 export interface CheckOptions {
@@ -140,6 +154,14 @@ export interface CheckOptions {
   concurrency?: number;
   /** log receives the report of each case that passed (node:test's `t.diagnostic`, say). */
   log?: (report: string) => void;
+  /**
+   * resolver adds the case StepsHeldResolver, which checks that the
+   * function a resolver of yours runs ({@link runResolver}) decides a held
+   * job of the handler right: completed when its effect happened, release
+   * when it did not. The job's namespace must be held (on_unfinished_step:
+   * hold or on_lease_expiry: hold, through `config`). Not run by default.
+   */
+  resolver?: ResolverFn;
 }
 
 /** CaseReport is what one case found. */
@@ -320,10 +342,10 @@ export async function inspectHandler(makeHandler: MakeHandler, effects: EffectCo
   // A server the test points at keeps the records of earlier runs (for the
   // retention, a day by default): a run of its own keeps their keys apart.
   const run = idemd === undefined ? `.${randomUUID().slice(0, 8)}` : "";
-  const k = new Kit(server, options.token, makeHandler, effects, job, concurrency, run);
+  const k = new Kit(server, options.token, makeHandler, effects, job, concurrency, run, options.resolver);
   try {
     const cases: CaseReport[] = [];
-    for (const c of ALL_CASES) {
+    for (const c of options.resolver ? [...ALL_CASES, Case.StepsHeldResolver] : ALL_CASES) {
       cases.push(await k.runCase(c));
     }
     return new Report(cases);
@@ -441,7 +463,17 @@ function fill(s: string, vars: Record<string, string>): string {
 }
 
 /** caseWords is the text of case c in the words file. */
-function caseWords(c: Case): { id: string; title: string; window?: string; remedy?: string; held?: string; window_unrecorded?: string; remedy_unrecorded?: string } {
+function caseWords(c: Case): {
+  id: string;
+  title: string;
+  window?: string;
+  remedy?: string;
+  held?: string;
+  window_unrecorded?: string;
+  remedy_unrecorded?: string;
+  undecided?: string;
+  not_held?: string;
+} {
   const cw = WORDS.cases.find((x) => x.id === c);
   if (cw === undefined) {
     throw new Error(`idem testkit: the words have no case ${c}`);
@@ -726,6 +758,7 @@ class Kit {
     readonly job: Job,
     readonly concurrency: number,
     readonly run: string,
+    readonly resolver?: ResolverFn,
   ) {
     this.#lookups = new IdemClient(grpcTransport({ baseUrl: server, token }));
   }
@@ -839,6 +872,36 @@ class Kit {
     }
   }
 
+  /**
+   * resolve runs the resolver of the `resolver` option until it decided
+   * job's held record, for RESOLVER_WAIT_MS at most, and reports whether it
+   * did.
+   */
+  async resolve(job: Job): Promise<boolean> {
+    const stop = new AbortController();
+    const loop = runResolver(this.#lookups, { name: "idem-testkit", namespaces: [job.namespace], signal: stop.signal, log: () => {} }, this.resolver!).catch(() => {});
+    const deadline = Date.now() + RESOLVER_WAIT_MS;
+    try {
+      for (;;) {
+        try {
+          const rec = await this.#lookups.lookup({ namespace: job.namespace, key: job.key });
+          if (rec.state !== State.UNRESOLVED) {
+            return true;
+          }
+        } catch {
+          // asked again below
+        }
+        if (Date.now() >= deadline) {
+          return false;
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  }
+
   async runCase(c: Case): Promise<CaseReport> {
     const cw = caseWords(c);
     const job: Job = { ...this.job, key: `${this.job.key}${this.run}.${c}` };
@@ -851,6 +914,7 @@ class Kit {
 
     const before = await this.effects();
     let ds: Delivery[] = [];
+    let decided = false; // by the resolver of StepsHeldResolver
     switch (c) {
       case Case.TwiceInSequence:
         ds.push(await this.deliver(job));
@@ -923,6 +987,14 @@ class Kit {
         ds.push(await this.deliver(lapsing, new Faults(true, false, false, false, false, true)));
         ds.push(await this.deliver(job, undefined, {}, waitForLapse));
         break;
+      case Case.StepsHeldResolver:
+        ds.push(await this.deliver(lapsing, new Faults(true, false, false, false, false, true)));
+        ds.push(await this.deliver(job, undefined, {}, waitForLapse));
+        if (ds[1]!.outcome() === "unresolved") {
+          decided = await this.resolve(job);
+          ds.push(await this.deliver(job));
+        }
+        break;
     }
     const end = await this.effects();
 
@@ -978,6 +1050,8 @@ class Kit {
       cr.remedy = fill(cw.remedy ?? "", vars);
     } else if (cr.effects <= 0) {
       cr.finding = fill(m.no_effect, vars);
+    } else if (c === Case.StepsHeldResolver) {
+      judgeResolver(cr, cw, order, vars, held, decided);
     } else if (cr.stepEffects !== undefined) {
       judgeSteps(cr, cw, order, vars, held);
     } else if (cr.effects > 1 && isStepsCase(c)) {
@@ -1027,7 +1101,7 @@ function caseError(c: Case, ds: Delivery[]): Error | undefined {
   if (c === Case.CompleteAnswerLost && !first.faults.answerLost) {
     return new Error("the first delivery's Complete was not applied");
   }
-  if (isStepsCase(c) && !first.faults.died) {
+  if ((isStepsCase(c) || c === Case.StepsHeldResolver) && !first.faults.died) {
     return new Error("the first delivery did not reach the step call or the Complete its worker dies at");
   }
   if (c === Case.LeaseLapsed && ds.length < 2) {
@@ -1066,6 +1140,36 @@ function stepEffects(cr: CaseReport, ds: Delivery[]): string[] {
     }
   }
   return order;
+}
+
+/**
+ * judgeResolver reports StepsHeldResolver: the record was not held, the
+ * resolver left it held, or an effect ran twice after its decision.
+ */
+function judgeResolver(cr: CaseReport, cw: ReturnType<typeof caseWords>, order: string[], vars: Record<string, string>, held: boolean, decided: boolean): void {
+  if (!held) {
+    cr.finding = fill(cw.not_held ?? "", vars);
+    return;
+  }
+  if (!decided) {
+    cr.finding = fill(cw.undecided ?? "", vars);
+    return;
+  }
+  let repeated = cr.stepEffects === undefined && cr.effects > 1;
+  if (cr.stepEffects !== undefined) {
+    const name = order.find((n) => (cr.stepEffects!.get(n) ?? 0) > 1);
+    if (name !== undefined) {
+      cr.repeatedStep = name;
+      cr.repeatedUnrecorded = name === "";
+      repeated = true;
+    }
+  } else if (repeated) {
+    cr.repeatedUnrecorded = true;
+  }
+  if (repeated) {
+    cr.window = fill(cw.window ?? "", vars);
+    cr.remedy = fill(cw.remedy ?? "", vars);
+  }
 }
 
 /**

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { IdemClient, State, type Attempt, type Job } from "../src/index.js";
+import { cantTell, completed, IdemClient, release, State, type Attempt, type Job, type ResolverFn } from "../src/index.js";
 import { grpcTransport } from "../src/node.js";
 import { ALL_CASES, Case, CheckFailedError, checkHandler, inspectHandler, type Idemd, type MakeHandler, startIdemd } from "../src/testkit.js";
 import { WORDS } from "../src/testkit-words.js";
@@ -45,6 +45,11 @@ class PaymentsAPI {
       this.#byKey.set(idempotencyKey, id);
     }
     return id;
+  }
+
+  /** chargeBy is the charge made with idempotencyKey, if there is one. */
+  chargeBy(idempotencyKey: string): string | undefined {
+    return this.#byKey.get(idempotencyKey);
   }
 
   wasCharged(order: string): boolean {
@@ -98,7 +103,7 @@ describe("testkit", () => {
     assert.deepEqual(WORDS, file, "src/testkit-words.ts differs from idemtest/cases.json: copy the file's object into it");
     assert.deepEqual(
       WORDS.cases.map((c) => c.id),
-      ALL_CASES,
+      [...ALL_CASES, Case.StepsHeldResolver],
     );
   });
 
@@ -201,6 +206,51 @@ describe("testkit", () => {
     }
     assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
   });
+
+  // The resolver case: a resolver that looks the charge up by its step key
+  // decides the held job right; one that releases it blindly makes the
+  // charge twice; one that cannot tell leaves it held; and without a hold
+  // policy there is nothing to decide.
+  const resolvers: Array<{ name: string; handler: string; resolver: (api: PaymentsAPI) => ResolverFn; held: boolean; ok: boolean; want: string }> = [
+    {
+      name: "looks the charge up",
+      handler: "two steps with step keys",
+      resolver: (api) => (h) => {
+        const id = api.chargeBy(h.stepKey("charge"));
+        return id !== undefined ? completed(id, `charge ${id} found`) : release("no charge");
+      },
+      held: true,
+      ok: true,
+      want: "steps-held-resolver: the effect ran once",
+    },
+    { name: "releases blindly", handler: "two steps", resolver: () => () => release(), held: true, ok: false, want: "remedy: look the effect up downstream by the step's key (attempt.stepKey(name)" },
+    {
+      name: "cannot tell",
+      handler: "two steps with step keys",
+      resolver: () => () => {
+        throw new Error("the provider is down");
+      },
+      held: true,
+      ok: false,
+      want: "the resolver left the record UNRESOLVED",
+    },
+    { name: "not held", handler: "two steps with step keys", resolver: () => () => cantTell(), held: false, ok: false, want: "the namespace's policy did not hold the record" },
+  ];
+  for (const tc of resolvers) {
+    it(`checks the resolver option's decision of a job held inside a step: ${tc.name}`, async () => {
+      const api = new PaymentsAPI();
+      const job = { namespace: tc.held ? "stepheld.payments" : "payments", key: "order-11" };
+      const r = await inspectHandler(handlers[tc.handler]!(api), () => api.applied, { server: idemd.grpcUrl, job, resolver: tc.resolver(api) });
+      const cr = r.case(Case.StepsHeldResolver);
+      assert.ok(cr !== undefined, `no ${Case.StepsHeldResolver} case in the report:\n${r}`);
+      const msg = String(cr);
+      assert.ok(cr.error === undefined && cr.ok === tc.ok && msg.includes(tc.want), `want ok ${tc.ok} and ${JSON.stringify(tc.want)}:\n${msg}`);
+      if (tc.name === "releases blindly") {
+        assert.equal(cr.repeatedStep, "charge", msg);
+      }
+      assert.doesNotMatch(msg, /\{[a-z_]+\}/);
+    });
+  }
 
   it("checkHandler throws the report of each open window, and passes a safe handler", async () => {
     const api = new PaymentsAPI();
