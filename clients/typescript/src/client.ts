@@ -12,9 +12,11 @@ import {
   Outcome,
   State,
 } from "./gen/idem/v1/idem_pb.js";
+import { ResolverService, type ResolveRequestSchema } from "./gen/idem/v1/resolver_pb.js";
 import { answers, type BatchResult } from "./batch.js";
 import { IdemError, InProgressError, RpcError, UnresolvedError } from "./errors.js";
-import { bytesOf, durationMs, durationOf, type JobRecord, recordFromProto } from "./record.js";
+import { bytesOf, durationMs, durationOf, type JobRecord, type JobStep, recordFromProto, stepFromProto, type TimelineEntry, timelineFromProto } from "./record.js";
+import { streams } from "./transport.js";
 import { type RetryPolicy, withDefaults } from "./retry.js";
 import { type DoOptions, type DoResult, type Handler, type Job, MAX_WAIT_MS, runDo } from "./do.js";
 import { type BatchHandler, type DoBatchOptions, runDoBatch } from "./dobatch.js";
@@ -114,6 +116,73 @@ export interface LookupRequest {
   key: string;
 }
 
+/** StartStepRequest marks a step of a held job STARTED. */
+export interface StartStepRequest {
+  namespace: string;
+  key: string;
+  /** token is the token of the ACQUIRED Claim. */
+  token: bigint;
+  /** step is the step's name: 1 to 128 bytes of UTF-8 without control characters, unique in the job. */
+  step: string;
+}
+
+/** CompleteStepRequest records a step of a held job FINISHED with its result. */
+export type CompleteStepRequest = StartStepRequest & {
+  /** result is the step's result (a string as UTF-8); empty by default. */
+  result?: Uint8Array | string;
+};
+
+/** LookupHistory is a record with its timeline. */
+export interface LookupHistory {
+  record: JobRecord;
+  /** history is the exceptions in the life of the record's key, oldest first (at most the latest 1000). */
+  history: TimelineEntry[];
+}
+
+/** HeldRequest chooses the held records ListHeld and WatchHeld deliver. */
+export interface HeldRequest {
+  /** namespaces limits them to these namespaces; every namespace the token admits by default. */
+  namespaces?: readonly string[];
+}
+
+/** ListHeldRequest asks for one page of held records. */
+export type ListHeldRequest = HeldRequest & {
+  /** pageSize is 1 to 1000; 100 by default. */
+  pageSize?: number;
+  /** pageToken is the previous page's nextPageToken; "" for the first page. */
+  pageToken?: string;
+};
+
+/**
+ * HeldEvent is one event of {@link IdemClient.watchHeld}: a record that is
+ * UNRESOLVED (`held`), the end of the records held when the stream started
+ * (`synced`), or a delivered record that is no longer held (`left`).
+ */
+export type HeldEvent =
+  | { kind: "held"; record: JobRecord }
+  | { kind: "synced" }
+  | { kind: "left"; namespace: string; key: string; token: bigint };
+
+/**
+ * ResolveRequest is a resolver's decision about one held record, for the
+ * lease held with token: exactly one of `completed` (the effect happened:
+ * COMPLETED with this result), `failed` (FAILED with this error) or
+ * `released: true` (it did not: the next Claim runs the job again).
+ */
+export interface ResolveRequest {
+  namespace: string;
+  key: string;
+  /** token is the token the record was delivered with. */
+  token: bigint;
+  /** resolver is the resolver's name, kept on the record's timeline: 1 to 128 bytes without control characters. */
+  resolver: string;
+  /** reason says why in a few words (at most 1024 bytes); none by default. */
+  reason?: string;
+  completed?: Uint8Array | string;
+  failed?: string;
+  released?: boolean;
+}
+
 /** ClientOptions configure an {@link IdemClient}. */
 export interface ClientOptions {
   /**
@@ -154,6 +223,7 @@ export class IdemClient {
   readonly raw: {
     readonly idempotency: Client<typeof IdempotencyService>;
     readonly admin: Client<typeof AdminService>;
+    readonly resolver: Client<typeof ResolverService>;
   };
   /**
    * admin has the typed AdminService calls (list, delete, count, resolve),
@@ -163,6 +233,12 @@ export class IdemClient {
   readonly admin: AdminClient;
   /** retryPolicy is the policy do() retries with. */
   readonly retryPolicy: RetryPolicy;
+  /**
+   * streams is true when the transport can carry a server stream to idemd
+   * ({@link IdemClient.watchHeld}): gRPC does; the Connect protocol's JSON
+   * does not (idemd serves streams over HTTP by gRPC-Web only).
+   */
+  readonly streams: boolean;
   readonly #transport: Transport & Closable;
 
   constructor(transport: Transport, options: ClientOptions = {}) {
@@ -170,7 +246,9 @@ export class IdemClient {
     this.raw = {
       idempotency: createClient(IdempotencyService, transport),
       admin: createClient(AdminService, transport),
+      resolver: createClient(ResolverService, transport),
     };
+    this.streams = streams(transport);
     this.admin = new AdminClient(this.raw.admin);
     this.retryPolicy = withDefaults(options.retry);
   }
@@ -223,6 +301,106 @@ export class IdemClient {
   /** lookup reads a record without changing it. Throws {@link NotFoundError}. */
   async lookup(req: LookupRequest, options?: CallOptions): Promise<JobRecord> {
     const resp = await call(() => this.raw.idempotency.lookup({ namespace: req.namespace, key: req.key }, options));
+    return recordFromProto(resp.record);
+  }
+
+  /**
+   * lookupHistory reads a record and its timeline (Lookup with
+   * include_history). Throws {@link NotFoundError}.
+   */
+  async lookupHistory(req: LookupRequest, options?: CallOptions): Promise<LookupHistory> {
+    const resp = await call(() => this.raw.idempotency.lookup({ namespace: req.namespace, key: req.key, includeHistory: true }, options));
+    return { record: recordFromProto(resp.record), history: resp.history.map(timelineFromProto) };
+  }
+
+  /**
+   * startStep marks a step of the job held with token STARTED, before its
+   * effect, in one RPC without retries, and returns the step. Throws
+   * {@link LeaseLostError}, {@link AlreadyTerminalError},
+   * {@link StepAlreadyFinishedError} (the step is FINISHED), and an
+   * {@link RpcError} with reason INVALID_STEP_NAME or TOO_MANY_STEPS.
+   */
+  async startStep(req: StartStepRequest, options?: CallOptions): Promise<JobStep> {
+    const resp = await call(() => this.raw.idempotency.startStep({ namespace: req.namespace, key: req.key, token: req.token, step: req.step }, options));
+    return stepFromProto(resp.step);
+  }
+
+  /**
+   * completeStep records a step of the job held with token FINISHED with
+   * its result, in one RPC without retries, and returns the step; repeating
+   * it with the same result returns the stored step. Throws as
+   * {@link IdemClient.startStep} does; {@link StepAlreadyFinishedError} for
+   * another result, and STEPS_TOO_LARGE past the job's bounds.
+   */
+  async completeStep(req: CompleteStepRequest, options?: CallOptions): Promise<JobStep> {
+    const msg = { namespace: req.namespace, key: req.key, token: req.token, step: req.step, result: bytesOf(req.result ?? new Uint8Array()) };
+    const resp = await call(() => this.raw.idempotency.completeStep(msg, options));
+    return stepFromProto(resp.step);
+  }
+
+  /**
+   * listHeld returns one page of the UNRESOLVED records of the caller's
+   * tenant, ordered by namespace, then key: the polling fallback of
+   * {@link IdemClient.watchHeld}.
+   */
+  async listHeld(req: ListHeldRequest = {}, options?: CallOptions): Promise<{ records: JobRecord[]; nextPageToken: string }> {
+    const resp = await call(() =>
+      this.raw.resolver.listHeld({ namespaces: [...(req.namespaces ?? [])], pageSize: req.pageSize, pageToken: req.pageToken }, options),
+    );
+    return { records: resp.records.map(recordFromProto), nextPageToken: resp.nextPageToken };
+  }
+
+  /**
+   * watchHeld streams the UNRESOLVED records of the caller's tenant: every
+   * record held when it starts, then `synced`, then each record as it
+   * becomes held, and `left` for a delivered one that no longer is. It runs
+   * until options.signal is aborted (the iteration then ends with the
+   * abort's error) or the server ends it. It needs a transport that
+   * {@link IdemClient.streams}; errors are decoded as the typed calls'.
+   */
+  async *watchHeld(req: HeldRequest = {}, options?: CallOptions): AsyncGenerator<HeldEvent> {
+    try {
+      for await (const m of this.raw.resolver.watchHeld({ namespaces: [...(req.namespaces ?? [])] }, options)) {
+        switch (m.event.case) {
+          case "held":
+            yield { kind: "held", record: recordFromProto(m.event.value) };
+            break;
+          case "synced":
+            yield { kind: "synced" };
+            break;
+          case "left":
+            yield { kind: "left", namespace: m.event.value.namespace, key: m.event.value.key, token: m.event.value.token };
+            break;
+        }
+      }
+    } catch (err) {
+      throw RpcError.from(err);
+    }
+  }
+
+  /**
+   * resolve decides a held (UNRESOLVED) record as a resolver, for the lease
+   * held with token, with exactly one of `completed`, `failed` or
+   * `released`, and returns the resolved record. Throws
+   * {@link NotUnresolvedError} when another resolver or a person decided
+   * first (unless the same decision), {@link LeaseLostError} when the
+   * record holds another token, {@link NotFoundError}.
+   */
+  async resolve(req: ResolveRequest, options?: CallOptions): Promise<JobRecord> {
+    const given = (["completed", "failed", "released"] as const).filter((f) => req[f] !== undefined && req[f] !== false);
+    if (given.length !== 1) {
+      throw new TypeError(`idem: resolve takes exactly one of completed, failed and released; got ${given.length ? given.join(", ") : "none"}`);
+    }
+    let resolution: MessageInitShape<typeof ResolveRequestSchema>["resolution"];
+    if (req.completed !== undefined) {
+      resolution = { case: "completed", value: { result: bytesOf(req.completed) } };
+    } else if (req.failed !== undefined) {
+      resolution = { case: "failed", value: { error: req.failed } };
+    } else {
+      resolution = { case: "released", value: {} };
+    }
+    const msg = { namespace: req.namespace, key: req.key, token: req.token, resolver: req.resolver, reason: req.reason, resolution };
+    const resp = await call(() => this.raw.resolver.resolve(msg, options));
     return recordFromProto(resp.record);
   }
 

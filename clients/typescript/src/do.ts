@@ -15,8 +15,9 @@ import { Outcome } from "./gen/idem/v1/idem_pb.js";
 import type { JobRecord } from "./record.js";
 import { bytesOf } from "./record.js";
 import { delay, retry, sleep } from "./retry.js";
-import { MAX_ERROR_BYTES, storableText } from "./text.js";
+import { jsonOf, MAX_ERROR_BYTES, storableText, utf8Text } from "./text.js";
 import { randomUUID } from "./uuid.js";
+import { jobSteps, type Steps } from "./step.js";
 
 // Copied from limits/limits.go in the Go module; limits/copies_test.go fails when a copy disagrees.
 /**
@@ -54,8 +55,11 @@ export interface Job {
   retentionMs?: number;
 }
 
-/** Attempt describes the acquisition the handler runs under. */
-export interface Attempt {
+/**
+ * Attempt describes the acquisition the handler runs under, and records
+ * the job's named steps ({@link Steps.step}).
+ */
+export interface Attempt extends Steps {
   /**
    * token is the fencing token of this acquisition. Pass it to downstream
    * systems that can reject writes from a superseded token.
@@ -134,8 +138,6 @@ export interface DoResult {
   json<T = unknown>(): T;
 }
 
-const strictUTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-
 /** Done is the {@link DoResult} that do() and doBatch() return. */
 class Done implements DoResult {
   constructor(
@@ -145,20 +147,11 @@ class Done implements DoResult {
   ) {}
 
   text(): string {
-    try {
-      return strictUTF8.decode(this.value);
-    } catch (err) {
-      throw new TypeError(`the result (${this.value.length} bytes) is not UTF-8 text; its bytes are in .value`, { cause: err });
-    }
+    return utf8Text(this.value);
   }
 
   json<T = unknown>(): T {
-    const text = this.text();
-    try {
-      return JSON.parse(text.startsWith("\ufeff") ? text.slice(1) : text) as T;
-    } catch (err) {
-      throw new SyntaxError(`the result (${this.value.length} bytes) is not JSON: ${messageOf(err)}; read it with .text()`, { cause: err });
-    }
+    return jsonOf<T>(this.value);
   }
 }
 
@@ -258,7 +251,7 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
   let handlerError: unknown;
   let threw = false;
   try {
-    value = resultBytes(await handler({ token: rec.token, number: rec.attempt, takeover: rec.attempt > 1, signal: handlerAbort.signal, record: rec }));
+    value = resultBytes(await handler(newAttempt(client, job, rec, handlerAbort.signal)));
   } catch (err) {
     threw = true;
     handlerError = err;
@@ -312,6 +305,12 @@ async function run(client: IdemClient, job: Job, rec: JobRecord, claimed: number
     }
     throw new CompletionUnknownError(result, rec, err);
   }
+}
+
+/** newAttempt is the {@link Attempt} a handler gets for rec, acquired for job. */
+export function newAttempt(client: IdemClient, job: Job, rec: JobRecord, signal: AbortSignal): Attempt {
+  const steps = jobSteps(client, { namespace: job.namespace, key: job.key, token: rec.token }, rec.steps, signal);
+  return { token: rec.token, number: rec.attempt, takeover: rec.attempt > 1, signal, record: rec, ...steps };
 }
 
 /** leaseOf is the lease job holds rec under, in milliseconds. */

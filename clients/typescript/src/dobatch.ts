@@ -15,7 +15,7 @@ import {
 } from "./errors.js";
 import { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
 import { Outcome } from "./gen/idem/v1/idem_pb.js";
-import { type Attempt, type DoResult, doResult, type Job, lastTryDeadline, leaseOf, resultBytes } from "./do.js";
+import { type Attempt, type DoResult, doResult, type Job, lastTryDeadline, leaseOf, newAttempt, resultBytes } from "./do.js";
 import { durationOf, type JobRecord } from "./record.js";
 import { backoff, type CallBounds, sleep } from "./retry.js";
 import { MAX_ERROR_BYTES, storableText } from "./text.js";
@@ -249,7 +249,7 @@ async function runBatch(client: IdemClient, jobs: BatchJob[], handler: BatchHand
     for (let j = jobs[next++]; j !== undefined; j = jobs[next++]) {
       const rec = j.rec;
       try {
-        j.value = resultBytes(await handler({ token: rec.token, number: rec.attempt, takeover: rec.attempt > 1, signal: j.abort.signal, record: rec }, j.index));
+        j.value = resultBytes(await handler(newAttempt(client, j.job, rec, j.abort.signal), j.index));
       } catch (err) {
         j.threw = true;
         j.handlerError = err;

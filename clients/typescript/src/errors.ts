@@ -101,6 +101,10 @@ export class RpcError extends IdemError {
         return new AlreadyTerminalError(err);
       case ErrorReason.RESOLVED_BY_OPERATOR:
         return new ResolvedByOperatorError(err);
+      case ErrorReason.STEP_ALREADY_FINISHED:
+        return new StepAlreadyFinishedError(err);
+      case ErrorReason.NOT_UNRESOLVED:
+        return new NotUnresolvedError(err);
       default:
         return new RpcError(err);
     }
@@ -164,6 +168,24 @@ export class AlreadyTerminalError extends RpcError {
  */
 export class ResolvedByOperatorError extends RpcError {
   override name = "ResolvedByOperatorError";
+}
+
+/**
+ * StepAlreadyFinishedError (FAILED_PRECONDITION / STEP_ALREADY_FINISHED): the
+ * step is FINISHED with another result, or was started again after it
+ * finished; a FINISHED step never changes.
+ */
+export class StepAlreadyFinishedError extends RpcError {
+  override name = "StepAlreadyFinishedError";
+}
+
+/**
+ * NotUnresolvedError (FAILED_PRECONDITION / NOT_UNRESOLVED): the record is
+ * not UNRESOLVED, so there is nothing to resolve: another resolver or a
+ * person decided first, or its holder's late Complete or Fail ended it.
+ */
+export class NotUnresolvedError extends RpcError {
+  override name = "NotUnresolvedError";
 }
 
 /**

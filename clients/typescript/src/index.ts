@@ -16,6 +16,13 @@ export {
   type ClaimResult,
   type ClientOptions,
   type CompleteRequest,
+  type CompleteStepRequest,
+  type HeldEvent,
+  type HeldRequest,
+  type ListHeldRequest,
+  type LookupHistory,
+  type ResolveRequest,
+  type StartStepRequest,
   type FailRequest,
   type HeartbeatRequest,
   IdemClient,
@@ -45,19 +52,34 @@ export {
   JobFailedError,
   LeaseLostError,
   NotFoundError,
+  NotUnresolvedError,
   permanent,
   PermanentError,
   ResolvedByOperatorError,
   RpcError,
   statusError,
+  StepAlreadyFinishedError,
   UnresolvedError,
 } from "./errors.js";
 export { canonicalJSON, fingerprint, fingerprintJSON } from "./fingerprint.js";
-export type { JobRecord } from "./record.js";
+export type { JobRecord, JobStep, TimelineEntry } from "./record.js";
+export { stepKey, type StepFn, type StepResult, type Steps } from "./step.js";
+export {
+  cantTell,
+  completed,
+  type Decision,
+  failed,
+  type Held,
+  type HeldStep,
+  release,
+  type ResolverFn,
+  type ResolverOptions,
+  runResolver,
+} from "./resolver.js";
 export type { RetryPolicy } from "./retry.js";
 export { MAX_ERROR_BYTES, storableText } from "./text.js";
 export { connectTransport, type ConnectTransportOptions } from "./transport.js";
 export { ErrorReason } from "./gen/idem/v1/error_reason_pb.js";
-export { Outcome, State } from "./gen/idem/v1/idem_pb.js";
+export { Outcome, State, StepState, TimelineEntryKind } from "./gen/idem/v1/idem_pb.js";
 /** pb is the generated code of idem's protos (messages, enums, services), for {@link IdemClient.raw}. */
 export * as pb from "./pb.js";

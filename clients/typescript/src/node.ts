@@ -6,7 +6,7 @@
 import type * as http2 from "node:http2";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { parseBaseUrl, timerMs, tokenInterceptors } from "./transport.js";
+import { markStreaming, parseBaseUrl, timerMs, tokenInterceptors } from "./transport.js";
 
 /** TlsOptions set the TLS of a gRPC connection (an https:// baseUrl). */
 export interface TlsOptions {
@@ -79,9 +79,9 @@ export function grpcTransport(options: GrpcTransportOptions): ClosableTransport 
     interceptors,
     defaultTimeoutMs: timeoutMs,
   });
-  return {
+  return markStreaming({
     unary: transport.unary.bind(transport),
     stream: transport.stream.bind(transport),
     close: () => sessions.abort(),
-  };
+  });
 }

@@ -1,6 +1,14 @@
 import { create } from "@bufbuild/protobuf";
 import { type Duration, DurationSchema, type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
-import { type Record as RecordPb, State } from "./gen/idem/v1/idem_pb.js";
+import {
+  type Actor as ActorPb,
+  type Record as RecordPb,
+  type Step as StepPb,
+  State,
+  StepState,
+  type TimelineEntry as TimelineEntryPb,
+  TimelineEntryKind,
+} from "./gen/idem/v1/idem_pb.js";
 
 /**
  * JobRecord is the server's state for one (namespace, key). Times are from
@@ -44,6 +52,85 @@ export interface JobRecord {
   hold: boolean;
   /** tenant is the record's tenant in AdminService answers; "" elsewhere. */
   tenant: string;
+  /**
+   * steps are the job's named steps in the order they were first recorded;
+   * set in the answers of Claim, Lookup and the admin calls, empty in those
+   * of Complete, Fail and Heartbeat.
+   */
+  steps: JobStep[];
+  /**
+   * holdUnfinished is true when the record's policy says on_unfinished_step:
+   * hold: a takeover while a step is STARTED makes it UNRESOLVED instead.
+   */
+  holdUnfinished: boolean;
+}
+
+/** JobStep is one named step of a job (see {@link Attempt.step}). */
+export interface JobStep {
+  name: string;
+  /** state is STARTED (its effect may or may not have happened) or FINISHED. */
+  state: StepState;
+  /** result is what CompleteStep recorded (FINISHED only; may be empty). */
+  result: Uint8Array;
+  /** token is the token of the holder that finished the step or, while STARTED, started it. */
+  token: bigint;
+  startedAt: Date | undefined;
+  finishedAt: Date | undefined;
+}
+
+/** stepFromProto converts the generated message into a {@link JobStep}. */
+export function stepFromProto(s: StepPb | undefined): JobStep {
+  return {
+    name: s?.name ?? "",
+    state: s?.state ?? StepState.UNSPECIFIED,
+    result: s?.result ?? new Uint8Array(),
+    token: s?.token ?? 0n,
+    startedAt: dateOf(s?.startedAt),
+    finishedAt: dateOf(s?.finishedAt),
+  };
+}
+
+/**
+ * TimelineEntry is one exception in the life of a record's key (a
+ * takeover, a failure, a hold, a resolution, a deletion, a refused
+ * fingerprint), as Lookup with history returns it.
+ */
+export interface TimelineEntry {
+  kind: TimelineEntryKind;
+  at: Date | undefined;
+  /** token is the record's token then; for TAKEN_OVER, the new one. */
+  token: bigint;
+  /** state is the state it left the record in. */
+  state: State;
+  previousToken: bigint;
+  previousState: State;
+  claimant: string;
+  previousClaimant: string;
+  error: string;
+  /** actor is who resolved or deleted the record: tenant, operator name, resolver name. */
+  actor: { tenant: string; operator: string; resolver: string };
+  /** reason is the free text a resolution or deletion gave. */
+  reason: string;
+  fingerprint: Uint8Array;
+}
+
+/** timelineFromProto converts the generated message into a {@link TimelineEntry}. */
+export function timelineFromProto(t: TimelineEntryPb): TimelineEntry {
+  const actor: ActorPb | undefined = t.actor;
+  return {
+    kind: t.kind,
+    at: dateOf(t.at),
+    token: t.token,
+    state: t.state,
+    previousToken: t.previousToken,
+    previousState: t.previousState,
+    claimant: t.claimant,
+    previousClaimant: t.previousClaimant,
+    error: t.error,
+    actor: { tenant: actor?.tenant ?? "", operator: actor?.operator ?? "", resolver: actor?.resolver ?? "" },
+    reason: t.reason,
+    fingerprint: t.fingerprint,
+  };
 }
 
 /** recordFromProto converts the generated message into a {@link JobRecord}. */
@@ -66,6 +153,8 @@ export function recordFromProto(r: RecordPb | undefined): JobRecord {
     policy: r?.policy ?? "",
     hold: r?.hold ?? false,
     tenant: r?.tenant ?? "",
+    steps: (r?.steps ?? []).map(stepFromProto),
+    holdUnfinished: r?.holdUnfinished ?? false,
   };
 }
 

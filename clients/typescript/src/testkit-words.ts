@@ -44,6 +44,31 @@ export const WORDS = {
       "title": "the handler made its effect and then returned a retryable error; the job was delivered again and succeeded",
       "window": "between the side effect and the handler's return. The handler made its effect and then failed (here the kit's error, standing in for a timeout on the downstream's answer or a later step that failed): the failure was recorded as retryable, the job was released, and the next delivery made the effect again.",
       "remedy": "pass the record's key ({namespace}/{key}) to the downstream system as its own idempotency key, so that the retry is answered from its records; or, once the effect may have happened, fail with {permanent}, so that the job is FAILED instead of retried and a person looks. on_lease_expiry: hold does not cover this window: no lease lapsed."
+    },
+    {
+      "id": "steps-crash-between-steps",
+      "title": "the worker died between two of the job's effects (after a step was recorded, before the next one started, or before Complete); its lease lapsed and the job was delivered again",
+      "window": "between two of the job's effects, after the first was made. The worker died there; once the lease lapsed the next delivery took the job over and ran the handler again, and an effect the first worker had made, which no step recorded, was made again.",
+      "remedy": "the step {step} was recorded FINISHED and its effect was made again all the same: the handler names its steps differently on each delivery (a time or a random part in the name), so the successor does not find it. Name each step the same on every delivery.",
+      "remedy_unrecorded": "record it as a step: make the effect inside {step_call}, so that the successor finds the step FINISHED and gets its recorded result instead of making the effect again; or pass the record's key ({namespace}/{key}) to the downstream system as its own idempotency key.",
+      "held": "the namespace's policy holds the record (on_lease_expiry: hold): the redelivery found it UNRESOLVED and did not run the handler, so each effect ran once, and the job waits for a resolver or a person to decide it."
+    },
+    {
+      "id": "steps-crash-inside-step",
+      "title": "the worker died inside a step, after the step's effect and before its CompleteStep; its lease lapsed and the job was delivered again",
+      "window": "inside the step {step}, between its effect and its CompleteStep. The step stayed STARTED, which says its effect may or may not have happened; under on_unfinished_step: rerun (the default) the next delivery ran the step again, and the downstream, not given the step's key, made the effect again.",
+      "window_unrecorded": "between the side effect and Complete. The handler recorded no step, so the worker died where it dies in crash-after-effect, and the next delivery made the effect again.",
+      "remedy": "pass the step key downstream: give the downstream API the key the step's function receives ({step_key_call}, the same on every attempt) as its idempotency key, so that it answers the repeat from its records; or set on_unfinished_step: hold in the namespace's policy, so that the record becomes UNRESOLVED and a resolver or a person decides.",
+      "remedy_unrecorded": "record it as a step: make the effect inside {step_call} and pass the key its function receives to the downstream system as its idempotency key, so that a successor that runs the step again is answered from the downstream's records.",
+      "held": "the namespace's policy holds the record (on_unfinished_step: hold, or on_lease_expiry: hold): the redelivery found it UNRESOLVED and did not run the handler, so the effect ran once, and the job waits for a resolver or a person to decide it."
+    },
+    {
+      "id": "steps-held-resolver",
+      "title": "the worker died inside a step under a policy that holds the job; the test's resolver decided the held record, and the job was delivered again",
+      "window": "the resolver's answer. The record was held with a step STARTED whose effect had happened, and the resolver answered release, so the next delivery ran the job again and made the effect again.",
+      "remedy": "look the effect up downstream by the step's key ({step_key_call} on the held record: the key the step's function received) or by the record's key ({namespace}/{key}), answer completed when the effect happened and release only when it did not, and can't tell when the downstream cannot say; or pass the step key downstream, so that a rerun step is answered from the downstream's records.",
+      "undecided": "the resolver left the record UNRESOLVED: it answered can't tell, or failed, about a job whose effect had happened; a resolver that can look the effect up (by the step's key, {step_key_call} on the held record) should decide it.",
+      "not_held": "the namespace's policy did not hold the record, so there was nothing for the resolver to decide: give the kit a policy with on_unfinished_step: hold or on_lease_expiry: hold for the job's namespace."
     }
   ],
   "messages": {

@@ -40,6 +40,7 @@ import { CompletionUnknownError, FailureNotRecordedError, InProgressError, Lease
 import { State } from "./gen/idem/v1/idem_pb.js";
 import { grpcTransport } from "./node.js";
 import type { JobRecord } from "./record.js";
+import { type ResolverFn, runResolver } from "./resolver.js";
 import { WORDS } from "./testkit-words.js";
 
 /**
@@ -86,11 +87,39 @@ export const Case = {
   CompleteAnswerLost: "complete-answer-lost",
   /** The first delivery fails after the handler returned (its effect made); a second delivery runs it again. */
   RetryableFailure: "retryable-failure",
+  /**
+   * The handler runs under a 1 s lease with heartbeats held, and the worker
+   * "dies" between two of the job's effects: at the first StartStep after a
+   * step was recorded FINISHED, or before Complete. The redelivery takes
+   * over once the lease lapses: a recorded step does not run again, an
+   * effect outside every step does.
+   */
+  StepsCrashBetweenSteps: "steps-crash-between-steps",
+  /**
+   * As StepsCrashBetweenSteps, with the worker dying inside the first step,
+   * after its effect and before its CompleteStep (before Complete when the
+   * handler records no step): the step stays STARTED, and the namespace's
+   * on_unfinished_step policy says what the redelivery does.
+   */
+  StepsCrashInsideStep: "steps-crash-inside-step",
+  /**
+   * Run after the others only when the `resolver` option gives one: the
+   * worker dies inside the first step (before Complete when the handler
+   * records no step) in a namespace whose policy holds the job, the
+   * redelivery finds it UNRESOLVED, the resolver runs until it decided the
+   * record (10 s at most), and the job is delivered again. A resolver that
+   * releases a job whose effect happened makes the effect twice; one that
+   * cannot tell leaves it held.
+   */
+  StepsHeldResolver: "steps-held-resolver",
 } as const;
 export type Case = (typeof Case)[keyof typeof Case];
 
-/** ALL_CASES lists every case in the order the kit runs them. */
-export const ALL_CASES: readonly Case[] = Object.values(Case);
+/** ALL_CASES lists every case the kit runs by default, in the order it runs them: all but StepsHeldResolver. */
+export const ALL_CASES: readonly Case[] = Object.values(Case).filter((c) => c !== Case.StepsHeldResolver);
+
+/** RESOLVER_WAIT_MS bounds how long StepsHeldResolver waits for the resolver's decision. */
+const RESOLVER_WAIT_MS = 10_000;
 
 /** CheckOptions configure {@link checkHandler} and {@link inspectHandler}. */
 export interface CheckOptions {
@@ -125,6 +154,14 @@ export interface CheckOptions {
   concurrency?: number;
   /** log receives the report of each case that passed (node:test's `t.diagnostic`, say). */
   log?: (report: string) => void;
+  /**
+   * resolver adds the case StepsHeldResolver, which checks that the
+   * function a resolver of yours runs ({@link runResolver}) decides a held
+   * job of the handler right: completed when its effect happened, release
+   * when it did not. The job's namespace must be held (on_unfinished_step:
+   * hold or on_lease_expiry: hold, through `config`). Not run by default.
+   */
+  resolver?: ResolverFn;
 }
 
 /** CaseReport is what one case found. */
@@ -157,6 +194,18 @@ export class CaseReport {
   finding = "";
   /** error is why the case could not run as designed. */
   error?: Error;
+  /**
+   * stepEffects is, for a handler that records steps ({@link Attempt.step}),
+   * how much the effect counter went up inside each step, by the step's
+   * name, and outside every step (""); undefined for a handler that records
+   * none. Such a handler makes one effect per step, and at most one outside
+   * them.
+   */
+  stepEffects?: Map<string, number>;
+  /** repeatedStep names the step whose effect ran more than once; "" if none did. */
+  repeatedStep = "";
+  /** repeatedUnrecorded is true when an effect made outside every step ran more than once. */
+  repeatedUnrecorded = false;
 
   /** case is the case that ran. */
   readonly case: Case;
@@ -168,21 +217,32 @@ export class CaseReport {
     this.job = job;
   }
 
-  /** ok is true when the case ran and made the effect exactly once, inside the handler. */
+  /** ok is true when the case ran and made the effect exactly once (each step's, for a handler that records steps), inside the handler. */
   get ok(): boolean {
-    return this.error === undefined && this.effects === 1 && this.outside === 0 && this.late === 0;
+    if (this.error !== undefined || this.outside !== 0 || this.late !== 0 || this.finding !== "") {
+      return false;
+    }
+    if (this.stepEffects !== undefined) {
+      return this.effects >= 1 && this.repeatedStep === "" && !this.repeatedUnrecorded;
+    }
+    return this.effects === 1;
   }
 
   /** toString is the case's report, as the Go kit writes it. */
   toString(): string {
     const m = WORDS.messages;
-    const vars = { id: this.case, effects: String(this.effects), error: this.error?.message ?? "" };
+    // A handler that records steps is judged step by step: the count is the repeated one's.
+    let effects = this.effects;
+    if (this.repeatedStep !== "" || this.repeatedUnrecorded) {
+      effects = this.stepEffects?.get(this.repeatedUnrecorded ? "" : this.repeatedStep) ?? effects;
+    }
+    const vars = { id: this.case, effects: String(effects), error: this.error?.message ?? "" };
     let head: string;
     if (this.error !== undefined) {
       head = fill(m.error, vars);
     } else if (this.late > 0 && this.outside === 0) {
       head = fill(m.late, vars);
-    } else if (this.effects === 1) {
+    } else if (this.ok || this.effects === 1) {
       head = fill(m.ok, vars);
     } else if (this.effects > 1) {
       head = fill(m.more, vars);
@@ -282,10 +342,10 @@ export async function inspectHandler(makeHandler: MakeHandler, effects: EffectCo
   // A server the test points at keeps the records of earlier runs (for the
   // retention, a day by default): a run of its own keeps their keys apart.
   const run = idemd === undefined ? `.${randomUUID().slice(0, 8)}` : "";
-  const k = new Kit(server, options.token, makeHandler, effects, job, concurrency, run);
+  const k = new Kit(server, options.token, makeHandler, effects, job, concurrency, run, options.resolver);
   try {
     const cases: CaseReport[] = [];
-    for (const c of ALL_CASES) {
+    for (const c of options.resolver ? [...ALL_CASES, Case.StepsHeldResolver] : ALL_CASES) {
       cases.push(await k.runCase(c));
     }
     return new Report(cases);
@@ -393,6 +453,8 @@ const TERMS = {
   permanent: "permanent(err)",
   lost_check: "attempt.signal.throwIfAborted()",
   worker_client: "makeHandler's second argument",
+  step_call: "attempt.step(name, fn)",
+  step_key_call: "attempt.stepKey(name)",
 };
 
 /** fill replaces each {name} in s with vars[name]. */
@@ -401,7 +463,17 @@ function fill(s: string, vars: Record<string, string>): string {
 }
 
 /** caseWords is the text of case c in the words file. */
-function caseWords(c: Case): { id: string; title: string; window?: string; remedy?: string; held?: string } {
+function caseWords(c: Case): {
+  id: string;
+  title: string;
+  window?: string;
+  remedy?: string;
+  held?: string;
+  window_unrecorded?: string;
+  remedy_unrecorded?: string;
+  undecided?: string;
+  not_held?: string;
+} {
   const cw = WORDS.cases.find((x) => x.id === c);
   if (cw === undefined) {
     throw new Error(`idem testkit: the words have no case ${c}`);
@@ -437,6 +509,16 @@ class Faults {
   answerLost = false;
   /** effects is the effect counter, read when the worker dies. */
   effects: EffectCounter = () => 0;
+  /** stepDone: a CompleteStep of the worker was applied. */
+  stepDone = false;
+  /** stepsSeen: the handler recorded (or began to record) a step. */
+  stepsSeen = false;
+  /** openStep is the step whose effect the counter sees now; "" outside every step. */
+  openStep = "";
+  /** mark is the effect counter when what it saw was last charged to a step. */
+  mark = 0;
+  /** stepEffects is what the counter saw while the handler ran, by the step open then, in the order steps opened. */
+  readonly stepEffects = new Map<string, number>();
 
   constructor(
     readonly holdHeartbeats = false,
@@ -445,13 +527,60 @@ class Faults {
     readonly loseCompleteAnswer = false,
     /** dieAfterComplete: the worker dies as soon as its first Complete is applied, before it hears the answer. */
     readonly dieAfterComplete = false,
+    /** dieBetweenSteps: the worker dies at the first StartStep, CompleteStep or Complete after a CompleteStep was applied, or at Complete when none was. */
+    readonly dieBetweenSteps = false,
+    /** dieInStep: the worker dies inside a step, after its effect: its first CompleteStep (or, with no step, its Complete) never goes out. */
+    readonly dieInStep = false,
   ) {}
 
   async die(): Promise<void> {
     const inHandler = this.running;
     this.atDeath = await this.effects();
+    if (inHandler) {
+      this.attribute(this.atDeath);
+    }
     this.died = true;
     this.diedIn = inHandler;
+  }
+
+  /** start marks the handler running, the counter at at. */
+  start(at: number): void {
+    this.mark = at;
+    this.running = true;
+  }
+
+  /** stop marks the handler returned, the counter at at. */
+  stop(at: number): void {
+    if (!this.died) {
+      this.attribute(at);
+    }
+    this.running = false;
+  }
+
+  /** attribute charges what the counter saw since the last mark, at at, to the open step. */
+  attribute(at: number): void {
+    const d = at - this.mark;
+    if (d !== 0 && this.running) {
+      this.stepEffects.set(this.openStep, (this.stepEffects.get(this.openStep) ?? 0) + d);
+    }
+    this.mark = at;
+  }
+
+  /** openStepNamed opens step name: what the counter sees from now on is its effect. */
+  async openStepNamed(name: string): Promise<void> {
+    const at = await this.effects();
+    if (this.openStep !== name) {
+      this.attribute(at);
+    }
+    this.openStep = name;
+    this.stepsSeen = true;
+  }
+
+  /** closeStep closes the open step once its CompleteStep was applied. */
+  async closeStep(): Promise<void> {
+    this.attribute(await this.effects());
+    this.openStep = "";
+    this.stepDone = true;
   }
 
   interceptor(): Interceptor {
@@ -463,6 +592,23 @@ class Faults {
       if (this.died) {
         // Not a code do() retries.
         throw new ConnectError("idem testkit: the worker is dead and sends nothing", Code.Unknown);
+      }
+      if (method === "StartStep") {
+        if (this.dieBetweenSteps && this.stepDone) {
+          await this.die();
+          throw new ConnectError("idem testkit: the worker died between two steps", Code.Unknown);
+        }
+        await this.openStepNamed((req.message as unknown as { step: string }).step);
+      }
+      if (method === "CompleteStep") {
+        await this.openStepNamed((req.message as unknown as { step: string }).step);
+        if (this.dieInStep || (this.dieBetweenSteps && this.stepDone)) {
+          await this.die();
+          throw new ConnectError("idem testkit: the worker died before its CompleteStep went out", Code.Unknown);
+        }
+        const res = await next(req);
+        await this.closeStep();
+        return res;
       }
       if (method === "Heartbeat" && this.holdHeartbeats) {
         // Held until the call ends (its timeout, or do() stopping the beats).
@@ -476,7 +622,7 @@ class Faults {
         throw new ConnectError("idem testkit: the heartbeat was held", Code.DeadlineExceeded);
       }
       if (method === "Complete") {
-        if (this.dieBeforeComplete) {
+        if (this.dieBeforeComplete || this.dieBetweenSteps || this.dieInStep) {
           await this.die();
           throw new ConnectError("idem testkit: the worker died before its Complete went out", Code.Unknown);
         }
@@ -612,6 +758,7 @@ class Kit {
     readonly job: Job,
     readonly concurrency: number,
     readonly run: string,
+    readonly resolver?: ResolverFn,
   ) {
     this.#lookups = new IdemClient(grpcTransport({ baseUrl: server, token }));
   }
@@ -667,7 +814,7 @@ class Kit {
           }
           d.ran = attempt;
           const start = await this.effects();
-          faults.running = true;
+          faults.start(start);
           try {
             const v = await handler(attempt);
             if (wrap.failAfter) {
@@ -675,8 +822,8 @@ class Kit {
             }
             return v;
           } finally {
-            faults.running = false;
             const returned = await this.effects();
+            faults.stop(returned);
             if (faults.died && faults.diedIn) {
               d.during = faults.atDeath - start;
               d.zombie = returned - faults.atDeath;
@@ -725,6 +872,36 @@ class Kit {
     }
   }
 
+  /**
+   * resolve runs the resolver of the `resolver` option until it decided
+   * job's held record, for RESOLVER_WAIT_MS at most, and reports whether it
+   * did.
+   */
+  async resolve(job: Job): Promise<boolean> {
+    const stop = new AbortController();
+    const loop = runResolver(this.#lookups, { name: "idem-testkit", namespaces: [job.namespace], signal: stop.signal, log: () => {} }, this.resolver!).catch(() => {});
+    const deadline = Date.now() + RESOLVER_WAIT_MS;
+    try {
+      for (;;) {
+        try {
+          const rec = await this.#lookups.lookup({ namespace: job.namespace, key: job.key });
+          if (rec.state !== State.UNRESOLVED) {
+            return true;
+          }
+        } catch {
+          // asked again below
+        }
+        if (Date.now() >= deadline) {
+          return false;
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  }
+
   async runCase(c: Case): Promise<CaseReport> {
     const cw = caseWords(c);
     const job: Job = { ...this.job, key: `${this.job.key}${this.run}.${c}` };
@@ -737,6 +914,7 @@ class Kit {
 
     const before = await this.effects();
     let ds: Delivery[] = [];
+    let decided = false; // by the resolver of StepsHeldResolver
     switch (c) {
       case Case.TwiceInSequence:
         ds.push(await this.deliver(job));
@@ -801,6 +979,22 @@ class Kit {
         ds.push(await this.deliver(job, undefined, { failAfter: true }));
         ds.push(await this.deliver(job));
         break;
+      case Case.StepsCrashBetweenSteps:
+        ds.push(await this.deliver(lapsing, new Faults(true, false, false, false, true)));
+        ds.push(await this.deliver(job, undefined, {}, waitForLapse));
+        break;
+      case Case.StepsCrashInsideStep:
+        ds.push(await this.deliver(lapsing, new Faults(true, false, false, false, false, true)));
+        ds.push(await this.deliver(job, undefined, {}, waitForLapse));
+        break;
+      case Case.StepsHeldResolver:
+        ds.push(await this.deliver(lapsing, new Faults(true, false, false, false, false, true)));
+        ds.push(await this.deliver(job, undefined, {}, waitForLapse));
+        if (ds[1]!.outcome() === "unresolved") {
+          decided = await this.resolve(job);
+          ds.push(await this.deliver(job));
+        }
+        break;
     }
     const end = await this.effects();
 
@@ -818,6 +1012,7 @@ class Kit {
     cr.effects = end - before - zombie;
     cr.late = Math.max(cr.effects - cr.outside - during, 0);
     cr.runs = ds.filter((d) => d.ran !== undefined).length;
+    const order = stepEffects(cr, ds);
     cr.deliveries = describe(ds);
     try {
       cr.record = await this.#lookups.lookup({ namespace: job.namespace, key: job.key });
@@ -855,6 +1050,15 @@ class Kit {
       cr.remedy = fill(cw.remedy ?? "", vars);
     } else if (cr.effects <= 0) {
       cr.finding = fill(m.no_effect, vars);
+    } else if (c === Case.StepsHeldResolver) {
+      judgeResolver(cr, cw, order, vars, held, decided);
+    } else if (cr.stepEffects !== undefined) {
+      judgeSteps(cr, cw, order, vars, held);
+    } else if (cr.effects > 1 && isStepsCase(c)) {
+      // No step recorded: the effect that ran again is outside every step.
+      cr.repeatedUnrecorded = true;
+      cr.window = fill(cw.window_unrecorded ?? cw.window ?? "", vars);
+      cr.remedy = fill(cw.remedy_unrecorded ?? "", vars);
     } else if (cr.effects > cr.runs) {
       cr.finding = fill(m.extra_effects, vars);
     } else if (cr.effects > 1 && (!cw.window || c === Case.CrashAfterComplete)) {
@@ -897,6 +1101,9 @@ function caseError(c: Case, ds: Delivery[]): Error | undefined {
   if (c === Case.CompleteAnswerLost && !first.faults.answerLost) {
     return new Error("the first delivery's Complete was not applied");
   }
+  if ((isStepsCase(c) || c === Case.StepsHeldResolver) && !first.faults.died) {
+    return new Error("the first delivery did not reach the step call or the Complete its worker dies at");
+  }
   if (c === Case.LeaseLapsed && ds.length < 2) {
     return new Error("the first delivery did not acquire the job");
   }
@@ -904,6 +1111,104 @@ function caseError(c: Case, ds: Delivery[]): Error | undefined {
     return new Error(`the last delivery still found the job in progress (after waiting up to ${MAX_WAIT_MS / 1000}s for a lease to lapse)`);
   }
   return undefined;
+}
+
+/** isStepsCase reports whether c is one of the cases of a job with several effects. */
+function isStepsCase(c: Case): boolean {
+  return c === Case.StepsCrashBetweenSteps || c === Case.StepsCrashInsideStep;
+}
+
+/**
+ * stepEffects sums into cr what the deliveries' handlers made inside each
+ * step and outside them, and returns the steps in the order they first
+ * opened; cr.stepEffects stays undefined when no handler recorded a step.
+ */
+function stepEffects(cr: CaseReport, ds: Delivery[]): string[] {
+  const order: string[] = [];
+  if (!ds.some((d) => d.faults.stepsSeen)) {
+    return order;
+  }
+  // Every delivery counts, also one that sent no step call: its steps were
+  // all FINISHED and replayed, and what it made was outside every step.
+  cr.stepEffects = new Map();
+  for (const d of ds) {
+    for (const [name, n] of d.faults.stepEffects) {
+      if (!order.includes(name)) {
+        order.push(name);
+      }
+      cr.stepEffects.set(name, (cr.stepEffects.get(name) ?? 0) + n);
+    }
+  }
+  return order;
+}
+
+/**
+ * judgeResolver reports StepsHeldResolver: the record was not held, the
+ * resolver left it held, or an effect ran twice after its decision.
+ */
+function judgeResolver(cr: CaseReport, cw: ReturnType<typeof caseWords>, order: string[], vars: Record<string, string>, held: boolean, decided: boolean): void {
+  if (!held) {
+    cr.finding = fill(cw.not_held ?? "", vars);
+    return;
+  }
+  if (!decided) {
+    cr.finding = fill(cw.undecided ?? "", vars);
+    return;
+  }
+  let repeated = cr.stepEffects === undefined && cr.effects > 1;
+  if (cr.stepEffects !== undefined) {
+    const name = order.find((n) => (cr.stepEffects!.get(n) ?? 0) > 1);
+    if (name !== undefined) {
+      cr.repeatedStep = name;
+      cr.repeatedUnrecorded = name === "";
+      repeated = true;
+    }
+  } else if (repeated) {
+    cr.repeatedUnrecorded = true;
+  }
+  if (repeated) {
+    cr.window = fill(cw.window ?? "", vars);
+    cr.remedy = fill(cw.remedy ?? "", vars);
+  }
+}
+
+/**
+ * judgeSteps names, for a handler that records steps, the first step whose
+ * effect ran more than once, or the effect outside every step that did,
+ * with the case's window and remedy for it.
+ */
+function judgeSteps(cr: CaseReport, cw: ReturnType<typeof caseWords>, order: string[], vars: Record<string, string>, held: boolean): void {
+  const m = WORDS.messages;
+  const effects = cr.stepEffects!;
+  const repeated = order.find((name) => name !== "" && (effects.get(name) ?? 0) > 1);
+  if (repeated !== undefined) {
+    cr.repeatedStep = repeated;
+    vars = { ...vars, step: repeated, effects: String(effects.get(repeated)) };
+    if (!cw.window) {
+      cr.finding = fill(m.extra_runs, vars);
+      return;
+    }
+    // A step run again is closed by its key, whatever the window; between
+    // steps it runs again only when its name changed.
+    const remedy = cw.id === Case.StepsCrashBetweenSteps ? cw.remedy : caseWords(Case.StepsCrashInsideStep).remedy;
+    cr.window = fill(cw.window, vars);
+    cr.remedy = fill(remedy ?? "", vars);
+    return;
+  }
+  if ((effects.get("") ?? 0) > 1) {
+    cr.repeatedUnrecorded = true;
+    vars = { ...vars, effects: String(effects.get("")) };
+    if (!cw.window) {
+      cr.finding = fill(m.extra_runs, vars);
+      return;
+    }
+    cr.window = fill(cw.window_unrecorded ?? cw.window, vars);
+    cr.remedy = fill(cw.remedy_unrecorded ?? caseWords(Case.StepsCrashBetweenSteps).remedy_unrecorded ?? "", vars);
+    return;
+  }
+  if (held && cw.held) {
+    cr.held = fill(cw.held, vars);
+  }
 }
 
 /** describe is the report's lines for ds: one per delivery, or one for a run of deliveries that did the same. */

@@ -227,3 +227,17 @@ function isLoopback(hostname: string): boolean {
   const h = hostname.replace(/^\[|\]$/g, "").toLowerCase();
   return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
+
+/** streamingTransports are the transports known to carry idemd's server streams. */
+const streamingTransports = new WeakSet<Transport>();
+
+/** markStreaming records that t carries server streams to idemd (gRPC does), and returns it. */
+export function markStreaming<T extends Transport>(t: T): T {
+  streamingTransports.add(t);
+  return t;
+}
+
+/** streams reports whether t was marked by {@link markStreaming}. */
+export function streams(t: Transport): boolean {
+  return streamingTransports.has(t);
+}

@@ -29,7 +29,11 @@ import {
   permanent,
   RpcError,
   State,
+  StepState,
   UnresolvedError,
+  cantTell,
+  completed,
+  runResolver,
 } from "../src/index.js";
 import { grpcTransport } from "../src/node.js";
 import { PACKAGE_DIR, startHarness, type Harness } from "./harness.js";
@@ -513,6 +517,139 @@ describe("against idemd", { timeout: 300_000 }, () => {
       assert.equal(rec.state, State.RELEASED);
       assert.equal(rec.error, "shutting down");
     });
+  });
+
+  describe("steps", () => {
+    it("doBatch gives each job's handler its steps: a takeover replays a finished step, a fresh job runs it", async () => {
+      const c = client("grpc");
+      const ns = h.namespaces.plain;
+      const [taken, fresh] = [key("steps-batch-taken"), key("steps-batch-fresh")];
+      const t1 = (await c.claim({ namespace: ns, key: taken, claimant: "holder", leaseTtlMs: 1000 })).record.token;
+      await c.completeStep({ namespace: ns, key: taken, token: t1, step: "charge", result: JSON.stringify({ id: "ch_1" }) });
+      await sleep(1500);
+      const ran: string[] = [];
+      const out = await c.doBatch([taken, fresh].map((k) => ({ namespace: ns, key: k })), async (a, i) => {
+        const charge = await a.step("charge", (sk) => {
+          ran.push(`${i}:${sk === a.stepKey("charge") ? "key" : "other key"}`);
+          return JSON.stringify({ id: `ch_${i}` });
+        });
+        return charge.json<{ id: string }>().id;
+      });
+      assert.deepEqual(ran, ["1:key"], "only the fresh job's step ran, with its step key");
+      assert.equal(text(value(out[0]).value), "ch_1", "the takeover got the recorded result");
+      assert.equal(text(value(out[1]).value), "ch_1");
+      const rec = await c.lookup({ namespace: ns, key: fresh });
+      assert.equal(rec.steps.length, 1);
+      assert.equal(rec.steps[0]!.state, StepState.FINISHED);
+    });
+
+    for (const kind of ["grpc", "connect"] as const) {
+      it(`leaves a step whose function threw STARTED, and does not call a function twice in one attempt (${kind})`, async () => {
+        const c = client(kind);
+        const job = { namespace: h.namespaces.plain, key: key("steps-threw") };
+        let runs = 0;
+        const err = await rejects(
+          c.do(job, async (a) => {
+            const first = await a.step("once", () => {
+              runs++;
+              return "1";
+            });
+            const again = await a.step("once", () => {
+              runs++;
+              return "2";
+            });
+            assert.equal(again.text(), first.text());
+            assert.equal(again.replayed, true);
+            assert.equal(a.steps.length, 1, "the attempt's steps include its own");
+            await a.step("boom", () => {
+              throw new Error("downstream said no");
+            });
+          }),
+        );
+        assert.match(String(err), /downstream said no/);
+        assert.equal(runs, 1);
+        const rec = await c.lookup(job);
+        assert.equal(rec.state, State.RELEASED);
+        assert.deepEqual(
+          rec.steps.map((s) => [s.name, s.state]),
+          [["once", StepState.FINISHED], ["boom", StepState.STARTED]],
+        );
+      });
+
+      it(`throws a refused StartStep from step() without calling the function (${kind})`, async () => {
+        const c = client(kind);
+        const job = { namespace: h.namespaces.plain, key: key("steps-refused") };
+        let runs = 0;
+        const err = await rejects(
+          c.do(job, async (a) => {
+            await a.step("bad\u0001name", () => {
+              runs++;
+              return "x";
+            });
+          }),
+        );
+        assert.ok(err instanceof RpcError && err.reason === ErrorReason.INVALID_STEP_NAME, String(err));
+        assert.equal(runs, 0);
+      });
+    }
+  });
+
+  describe("runResolver()", () => {
+    for (const kind of ["grpc", "connect"] as const) {
+      it(`logs a function that throws and asks again after the retry interval (${kind})`, async () => {
+        const c = client(kind);
+        const ns = h.namespaces.held;
+        const k = key("resolver-throws");
+        await c.claim({ namespace: ns, key: k, claimant: "holder", leaseTtlMs: 1000 });
+        await sleep(1500);
+        await rejects(c.claim({ namespace: ns, key: k, claimant: "probe" })); // UNRESOLVED now
+        let asked = 0;
+        const logged: string[] = [];
+        const stop = new AbortController();
+        const loop = runResolver(
+          c,
+          { name: "thrower", namespaces: [ns], retryIntervalMs: 300, pollIntervalMs: 100, signal: stop.signal, log: (m) => logged.push(m) },
+          (held) => {
+            if (held.key !== k) {
+              return cantTell();
+            }
+            if (++asked === 1) {
+              throw new Error("lookup failed");
+            }
+            return completed("found later");
+          },
+        );
+        const deadline = Date.now() + 10_000;
+        while ((await c.lookup({ namespace: ns, key: k })).state === State.UNRESOLVED) {
+          assert.ok(Date.now() < deadline, `still UNRESOLVED after 10 s; asked ${asked} times; logged ${logged.join("; ")}`);
+          await sleep(100);
+        }
+        stop.abort();
+        await within("the resolver's return", loop, 10_000);
+        assert.equal(asked, 2);
+        assert.ok(logged.some((m) => m.includes(k) && m.includes("threw")), logged.join("; "));
+        assert.equal(text((await c.lookup({ namespace: ns, key: k })).result), "found later");
+      });
+
+      it(`ends with INVALID_RESOLVER when its name is refused, and returns at once when stopped before it starts (${kind})`, async () => {
+        const c = client(kind);
+        const ns = h.namespaces.held;
+        const k = key("resolver-bad-name");
+        await c.claim({ namespace: ns, key: k, claimant: "holder", leaseTtlMs: 1000 });
+        await sleep(1500);
+        await rejects(c.claim({ namespace: ns, key: k, claimant: "probe" }));
+        const err = await rejects(
+          within(
+            "the loop's end",
+            runResolver(c, { name: "bad\u0001name", namespaces: [ns], pollIntervalMs: 100, log: () => {} }, (held) => (held.key === k ? completed("x") : cantTell())),
+            10_000,
+          ),
+        );
+        assert.ok(err instanceof RpcError && err.reason === ErrorReason.INVALID_RESOLVER, String(err));
+        assert.equal((await c.lookup({ namespace: ns, key: k })).state, State.UNRESOLVED);
+        await within("a stopped loop's return", runResolver(c, { name: "r", signal: AbortSignal.abort() }, () => cantTell()), 5000);
+      });
+    }
   });
 
   describe("doBatch()", () => {

@@ -19,7 +19,7 @@ export interface HarnessInfo {
   control_url: string;
   store: "postgres" | "sqlite";
   tokens: { worker: string; operator: string; limited: string };
-  namespaces: { plain: string; held: string };
+  namespaces: { plain: string; held: string; step_held: string };
 }
 
 export interface Harness extends HarnessInfo {

@@ -5,7 +5,7 @@
 // an id the file no longer has.
 
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -24,19 +24,38 @@ import {
   JobFailedError,
   LeaseLostError,
   NotFoundError,
+  NotUnresolvedError,
   Outcome,
   permanent,
   ResolvedByOperatorError,
   RpcError,
   State,
+  StepAlreadyFinishedError,
+  StepState,
+  stepKey,
+  TimelineEntryKind,
   UnresolvedError,
+  cantTell,
+  completed,
+  failed,
+  release,
+  runResolver,
   type Attempt,
+  type Held,
   type JobRecord,
+  type JobStep,
 } from "../src/index.js";
 import { grpcTransport } from "../src/node.js";
 import { REPO, startHarness, type Harness } from "./harness.js";
 
 const SCENARIO_FILE = path.join(REPO, "clients", "scenarios", "scenarios.json");
+
+interface StepKeyVector {
+  namespace: string;
+  key: string;
+  step: string;
+  step_key: string;
+}
 
 interface ScenarioSpec {
   id: string;
@@ -101,6 +120,9 @@ class Env {
   }
   get held(): string {
     return this.h.namespaces.held;
+  }
+  get stepHeld(): string {
+    return this.h.namespaces.step_held;
   }
 
   /** client is a client for the tenant with the SDK's defaults, logging into log when given. */
@@ -201,6 +223,40 @@ function itemError(step: string, r: BatchResult<unknown, unknown> | undefined): 
   assert.ok(!r.ok, `${step}: succeeded; want an error`);
   return r.error;
 }
+
+/** wantStep checks one of a record's steps. */
+function wantStep(step: string, s: JobStep | undefined, name: string, state: StepState, result: string, token: bigint) {
+  assert.ok(s !== undefined, `${step}: no step ${name}`);
+  assert.equal(s.name, name, `${step}: the step's name`);
+  assert.equal(s.state, state, `${step}: ${name}'s state`);
+  assert.equal(text(s.result), result, `${step}: ${name}'s result`);
+  assert.equal(s.token, token, `${step}: ${name}'s token`);
+}
+
+/**
+ * untilHeld makes a held record whose lease has lapsed UNRESOLVED: a Claim
+ * that finds the lease run out does so at once, where idemd's sweeper would
+ * take up to its interval (10 s).
+ */
+async function untilHeld(c: IdemClient, namespace: string, key: string): Promise<JobRecord> {
+  const err = await caught(`a Claim of ${key}`, c.claim({ namespace, key, claimant: "probe" }));
+  assert.ok(err instanceof UnresolvedError, `a Claim of ${key}: ${String(err)}; want Unresolved`);
+  const rec = await c.lookup({ namespace, key });
+  assert.equal(rec.state, State.UNRESOLVED, `${key}'s state`);
+  return rec;
+}
+
+/** until polls cond until it holds, for at most ms. */
+async function until(what: string, cond: () => Promise<boolean> | boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    assert.ok(Date.now() < end, `${what} did not happen within ${ms} ms`);
+    await sleep(100);
+  }
+}
+
+/** resolverLog collects what a resolver logs, so that a scenario's output stays quiet. */
+const resolverLog = (into: string[]) => (message: string, err: unknown) => into.push(`${message}: ${String(err)}`);
 
 type Scenario = (e: Env, id: string) => Promise<void>;
 
@@ -704,6 +760,229 @@ const scenarios: Record<string, Scenario> = {
       assert.equal(rec.state, State.COMPLETED);
       assert.equal(text(rec.result), `result-${key}`);
       assert.equal(rec.attempt, 1);
+    }
+  },
+
+  async "steps-crash-between-steps"(e, id) {
+    const c = e.client();
+    const job = { namespace: e.plain, key: e.key(id, "k") };
+    const held = await c.claim({ ...job, claimant: "holder", leaseTtlMs: 1000 });
+    assert.equal(held.outcome, Outcome.ACQUIRED);
+    const t1 = held.record.token;
+    await c.completeStep({ ...job, token: t1, step: "charge", result: "ch_1" });
+    await sleep(leaseLapse);
+    let f1 = 0;
+    const f2Keys: string[] = [];
+    let token = 0n;
+    const res = await c.do(job, async (a) => {
+      token = a.token;
+      assert.equal(a.number, 2, "attempt");
+      assert.equal(a.takeover, true, "takeover");
+      const charge = await a.step("charge", () => {
+        f1++;
+        return "ch_2";
+      });
+      assert.equal(charge.text(), "ch_1", "step(charge)");
+      assert.equal(charge.replayed, true, "step(charge) replayed");
+      const receipt = await a.step("receipt", (k) => {
+        f2Keys.push(k);
+        return "rc_1";
+      });
+      assert.equal(receipt.replayed, false, "step(receipt) replayed");
+      return charge.text() + receipt.text();
+    });
+    wantValue("step 4", res, "ch_1rc_1", false);
+    assert.equal(f1, 0, "f1's runs");
+    assert.deepEqual(f2Keys, [stepKey(job.namespace, job.key, "receipt")], "f2's runs and keys");
+    const rec = await c.lookup(job);
+    assert.equal(rec.state, State.COMPLETED);
+    assert.equal(rec.steps.length, 2, "steps");
+    wantStep("lookup", rec.steps[0], "charge", StepState.FINISHED, "ch_1", t1);
+    wantStep("lookup", rec.steps[1], "receipt", StepState.FINISHED, "rc_1", token);
+  },
+
+  async "steps-stale-holder-refused"(e, id) {
+    const c = e.client();
+    const job = { namespace: e.plain, key: e.key(id, "k") };
+    const t1 = (await c.claim({ ...job, claimant: "holder", leaseTtlMs: 1000 })).record.token;
+    await sleep(leaseLapse);
+    const succ = await c.claim({ ...job, claimant: "successor" });
+    assert.equal(succ.outcome, Outcome.ACQUIRED);
+    const t2 = succ.record.token;
+    const complete = await caught("step 4", c.completeStep({ ...job, token: t1, step: "charge", result: "ch_1" }));
+    wantCodeReason("step 4", complete, Code.Aborted, ErrorReason.LEASE_LOST);
+    assert.ok(complete instanceof LeaseLostError);
+    const start = await caught("step 5", c.startStep({ ...job, token: t1, step: "charge" }));
+    wantCodeReason("step 5", start, Code.Aborted, ErrorReason.LEASE_LOST);
+    assert.ok(start instanceof LeaseLostError);
+    const rec = await c.lookup(job);
+    assert.equal(rec.state, State.PROCESSING);
+    assert.equal(rec.token, t2);
+    assert.equal(rec.steps.length, 0, "steps");
+  },
+
+  async "steps-repeat-and-conflict"(e, id) {
+    const c = e.client();
+    const job = { namespace: e.plain, key: e.key(id, "k") };
+    const t = (await c.claim(job)).record.token;
+    for (const step of ["step 2", "step 3"]) {
+      wantStep(step, await c.completeStep({ ...job, token: t, step: "charge", result: "ch_1" }), "charge", StepState.FINISHED, "ch_1", t);
+    }
+    const other = await caught("step 4", c.completeStep({ ...job, token: t, step: "charge", result: "ch_2" }));
+    wantCodeReason("step 4", other, Code.FailedPrecondition, ErrorReason.STEP_ALREADY_FINISHED);
+    assert.ok(other instanceof StepAlreadyFinishedError);
+    const again = await caught("step 5", c.startStep({ ...job, token: t, step: "charge" }));
+    wantCodeReason("step 5", again, Code.FailedPrecondition, ErrorReason.STEP_ALREADY_FINISHED);
+    assert.ok(again instanceof StepAlreadyFinishedError);
+    const bad = await caught("step 6", c.completeStep({ ...job, token: t, step: "bad\u0007name", result: "x" }));
+    wantCodeReason("step 6", bad, Code.InvalidArgument, ErrorReason.INVALID_STEP_NAME);
+    const rec = await c.lookup(job);
+    assert.equal(rec.steps.length, 1, "steps");
+    wantStep("lookup", rec.steps[0], "charge", StepState.FINISHED, "ch_1", t);
+  },
+
+  async "steps-unfinished-rerun"(e, id) {
+    const c = e.client();
+    const job = { namespace: e.plain, key: e.key(id, "k") };
+    const t1 = (await c.claim({ ...job, claimant: "holder", leaseTtlMs: 1000 })).record.token;
+    await c.startStep({ ...job, token: t1, step: "charge" });
+    await sleep(leaseLapse);
+    const keys: string[] = [];
+    const res = await c.do(job, async (a) => {
+      const charge = await a.step("charge", (k) => {
+        keys.push(k);
+        return "ch_2";
+      });
+      return charge.value;
+    });
+    wantValue("step 4", res, "ch_2", false);
+    assert.deepEqual(keys, [stepKey(job.namespace, job.key, "charge")], "f's runs and keys");
+    const rec = await c.lookup(job);
+    assert.equal(rec.state, State.COMPLETED);
+    assert.equal(rec.steps.length, 1, "steps");
+    wantStep("lookup", rec.steps[0], "charge", StepState.FINISHED, "ch_2", res.record.token);
+  },
+
+  async "steps-unfinished-hold"(e, id) {
+    const c = e.client();
+    const job = { namespace: e.stepHeld, key: e.key(id, "k") };
+    const t1 = (await c.claim({ ...job, claimant: "holder", leaseTtlMs: 1000 })).record.token;
+    await c.startStep({ ...job, token: t1, step: "charge" });
+    await sleep(leaseLapse);
+    const calls = new Calls();
+    const err = await caught("step 4", c.do(job, calls.mustNotRun()));
+    assert.ok(err instanceof UnresolvedError, `step 4: ${String(err)}; want Unresolved`);
+    assert.equal(calls.n, 0);
+    const rec = await c.lookup(job);
+    assert.equal(rec.state, State.UNRESOLVED);
+    assert.equal(rec.steps.length, 1, "steps");
+    wantStep("lookup", rec.steps[0], "charge", StepState.STARTED, "", t1);
+  },
+
+  async "steps-key-vectors"() {
+    const file = JSON.parse(readFileSync(SCENARIO_FILE, "utf8")) as { step_key_vectors: StepKeyVector[] };
+    const cases = [
+      { namespace: "payments", key: "order-42", step: "charge" },
+      { namespace: "jobs", key: "k\u00e9y/1", step: "send receipt" },
+    ];
+    for (const v of cases) {
+      const own = "idem-" + createHash("sha256").update(`${v.namespace}\0${v.key}\0${v.step}`, "utf8").digest("hex");
+      assert.equal(stepKey(v.namespace, v.key, v.step), own, `stepKey(${JSON.stringify(v)})`);
+      const vector = file.step_key_vectors.find((x) => x.namespace === v.namespace && x.key === v.key && x.step === v.step);
+      assert.ok(vector, `no step_key_vectors entry for ${JSON.stringify(v)}`);
+      assert.equal(own, vector.step_key, `the vector of ${JSON.stringify(v)}`);
+    }
+  },
+
+  async "resolver-decides-held"(e, id) {
+    const c = e.client();
+    const ns = e.held;
+    const [k1, k2, k3] = ["1", "2", "3"].map((p) => e.key(id, p)) as [string, string, string];
+    const tokens = new Map<string, bigint>();
+    for (const key of [k1, k2, k3]) {
+      tokens.set(key, (await c.claim({ namespace: ns, key, claimant: "holder", leaseTtlMs: 1000 })).record.token);
+    }
+    await sleep(leaseLapse);
+    for (const key of [k1, k2, k3]) {
+      await untilHeld(c, ns, key);
+    }
+    const called: Held[] = [];
+    const decide = (h: Held) => {
+      if (h.key === k1 || h.key === k2 || h.key === k3) {
+        called.push(h);
+      }
+      return h.key === k1 ? completed("found") : h.key === k2 ? failed("no charge") : h.key === k3 ? release() : cantTell();
+    };
+    const stop = new AbortController();
+    const logged: string[] = [];
+    const rpcs = new RpcLog();
+    const loop = runResolver(e.client("worker", rpcs), { name: "charges-resolver", namespaces: [ns], pollIntervalMs: 200, signal: stop.signal, log: resolverLog(logged) }, decide);
+    try {
+      await until(
+        "the resolver's decisions",
+        async () => (await c.batchLookup([k1, k2, k3].map((key) => ({ namespace: ns, key })))).every((r) => r.ok && r.value.state !== State.UNRESOLVED),
+        10_000,
+      );
+    } finally {
+      stop.abort();
+    }
+    await within("the resolver's return", loop, 10_000);
+    // gRPC streams the held records; the Connect protocol's JSON cannot, so the loop polls.
+    const [used, unused] = e.transport === "grpc" ? ["WatchHeld", "ListHeld"] : ["ListHeld", "WatchHeld"];
+    assert.ok(rpcs.count(used) > 0 && rpcs.count(unused) === 0, `the resolver called ${used} ${rpcs.count(used)} times and ${unused} ${rpcs.count(unused)} times`);
+    assert.deepEqual(
+      called.map((h) => [h.key, h.token]).sort(),
+      [k1, k2, k3].map((key) => [key, tokens.get(key)]).sort(),
+      `the function's calls (logged: ${logged.join("; ")})`,
+    );
+    const calls = new Calls();
+    wantValue("do(K1)", await c.do({ namespace: ns, key: k1 }, calls.mustNotRun()), "found", true);
+    wantValue("do(K3)", await c.do({ namespace: ns, key: k3 }, calls.returns("again")), "again", false);
+    assert.equal(calls.n, 1, "the handlers' runs");
+    const h2 = await c.lookupHistory({ namespace: ns, key: k2 });
+    assert.equal(h2.record.state, State.FAILED);
+    assert.equal(h2.record.error, "no charge");
+    const resolved = h2.history.find((t) => t.kind === TimelineEntryKind.RESOLVED);
+    assert.ok(resolved, `K2's timeline has no RESOLVED entry: ${h2.history.map((t) => TimelineEntryKind[t.kind]).join(", ")}`);
+    assert.equal(resolved.actor.resolver, "charges-resolver");
+  },
+
+  async "resolver-cant-tell-and-race"(e, id) {
+    const c = e.client();
+    const ns = e.held;
+    const k = e.key(id, "k");
+    await c.claim({ namespace: ns, key: k, claimant: "holder", leaseTtlMs: 1000 });
+    await sleep(leaseLapse);
+    const held = await untilHeld(c, ns, k);
+    let askedAboutK = false;
+    const stop = new AbortController();
+    const loop = runResolver(c, { name: "cant-tell", namespaces: [ns], pollIntervalMs: 200, signal: stop.signal, log: resolverLog([]) }, (h) => {
+      askedAboutK ||= h.key === k;
+      return cantTell();
+    });
+    try {
+      await until("the resolver's call for K", () => askedAboutK, 10_000);
+    } finally {
+      stop.abort();
+    }
+    await within("the resolver's return", loop, 10_000);
+    assert.equal((await c.lookup({ namespace: ns, key: k })).state, State.UNRESOLVED, "step 3");
+
+    const ref = { namespace: ns, key: k, token: held.token };
+    const out = await Promise.allSettled([c.resolve({ ...ref, resolver: "a", completed: "x" }), c.resolve({ ...ref, resolver: "b", failed: "y" })]);
+    const won = out.filter((o) => o.status === "fulfilled");
+    const lost = out.filter((o): o is PromiseRejectedResult => o.status === "rejected");
+    assert.equal(won.length, 1, `step 4: ${out.map((o) => (o.status === "rejected" ? String(o.reason) : "ok")).join(", ")}; want exactly one success`);
+    const err = lost[0]!.reason;
+    wantCodeReason("step 4", err, Code.FailedPrecondition, ErrorReason.NOT_UNRESOLVED);
+    assert.ok(err instanceof NotUnresolvedError);
+    const rec = await c.lookup({ namespace: ns, key: k });
+    if (out[0]!.status === "fulfilled") {
+      assert.equal(rec.state, State.COMPLETED);
+      assert.equal(text(rec.result), "x");
+    } else {
+      assert.equal(rec.state, State.FAILED);
+      assert.equal(rec.error, "y");
     }
   },
 };

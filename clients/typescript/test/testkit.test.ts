@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { IdemClient, State, type Attempt, type Job } from "../src/index.js";
+import { cantTell, completed, IdemClient, release, State, type Attempt, type Job, type ResolverFn } from "../src/index.js";
 import { grpcTransport } from "../src/node.js";
 import { ALL_CASES, Case, CheckFailedError, checkHandler, inspectHandler, type Idemd, type MakeHandler, startIdemd } from "../src/testkit.js";
 import { WORDS } from "../src/testkit-words.js";
@@ -47,6 +47,11 @@ class PaymentsAPI {
     return id;
   }
 
+  /** chargeBy is the charge made with idempotencyKey, if there is one. */
+  chargeBy(idempotencyKey: string): string | undefined {
+    return this.#byKey.get(idempotencyKey);
+  }
+
   wasCharged(order: string): boolean {
     return this.#charged.has(order);
   }
@@ -57,13 +62,35 @@ const handlers: Record<string, (p: PaymentsAPI) => MakeHandler> = {
   "downstream key": (p) => (job) => () => p.charge(job.key, `${job.namespace}/${job.key}`),
   "fencing token": (p) => (job) => (a: Attempt) => p.charge(job.key, "", a.token),
   "takeover check": (p) => (job) => (a: Attempt) => (a.takeover && p.wasCharged(job.key) ? "charged earlier" : p.charge(job.key)),
+  // Two effects, each recorded as a step; the downstream is not given the step's key.
+  "two steps": (p) => (job) => async (a: Attempt) => {
+    const charge = await a.step("charge", () => p.charge(`${job.key}#charge`));
+    const receipt = await a.step("receipt", () => p.charge(`${job.key}#receipt`));
+    return `${charge.text()} ${receipt.text()}`;
+  },
+  // The same, passing each step's key downstream as its idempotency key.
+  "two steps with step keys": (p) => (job) => async (a: Attempt) => {
+    const charge = await a.step("charge", (k) => p.charge(`${job.key}#charge`, k));
+    const receipt = await a.step("receipt", (k) => p.charge(`${job.key}#receipt`, k));
+    return `${charge.text()} ${receipt.text()}`;
+  },
+  // One effect recorded as a step, and one made outside every step.
+  "a step and an unrecorded effect": (p) => (job) => async (a: Attempt) => {
+    const charge = await a.step("charge", () => p.charge(`${job.key}#charge`));
+    p.charge(`${job.key}#email`);
+    return charge.text();
+  },
 };
 
 let idemd: Idemd;
 
 before(async () => {
   // One idemd for most tests: namespaces held.* are held (on_lease_expiry: hold).
-  idemd = await startIdemd({ bin: IDEMD, config: 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n' });
+  // Namespaces stepheld.* are held only for a step started and not finished (on_unfinished_step: hold).
+  idemd = await startIdemd({
+    bin: IDEMD,
+    config: 'policies:\n  - namespaces: ["held.*"]\n    on_lease_expiry: hold\n  - namespaces: ["stepheld.*"]\n    on_unfinished_step: hold\n',
+  });
 });
 
 after(async () => {
@@ -76,21 +103,39 @@ describe("testkit", () => {
     assert.deepEqual(WORDS, file, "src/testkit-words.ts differs from idemtest/cases.json: copy the file's object into it");
     assert.deepEqual(
       WORDS.cases.map((c) => c.id),
-      ALL_CASES,
+      [...ALL_CASES, Case.StepsHeldResolver],
     );
   });
 
-  const expectations: Array<{ name: string; handler: string; job?: Job; open: Case[]; held?: Case[] }> = [
-    { name: "naive", handler: "naive", open: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure] },
+  // steps: the handler records steps, so each is judged on its own: an open
+  // window is a step's effect (or one outside every step) run twice.
+  const expectations: Array<{ name: string; handler: string; job?: Job; open: Case[]; held?: Case[]; steps?: boolean }> = [
+    { name: "naive", handler: "naive", open: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep] },
     { name: "downstream key", handler: "downstream key", open: [] },
-    { name: "fencing token", handler: "fencing token", open: [Case.CrashAfterEffect, Case.RetryableFailure] },
+    { name: "fencing token", handler: "fencing token", open: [Case.CrashAfterEffect, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep] },
     { name: "takeover check", handler: "takeover check", open: [Case.LeaseLapsed] },
     {
       name: "naive under hold",
       handler: "naive",
       job: { namespace: "held.payments", key: "order-7" },
       open: [Case.RetryableFailure],
-      held: [Case.CrashAfterEffect, Case.LeaseLapsed],
+      held: [Case.CrashAfterEffect, Case.LeaseLapsed, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep],
+    },
+    { name: "two steps", handler: "two steps", open: [Case.StepsCrashInsideStep], steps: true },
+    { name: "two steps with step keys", handler: "two steps with step keys", open: [], steps: true },
+    {
+      name: "two steps under on_unfinished_step: hold",
+      handler: "two steps",
+      job: { namespace: "stepheld.payments", key: "order-8" },
+      open: [],
+      held: [Case.StepsCrashInsideStep],
+      steps: true,
+    },
+    {
+      name: "a step and an unrecorded effect",
+      handler: "a step and an unrecorded effect",
+      open: [Case.CrashAfterEffect, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep],
+      steps: true,
     },
   ];
   for (const e of expectations) {
@@ -100,7 +145,10 @@ describe("testkit", () => {
       assert.equal(r.cases.length, ALL_CASES.length);
       for (const cr of r.cases) {
         assert.equal(cr.error, undefined, `${cr.case} could not run:\n${cr}`);
-        if (e.open.includes(cr.case)) {
+        if (e.open.includes(cr.case) && e.steps) {
+          const twice = cr.repeatedStep !== "" ? cr.stepEffects?.get(cr.repeatedStep) : cr.repeatedUnrecorded ? cr.stepEffects?.get("") : 0;
+          assert.ok(twice === 2 && !cr.ok && cr.window !== "" && cr.remedy !== "", `${cr.case}: want one effect twice, a window and a remedy:\n${cr}`);
+        } else if (e.open.includes(cr.case)) {
           assert.ok(cr.effects === 2 && !cr.ok && cr.window !== "" && cr.remedy !== "", `${cr.case}: want the effect twice, a window and a remedy:\n${cr}`);
         } else {
           assert.ok(cr.ok, `${cr.case}: want the effect once:\n${cr}`);
@@ -129,6 +177,81 @@ describe("testkit", () => {
     assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
   });
 
+  it("names the step whose effect ran twice, and the remedy: pass the step key downstream, or record it as a step", async () => {
+    const api = new PaymentsAPI();
+    const job = { namespace: "payments", key: "order-2048" };
+    let r = await inspectHandler(handlers["two steps"]!(api), () => api.applied, { server: idemd.grpcUrl, job });
+    const inside = r.case(Case.StepsCrashInsideStep)!;
+    let msg = String(inside);
+    assert.equal(inside.repeatedStep, "charge", msg);
+    for (const want of [
+      "steps-crash-inside-step: the effect ran 2 times for one job; want once",
+      "\n  window: inside the step charge, between its effect and its CompleteStep",
+      "\n  remedy: pass the step key downstream: give the downstream API the key the step's function receives (attempt.stepKey(name)",
+    ]) {
+      assert.ok(msg.includes(want), `the report does not say ${JSON.stringify(want)}:\n${msg}`);
+    }
+    const between = r.case(Case.StepsCrashBetweenSteps)!;
+    assert.ok(between.ok && String(between).startsWith("steps-crash-between-steps: the effect ran once"), String(between));
+    assert.deepEqual([...between.stepEffects!.entries()].sort(), [["charge", 1], ["receipt", 1]], String(between));
+    assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
+
+    const api2 = new PaymentsAPI();
+    r = await inspectHandler(handlers["a step and an unrecorded effect"]!(api2), () => api2.applied, { server: idemd.grpcUrl, job });
+    const unrecorded = r.case(Case.StepsCrashBetweenSteps)!;
+    msg = String(unrecorded);
+    assert.ok(unrecorded.repeatedUnrecorded && unrecorded.repeatedStep === "", msg);
+    for (const want of ["\n  remedy: record it as a step: make the effect inside attempt.step(name, fn)", "(payments/order-2048.", ".steps-crash-between-steps)"]) {
+      assert.ok(msg.includes(want), `the report does not say ${JSON.stringify(want)}:\n${msg}`);
+    }
+    assert.doesNotMatch(String(r), /\{[a-z_]+\}/);
+  });
+
+  // The resolver case: a resolver that looks the charge up by its step key
+  // decides the held job right; one that releases it blindly makes the
+  // charge twice; one that cannot tell leaves it held; and without a hold
+  // policy there is nothing to decide.
+  const resolvers: Array<{ name: string; handler: string; resolver: (api: PaymentsAPI) => ResolverFn; held: boolean; ok: boolean; want: string }> = [
+    {
+      name: "looks the charge up",
+      handler: "two steps with step keys",
+      resolver: (api) => (h) => {
+        const id = api.chargeBy(h.stepKey("charge"));
+        return id !== undefined ? completed(id, `charge ${id} found`) : release("no charge");
+      },
+      held: true,
+      ok: true,
+      want: "steps-held-resolver: the effect ran once",
+    },
+    { name: "releases blindly", handler: "two steps", resolver: () => () => release(), held: true, ok: false, want: "remedy: look the effect up downstream by the step's key (attempt.stepKey(name)" },
+    {
+      name: "cannot tell",
+      handler: "two steps with step keys",
+      resolver: () => () => {
+        throw new Error("the provider is down");
+      },
+      held: true,
+      ok: false,
+      want: "the resolver left the record UNRESOLVED",
+    },
+    { name: "not held", handler: "two steps with step keys", resolver: () => () => cantTell(), held: false, ok: false, want: "the namespace's policy did not hold the record" },
+  ];
+  for (const tc of resolvers) {
+    it(`checks the resolver option's decision of a job held inside a step: ${tc.name}`, async () => {
+      const api = new PaymentsAPI();
+      const job = { namespace: tc.held ? "stepheld.payments" : "payments", key: "order-11" };
+      const r = await inspectHandler(handlers[tc.handler]!(api), () => api.applied, { server: idemd.grpcUrl, job, resolver: tc.resolver(api) });
+      const cr = r.case(Case.StepsHeldResolver);
+      assert.ok(cr !== undefined, `no ${Case.StepsHeldResolver} case in the report:\n${r}`);
+      const msg = String(cr);
+      assert.ok(cr.error === undefined && cr.ok === tc.ok && msg.includes(tc.want), `want ok ${tc.ok} and ${JSON.stringify(tc.want)}:\n${msg}`);
+      if (tc.name === "releases blindly") {
+        assert.equal(cr.repeatedStep, "charge", msg);
+      }
+      assert.doesNotMatch(msg, /\{[a-z_]+\}/);
+    });
+  }
+
   it("checkHandler throws the report of each open window, and passes a safe handler", async () => {
     const api = new PaymentsAPI();
     const err = await checkHandler(handlers.naive!(api), () => api.applied, { server: idemd.grpcUrl }).then(
@@ -138,7 +261,7 @@ describe("testkit", () => {
     assert.ok(err instanceof CheckFailedError, `want a CheckFailedError; got ${String(err)}`);
     assert.deepEqual(
       err.report.failed().map((c) => c.case),
-      [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure],
+      [Case.CrashAfterEffect, Case.LeaseLapsed, Case.RetryableFailure, Case.StepsCrashBetweenSteps, Case.StepsCrashInsideStep],
     );
     for (const c of ["crash-after-effect: the effect ran 2 times", "lease-lapsed: the effect ran 2 times", "retryable-failure: the effect ran 2 times"]) {
       assert.ok(err.message.includes(c), `the failure does not say ${JSON.stringify(c)}:\n${err.message}`);

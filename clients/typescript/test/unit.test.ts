@@ -34,6 +34,7 @@ import {
   ResolvedByOperatorError,
   RpcError,
   storableText,
+  stepKey,
   connectTransport,
 } from "../src/index.js";
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
@@ -83,6 +84,35 @@ describe("fingerprints", () => {
     assert.throws(() => fingerprintJSON({ a: 1n }), TypeError);
     assert.throws(() => fingerprintJSON(undefined), TypeError);
     assert.equal(canonicalJSON({ b: undefined, a: [undefined, () => 1], d: new Date(0) }), '{"a":[null,null],"d":"1970-01-01T00:00:00.000Z"}');
+  });
+});
+
+describe("step keys", () => {
+  const file = path.join(REPO, "clients", "scenarios", "scenarios.json");
+  const { step_key_vectors: vectors } = JSON.parse(readFileSync(file, "utf8")) as {
+    step_key_vectors: { namespace: string; key: string; step: string; step_key: string }[];
+  };
+
+  it("has vectors to check", () => {
+    assert.ok(vectors.length >= 2, `${file} has ${vectors.length} step key vectors`);
+  });
+  for (const v of vectors) {
+    it(`vector ${JSON.stringify([v.namespace, v.key, v.step])}: the key every SDK derives`, () => {
+      assert.equal(stepKey(v.namespace, v.key, v.step), v.step_key);
+    });
+  }
+
+  it("is idem- and 64 lowercase hex digits of SHA-256 over namespace, NUL, key, NUL, step, as node:crypto makes it", () => {
+    for (const [ns, key, step] of [["a", "b", "c"], ["payments", "ключ/😀", "charge card"], ["n", "k", ""]] as const) {
+      const got = stepKey(ns, key, step);
+      assert.match(got, /^idem-[0-9a-f]{64}$/);
+      assert.equal(got, "idem-" + createHash("sha256").update(`${ns}\0${key}\0${step}`, "utf8").digest("hex"));
+    }
+  });
+
+  it("differs for each step, key and namespace, also where a NUL-less join would collide", () => {
+    const keys = [stepKey("ns", "k", "a"), stepKey("ns", "k", "b"), stepKey("ns", "ka", ""), stepKey("nsk", "", "a")];
+    assert.equal(new Set(keys).size, keys.length, keys.join(", "));
   });
 });
 
