@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 
 from ._errors import IdemError, LeaseLostError, NotFoundError, NotUnresolvedError
 from ._step import step_key
-from ._types import Record, State, Step
+from ._types import Record, Step
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -97,8 +97,8 @@ class Resolver:
 
     It polls ListHeld (the HTTP/JSON API cannot stream WatchHeld) every
     ``poll_interval`` seconds (default 5) for the UNRESOLVED records of
-    ``namespaces`` (default: every namespace the token may use), reads each
-    with Lookup for its steps, and calls fn(Held) for each, in turn; fn
+    ``namespaces`` (default: every namespace the token may use), with their
+    steps, and calls fn(Held) for each, in turn; fn
     returns a Resolution. A completed, failed or released answer is sent
     with Resolve under the resolver's ``name`` (1 to 128 bytes, on the
     record's timeline); a record that someone else decided first
@@ -189,14 +189,6 @@ class Resolver:
     def _decide(self, rec: Record) -> bool:
         """Asks fn about rec and sends its answer: True when rec is no longer
         held by this token (decided here or by someone else)."""
-        # ListHeld's records carry no steps; Lookup's do.
-        try:
-            now = self.client.lookup(rec.namespace, rec.key)
-        except NotFoundError:
-            return True
-        if now.state != State.UNRESOLVED or now.token != rec.token:
-            return True
-        rec = now
         held = Held(rec, {st.name: step_key(rec.namespace, rec.key, st.name) for st in rec.steps})
         try:
             answer = self.fn(held)
