@@ -831,5 +831,11 @@ func TestCrossTenantLineOncePerSession(t *testing.T) {
 		if len(debug) != 7 {
 			t.Errorf("%d debug lines %v; want the other 7 calls", len(debug), debug)
 		}
+		// The console shows who is signed in by the name Stats gives.
+		for ctx, want := range map[context.Context]string{bob: "bob@ops", shared: ""} {
+			if stats, err := s.admin.Stats(ctx, &idemv1.StatsRequest{AllTenants: true}); err != nil || stats.GetCallerName() != want {
+				t.Errorf("Stats' caller name %q, %v; want %q", stats.GetCallerName(), err, want)
+			}
+		}
 	})
 }

@@ -52,6 +52,8 @@ export interface Session {
   tenants: string[];
   /** namespaces are the namespaces that had records at sign-in, for the filters. */
   namespaces: string[];
+  /** callerName is the name idemd's config gives the token (named_tokens), "" for none: who the timeline says decided. */
+  callerName: string;
 }
 
 const TOKEN_KEY = "idem.console.token";
@@ -83,8 +85,9 @@ export async function signIn(token: string, info: ServerInfo): Promise<Session> 
   let role: Role = info.authentication === "none" ? "open" : "operator";
   let tenant = info.authentication === "none" ? "default" : "";
   let rows: { tenant: string; namespace: string }[];
+  let callerName = "";
   try {
-    rows = (await client.raw.admin.stats({ allTenants: true })).rows;
+    ({ rows, callerName } = await client.raw.admin.stats({ allTenants: true }));
   } catch (raw) {
     const err = RpcError.from(raw);
     if (!(err instanceof RpcError) || err.reasonName !== "NOT_OPERATOR") {
@@ -93,7 +96,7 @@ export async function signIn(token: string, info: ServerInfo): Promise<Session> 
     role = "admin";
     tenant = err.metadata["tenant"] ?? "";
     try {
-      rows = (await client.raw.admin.stats({})).rows;
+      ({ rows, callerName } = await client.raw.admin.stats({}));
     } catch (raw2) {
       throw new SignInError(describe(raw2), raw2);
     }
@@ -102,7 +105,7 @@ export async function signIn(token: string, info: ServerInfo): Promise<Session> 
     window.sessionStorage.setItem(TOKEN_KEY, token);
   }
   const uniq = (xs: string[]) => [...new Set(xs)].sort();
-  return { client, role, tenant, tenants: uniq(rows.map((r) => r.tenant)), namespaces: uniq(rows.map((r) => r.namespace)) };
+  return { client, role, tenant, tenants: uniq(rows.map((r) => r.tenant)), namespaces: uniq(rows.map((r) => r.namespace)), callerName };
 }
 
 export class SignInError extends Error {

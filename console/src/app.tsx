@@ -182,8 +182,9 @@ function Console({ session, info, signOut }: { session: Session; info: ServerInf
     navigate(route.page === "record" ? navRoute("records", tenant) : route.page === "records" ? { ...route, tenant, query: { ...route.query, after: "" } } : { ...route, tenant });
   };
 
-  const who =
+  const role =
     session.role === "open" ? "no authentication (tenant default)" : session.role === "operator" ? "operator" : `tenant ${session.tenant || "(own)"}`;
+  const who = session.callerName ? `${session.callerName} (${role})` : role;
   const scopeTenant = session.role === "operator" ? route.tenant : "";
   return (
     <div class="app">

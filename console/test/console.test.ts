@@ -719,6 +719,7 @@ describe("what happened to a record, as it happens", () => {
     const { context, page, cspViolations } = await open(idemd, undefined, `#/record/acme/${ns}/${key}`);
     await signIn(page, idemd.tokens.alice!);
     await page.getByTestId("record-page").waitFor();
+    assert.equal(await page.getByTestId("who").innerText(), `${OPERATOR_NAME} (operator)`, "the header names the person a named token is");
     const charge = page.locator('[data-testid=step][data-step="charge-card"]');
     await charge.waitFor();
     const chargeText = await charge.innerText();

@@ -447,7 +447,7 @@ func (a *AdminService) Stats(ctx context.Context, req *idemv1.StatsRequest) (*id
 	} else {
 		t = a.allowList(ctx)
 	}
-	resp := &idemv1.StatsResponse{}
+	resp := &idemv1.StatsResponse{CallerName: OperatorFromContext(ctx)}
 	for _, tenant := range tenants {
 		rows, err := a.store.RecordStats(ctx, &store.StatsParams{Tenant: tenant, Namespace: req.GetNamespace()})
 		if err != nil {

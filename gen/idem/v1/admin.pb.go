@@ -743,7 +743,11 @@ type StatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The counts, ordered by namespace, then state (by tenant first with
 	// all_tenants).
-	Rows          []*StatsRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	Rows []*StatsRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// The name idemd's config gives the caller's token (named_tokens), by
+	// which timelines and the audit log name the caller; empty for a token
+	// without one. The console shows who is signed in by it.
+	CallerName    string `protobuf:"bytes,2,opt,name=caller_name,json=callerName,proto3" json:"caller_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -783,6 +787,13 @@ func (x *StatsResponse) GetRows() []*StatsRow {
 		return x.Rows
 	}
 	return nil
+}
+
+func (x *StatsResponse) GetCallerName() string {
+	if x != nil {
+		return x.CallerName
+	}
+	return ""
 }
 
 // StatsRow is the number of records of one namespace in one state.
@@ -1050,9 +1061,11 @@ const file_idem_v1_admin_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vall_tenants\x18\x03 \x01(\bR\n" +
-	"allTenants\"6\n" +
+	"allTenants\"W\n" +
 	"\rStatsResponse\x12%\n" +
-	"\x04rows\x18\x01 \x03(\v2\x11.idem.v1.StatsRowR\x04rows\"\xc4\x01\n" +
+	"\x04rows\x18\x01 \x03(\v2\x11.idem.v1.StatsRowR\x04rows\x12\x1f\n" +
+	"\vcaller_name\x18\x02 \x01(\tR\n" +
+	"callerName\"\xc4\x01\n" +
 	"\bStatsRow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.idem.v1.StateR\x05state\x12\x14\n" +
