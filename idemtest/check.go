@@ -469,99 +469,8 @@ func (k *kit) run(c Case) *CaseReport {
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	defer cancel()
 
-	// The deliveries whose lease must lapse hold it for the server's
-	// minimum, and their heartbeats do not get through.
-	lapsing := job
-	lapsing.LeaseTTL = limits.MinLeaseTTL
-	waitForLapse := client.WithWait(client.MaxWait)
-
 	before := k.effects()
-	var ds []*delivery
-	decided := false // by the resolver of StepsHeldResolver
-	switch c {
-	case TwiceInSequence:
-		ds = append(ds, k.deliver(ctx, job, nil, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil))
-	case Concurrent:
-		// Built one after the other before any is sent, so that what
-		// building one makes is counted as its own.
-		ds = make([]*delivery, k.o.concurrency)
-		for i := range ds {
-			ds[i] = k.build(job, nil)
-		}
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for _, d := range ds {
-			wg.Go(func() {
-				<-start
-				k.send(ctx, d, job, nil)
-			})
-		}
-		close(start)
-		wg.Wait()
-		// The report tells the one that ran first, then the others.
-		slices.SortStableFunc(ds, func(a, b *delivery) int { return cmp.Compare(a.outcome(), b.outcome()) })
-		// The queue redelivers each copy that found the job in progress.
-		for _, d := range ds[:k.o.concurrency] {
-			if d.outcome() == outcomeInProgress {
-				ds = append(ds, k.deliver(ctx, job, nil, nil))
-			}
-		}
-	case CrashAfterEffect:
-		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieBeforeComplete: true}, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
-	case CrashAfterComplete:
-		// A lapsing lease, so that a record the dead worker left PROCESSING
-		// is taken over by the redelivery.
-		ds = append(ds, k.deliver(ctx, lapsing, &faults{dieAfterComplete: true}, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
-	case LeaseLapsed:
-		acquired, resume := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		stall := func(ctx context.Context) error {
-			once.Do(func() { close(acquired) })
-			select {
-			case <-resume:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		stalled := k.build(lapsing, &wrap{stall: stall})
-		first := make(chan *delivery, 1)
-		go func() { first <- k.send(ctx, stalled, lapsing, &faults{holdHeartbeats: true}) }()
-		var second *delivery
-		select {
-		case <-acquired:
-			second = k.deliver(ctx, job, nil, nil, waitForLapse)
-		case d := <-first: // it never acquired: its outcome says why
-			first <- d
-		}
-		close(resume)
-		ds = append(ds, <-first)
-		if second != nil {
-			ds = append(ds, second)
-		}
-	case CompleteAnswerLost:
-		ds = append(ds, k.deliver(ctx, job, &faults{loseCompleteAnswer: true}, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil))
-	case RetryableFailure:
-		ds = append(ds, k.deliver(ctx, job, nil, &wrap{failAfter: true}))
-		ds = append(ds, k.deliver(ctx, job, nil, nil))
-	case StepsCrashBetweenSteps:
-		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieBetweenSteps: true}, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
-	case StepsCrashInsideStep:
-		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
-	case StepsHeldResolver:
-		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
-		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
-		if ds[1].outcome() == outcomeUnresolved {
-			decided = k.resolve(ctx, job)
-			ds = append(ds, k.deliver(ctx, job, nil, nil))
-		}
-	}
+	ds, decided := k.deliveries(ctx, c, job)
 	end := k.effects()
 
 	// What the counter saw, by when it moved: while a handler was built,
@@ -595,29 +504,154 @@ func (k *kit) run(c Case) *CaseReport {
 			cr.Late += moved
 		}
 	}
-
-	vars := map[string]string{"namespace": job.Namespace, "key": job.Key,
-		"effects": strconv.Itoa(cr.Effects), "runs": strconv.Itoa(cr.Runs), "deliveries": strconv.Itoa(len(ds)),
-		"outside": strconv.Itoa(cr.Outside), "late": strconv.Itoa(cr.Late)}
-	maps.Copy(vars, goTerms)
-	msg := words().Messages
 	held := false
 	for _, d := range ds {
 		held = held || d.outcome() == outcomeUnresolved
 	}
+	judge(cr, c, cw, verdictOf{lost: lost, held: held, decided: decided, stepOrder: stepOrder, deliveries: len(ds)})
+	return cr
+}
+
+// deliveries delivers job as case c has it and returns the deliveries in
+// the order the report tells them, and whether the resolver of
+// StepsHeldResolver decided the job.
+func (k *kit) deliveries(ctx context.Context, c Case, job client.Job) (ds []*delivery, decided bool) {
+	// The deliveries whose lease must lapse hold it for the server's
+	// minimum, and their heartbeats do not get through.
+	lapsing := job
+	lapsing.LeaseTTL = limits.MinLeaseTTL
+	waitForLapse := client.WithWait(client.MaxWait)
+
+	switch c {
+	case TwiceInSequence:
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
+	case Concurrent:
+		ds = k.concurrent(ctx, job)
+	case CrashAfterEffect:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieBeforeComplete: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case CrashAfterComplete:
+		// A lapsing lease, so that a record the dead worker left PROCESSING
+		// is taken over by the redelivery.
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{dieAfterComplete: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case LeaseLapsed:
+		ds = k.leaseLapsed(ctx, job, lapsing, waitForLapse)
+	case CompleteAnswerLost:
+		ds = append(ds, k.deliver(ctx, job, &faults{loseCompleteAnswer: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
+	case RetryableFailure:
+		ds = append(ds, k.deliver(ctx, job, nil, &wrap{failAfter: true}))
+		ds = append(ds, k.deliver(ctx, job, nil, nil))
+	case StepsCrashBetweenSteps:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieBetweenSteps: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case StepsCrashInsideStep:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+	case StepsHeldResolver:
+		ds = append(ds, k.deliver(ctx, lapsing, &faults{holdHeartbeats: true, dieInStep: true}, nil))
+		ds = append(ds, k.deliver(ctx, job, nil, nil, waitForLapse))
+		if ds[1].outcome() == outcomeUnresolved {
+			decided = k.resolve(ctx, job)
+			ds = append(ds, k.deliver(ctx, job, nil, nil))
+		}
+	}
+	return ds, decided
+}
+
+// concurrent delivers job to k's concurrency at once, then once more for
+// each copy that found it in progress, as a queue redelivers.
+func (k *kit) concurrent(ctx context.Context, job client.Job) []*delivery {
+	// Built one after the other before any is sent, so that what
+	// building one makes is counted as its own.
+	ds := make([]*delivery, k.o.concurrency)
+	for i := range ds {
+		ds[i] = k.build(job, nil)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		wg.Go(func() {
+			<-start
+			k.send(ctx, d, job, nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	// The report tells the one that ran first, then the others.
+	slices.SortStableFunc(ds, func(a, b *delivery) int { return cmp.Compare(a.outcome(), b.outcome()) })
+	// The queue redelivers each copy that found the job in progress.
+	for _, d := range ds[:k.o.concurrency] {
+		if d.outcome() == outcomeInProgress {
+			ds = append(ds, k.deliver(ctx, job, nil, nil))
+		}
+	}
+	return ds
+}
+
+// leaseLapsed delivers job to a worker that stalls after it acquired it,
+// until a second delivery has taken the lapsed lease over.
+func (k *kit) leaseLapsed(ctx context.Context, job, lapsing client.Job, waitForLapse client.DoOption) []*delivery {
+	acquired, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stall := func(ctx context.Context) error {
+		once.Do(func() { close(acquired) })
+		select {
+		case <-resume:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	stalled := k.build(lapsing, &wrap{stall: stall})
+	first := make(chan *delivery, 1)
+	go func() { first <- k.send(ctx, stalled, lapsing, &faults{holdHeartbeats: true}) }()
+	var second *delivery
+	select {
+	case <-acquired:
+		second = k.deliver(ctx, job, nil, nil, waitForLapse)
+	case d := <-first: // it never acquired: its outcome says why
+		first <- d
+	}
+	close(resume)
+	ds := []*delivery{<-first}
+	if second != nil {
+		ds = append(ds, second)
+	}
+	return ds
+}
+
+// verdictOf is what judge needs to know of a case's deliveries beyond its
+// report.
+type verdictOf struct {
+	lost, held, decided bool
+	stepOrder           []string
+	deliveries          int
+}
+
+// judge writes cr's finding, or its window and remedy, or what held it,
+// from what the deliveries of case c did.
+func judge(cr *CaseReport, c Case, cw caseWords, v verdictOf) {
+	vars := map[string]string{"namespace": cr.Job.Namespace, "key": cr.Job.Key,
+		"effects": strconv.Itoa(cr.Effects), "runs": strconv.Itoa(cr.Runs), "deliveries": strconv.Itoa(v.deliveries),
+		"outside": strconv.Itoa(cr.Outside), "late": strconv.Itoa(cr.Late)}
+	maps.Copy(vars, goTerms)
+	msg := words().Messages
 	switch {
 	case cr.Outside > 0:
 		cr.Finding = fill(msg["outside_effects"], vars)
 	case cr.Late > 0:
 		cr.Finding = fill(msg["late_effect"], vars)
-	case lost && cr.Effects <= 0:
+	case v.lost && cr.Effects <= 0:
 		cr.Window, cr.Remedy = fill(cw.Window, vars), fill(cw.Remedy, vars)
 	case cr.Effects <= 0:
 		cr.Finding = fill(msg["no_effect"], vars)
 	case c == StepsHeldResolver:
-		judgeResolver(cr, cw, stepOrder, vars, held, decided)
+		judgeResolver(cr, cw, v.stepOrder, vars, v.held, v.decided)
 	case cr.StepEffects != nil:
-		judgeSteps(cr, cw, stepOrder, vars, held)
+		judgeSteps(cr, cw, v.stepOrder, vars, v.held)
 	case cr.Effects > cr.Runs:
 		cr.Finding = fill(msg["extra_effects"], vars)
 	case cr.Effects > 1 && (cw.Window == "" || c == CrashAfterComplete):
@@ -625,10 +659,9 @@ func (k *kit) run(c Case) *CaseReport {
 	case cr.Effects > 1:
 		// A handler that records no step: the effect was made outside one.
 		cr.Window, cr.Remedy = fill(cmp.Or(cw.WindowUnrecorded, cw.Window), vars), fill(cmp.Or(cw.RemedyUnrecorded, cw.Remedy), vars)
-	case held && cw.Held != "":
+	case v.held && cw.Held != "":
 		cr.Held = fill(cw.Held, vars)
 	}
-	return cr
 }
 
 // awaitLateEffects waits up to lateWait for the effect counter to move past
