@@ -52,20 +52,26 @@ func TestPaymentHandlerChargesOnce(t *testing.T) {
 // Without it (the demo's -provider-key=false), the kit finds the windows the
 // demo's report accounts for: a worker killed between the charge and
 // Complete, a lease lost under a stalled worker, a charge whose answer
-// failed after it was applied.
-func TestPaymentHandlerWithoutProviderKeyChargesTwiceInThreeWindows(t *testing.T) {
+// failed after it was applied; and, since the handler records no step, the
+// two crash windows of a job with steps are the first of those again.
+func TestPaymentHandlerWithoutProviderKeyChargesTwiceInFiveWindows(t *testing.T) {
 	t.Parallel()
 	r := checkPaymentHandler(t, idemtest.InspectHandler, false)
-	want := map[idemtest.Case]string{
-		idemtest.CrashAfterEffect: "window: between the side effect and Complete",
-		idemtest.LeaseLapsed:      "window: while the handler ran",
-		idemtest.RetryableFailure: "window: between the side effect and the handler's return",
+	keyRemedy := func(c idemtest.Case) string {
+		return "(payments/order-1042." + string(c) + ") to the downstream system as its own idempotency key"
+	}
+	want := map[idemtest.Case][2]string{ // the window, and what the remedy says
+		idemtest.CrashAfterEffect:       {"window: between the side effect and Complete", keyRemedy(idemtest.CrashAfterEffect)},
+		idemtest.LeaseLapsed:            {"window: while the handler ran", keyRemedy(idemtest.LeaseLapsed)},
+		idemtest.RetryableFailure:       {"window: between the side effect and the handler's return", keyRemedy(idemtest.RetryableFailure)},
+		idemtest.StepsCrashBetweenSteps: {"window: between two of the job's effects", keyRemedy(idemtest.StepsCrashBetweenSteps)},
+		idemtest.StepsCrashInsideStep:   {"window: between the side effect and Complete", "record it as a step"},
 	}
 	for _, cr := range r.Cases {
 		w, open := want[cr.Case]
 		switch {
-		case open && (cr.Effects != 2 || !strings.Contains(cr.String(), w) || !strings.Contains(cr.Remedy, "(payments/order-1042."+string(cr.Case)+") to the downstream system as its own idempotency key")):
-			t.Errorf("want two charges, %q and the provider's key as the remedy:\n%s", w, cr)
+		case open && (cr.Effects != 2 || !strings.Contains(cr.String(), w[0]) || !strings.Contains(cr.Remedy, w[1])):
+			t.Errorf("want two charges, %q and a remedy that says %q:\n%s", w[0], w[1], cr)
 		case !open && !cr.OK():
 			t.Errorf("want one charge:\n%s", cr)
 		}
