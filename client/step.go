@@ -126,12 +126,21 @@ type attemptSteps struct {
 	finished map[string][]byte
 }
 
+// finish notes step name finished with result; the map is made by the first
+// step, so that a job without steps costs no map. s.mu is held or s unshared.
+func (s *attemptSteps) finish(name string, result []byte) {
+	if s.finished == nil {
+		s.finished = map[string][]byte{}
+	}
+	s.finished[name] = result
+}
+
 // newAttempt is the Attempt of fn for the acquired record rec.
 func newAttempt(c *Client, rec Record) Attempt {
-	s := &attemptSteps{c: c, ns: rec.Namespace, key: rec.Key, claimed: rec.Steps, finished: map[string][]byte{}}
+	s := &attemptSteps{c: c, ns: rec.Namespace, key: rec.Key, claimed: rec.Steps}
 	for _, st := range rec.Steps {
 		if st.State == StepFinished {
-			s.finished[st.Name] = st.Result
+			s.finish(st.Name, st.Result)
 		}
 	}
 	return Attempt{Token: rec.Token, Number: rec.Attempt, Takeover: rec.Attempt > 1, steps: s}
@@ -195,7 +204,7 @@ func (a Attempt) Step(ctx context.Context, name string, fn func(ctx context.Cont
 		return nil, err
 	}
 	s.mu.Lock()
-	s.finished[name] = result
+	s.finish(name, result)
 	s.mu.Unlock()
 	return result, nil
 }
